@@ -1,0 +1,65 @@
+"""The ``slackswap`` command: a thin layer over the library, one module per command group."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from slackswap import __version__
+
+# Each module defines ``register(subparsers)`` and sets ``func`` on the parsers it adds.
+COMMAND_MODULES = (
+    "slackswap.commands.instance",  # instance build|info, linkbudget, offload
+    "slackswap.commands.simulate",  # simulate
+    "slackswap.commands.solve",  # solvers, solve, compare
+    "slackswap.commands.report",  # report
+    "slackswap.commands.profile",  # profile
+    "slackswap.commands.reproduce",  # reproduce table1|table2|table3|fig4|fig6
+)
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slackswap",
+        description="Plan activation memory in DNN training: keep, swap or recompute.",
+    )
+    parser.add_argument("--version", action="version", version=f"slackswap {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # command group not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for bad input, with a one-line message)."""
+    from slackswap.problem import UserError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"slackswap: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("slackswap: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""CLI command groups; each module registers its subcommands on the ``slackswap`` parser."""

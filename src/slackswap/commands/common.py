@@ -1,0 +1,69 @@
+"""Helpers shared by the CLI commands: loading instances, parsing budgets, printing tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from slackswap.problem import Instance, UserError
+
+
+def load_instance_arg(name_or_path: str) -> Instance:
+    """An instance from a CLI argument; user errors surface as one line, exit 2."""
+    from slackswap.instances.catalog import load
+
+    return load(name_or_path)
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=1, allow_nan=False, default=_jsonable)
+    sys.stdout.write("\n")
+
+
+def _jsonable(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain fixed-width table (right-aligned numbers)."""
+    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for k, r in enumerate(cells):
+        lines.append(
+            "  ".join(
+                c.rjust(w) if k and _numeric(c) else c.ljust(w)
+                for c, w in zip(r, widths, strict=True)
+            ).rstrip()
+        )
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s.rstrip("%x"))
+        return True
+    except ValueError:
+        return False
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise UserError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise UserError(f"expected a positive integer, got {text!r}")
+    return v

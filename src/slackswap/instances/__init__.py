@@ -1,0 +1,1 @@
+"""Instance files (versioned JSON) and the catalog of bundled instances addressable by name."""

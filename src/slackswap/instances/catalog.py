@@ -1,0 +1,108 @@
+"""The catalog: bundled instance files and ``MODEL@GPU-LINK`` names built on demand.
+
+``bert-large``, ``gpt2-xl``, ``llama-7b`` and ``vgg16`` resolve to files shipped in the package
+(A100, PCIe 4.0); ``qwen3-1.7b``, ``qwen3-8b`` and ``llama-70b`` are built from their models.
+Any model on any GPU and link resolves by a name such as ``llama-7b@h100-pcie5`` or
+``gpt2-xl@a100`` (the GPU's default link).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from slackswap.instances.format import load_instance
+from slackswap.models.hardware import GPUS, LINKS
+from slackswap.models.transformer import TRANSFORMERS, build_transformer, transformer_config
+from slackswap.models.vgg import build_vgg, vgg_config
+from slackswap.problem import Instance, UserError
+
+BUNDLED = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
+MODELS = (*TRANSFORMERS, "vgg16")
+DEFAULT_GPU, DEFAULT_LINK = "a100", "pcie4"
+
+
+class UnknownInstanceError(KeyError, UserError):
+    """Neither a catalog name nor an existing file."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def build_model(
+    model: str,
+    gpu: str = DEFAULT_GPU,
+    link: str | None = None,
+    *,
+    seq: int | None = None,
+    batch: int | None = None,
+    layers: int | None = None,
+    link_bw_Bps: float | None = None,
+    name: str | None = None,
+) -> Instance:
+    """Build an instance of a catalog model on a GPU and link, with optional overrides."""
+    model = model.lower()
+    if model == "vgg16":
+        if seq is not None or layers is not None:
+            raise ValueError("vgg16 takes no --seq or --layers")
+        return build_vgg(vgg_config(batch=batch), gpu, link, name=name, link_bw_Bps=link_bw_Bps)
+    if model not in TRANSFORMERS:
+        raise UnknownInstanceError(f"unknown model {model!r} (one of {', '.join(MODELS)})")
+    cfg = transformer_config(model, seq=seq, batch=batch, layers=layers)
+    return build_transformer(cfg, gpu, link, name=name, link_bw_Bps=link_bw_Bps)
+
+
+def bundled_path(name: str) -> Path:
+    return Path(str(resources.files("slackswap.instances") / "catalog" / f"{name}.json"))
+
+
+def parse_name(name: str) -> tuple[str, str, str | None]:
+    """``model@gpu-link`` -> (model, gpu, link or None)."""
+    model, _, hw = name.lower().partition("@")
+    if not hw:
+        return model, DEFAULT_GPU, DEFAULT_LINK
+    gpu, _, link = hw.partition("-")
+    if gpu not in GPUS:
+        raise UnknownInstanceError(f"{name}: unknown GPU {gpu!r} (one of {', '.join(GPUS)})")
+    if link and link not in LINKS:
+        raise UnknownInstanceError(f"{name}: unknown link {link!r} (one of {', '.join(LINKS)})")
+    return model, gpu, link or None
+
+
+@lru_cache(maxsize=32)
+def _resolve_name(name: str) -> Instance:
+    model, gpu, link = parse_name(name)
+    if model not in MODELS:
+        raise UnknownInstanceError(
+            f"{name!r} is neither a file nor a catalog name (models: {', '.join(MODELS)}; "
+            "add @GPU-LINK, e.g. llama-7b@h100-pcie5)"
+        )
+    if "@" not in name and model in BUNDLED and bundled_path(model).exists():
+        return load_instance(bundled_path(model))
+    canonical = model if "@" not in name else name.lower()
+    return build_model(model, gpu, link, name=canonical)
+
+
+def load(name_or_path: str | os.PathLike[str]) -> Instance:
+    """An instance by catalog name (``gpt2-xl``, ``llama-7b@h100-pcie5``) or instance-file path."""
+    s = str(name_or_path)
+    if os.path.exists(s) or s.endswith(".json") or os.sep in s:
+        return load_instance(s)
+    return _resolve_name(s)
+
+
+def catalog_names() -> list[str]:
+    return list(MODELS)
+
+
+def regenerate_bundled(directory: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Rewrite the bundled files from the models (run after a model change; see the README)."""
+    out = []
+    for model in BUNDLED:
+        inst = build_model(model, DEFAULT_GPU, DEFAULT_LINK, name=model)
+        path = Path(directory) / f"{model}.json" if directory else bundled_path(model)
+        inst.save(path)
+        out.append(path)
+    return out

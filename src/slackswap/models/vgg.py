@@ -1,0 +1,218 @@
+"""VGG-16 at operator granularity: convolution, in-place ReLU, max-pool, classifier.
+
+Each convolution saves its ReLU output (in place, so one tensor serves the ReLU backward and the
+next layer's weight gradient); each pool saves its output, the next stage's input. Blocks are the
+five convolution stages and the classifier (the segments checkpointing recomputes); layers are the
+individual convolution / fully-connected layers (vDNN's unit of synchronisation). Stage inputs are
+block inputs and are never recomputed, as in the transformer builder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from slackswap.models.graph import GraphBuilder
+from slackswap.models.hardware import get_gpu, hardware
+from slackswap.models.roofline import Roofline
+from slackswap.problem import Instance
+
+VGG16_STAGES = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
+
+
+@dataclass(frozen=True)
+class VGGConfig:
+    name: str = "vgg16"
+    batch: int = 128
+    image: int = 224
+    classes: int = 1000
+    stages: tuple[tuple[int, ...], ...] = VGG16_STAGES
+    fc: int = 4096
+
+
+def build_vgg(
+    cfg: VGGConfig,
+    gpu: str = "a100",
+    link: str | None = None,
+    name: str | None = None,
+    link_bw_Bps: float | None = None,
+) -> Instance:
+    """One training step of VGG-16 (the GPU's precision: BF16, or FP32 on the Titan X)."""
+    g = get_gpu(gpu)
+    hw = hardware(gpu, link, link_bw_Bps)
+    rf = Roofline(g)
+    e = g.bytes_per_element
+    B = cfg.batch
+    meta = {
+        "model": cfg.name,
+        "config": asdict(cfg),
+        "gpu": g.key,
+        "link": hw.link,
+        "builder": "vgg",
+    }
+    b = GraphBuilder(name or f"{cfg.name}@{g.key}-{hw.link}", hw, meta)
+
+    side, cin = cfg.image, 3
+    b.op("input", block=0, layer=0, kind="memory", duration_s=rf.memory(B * 3 * side**2 * e))
+    x = "input.out"
+    b.saved(x, nbytes=B * 3 * side**2 * e, producer="input", category="block_input", block=0)
+    layer = 0
+    backward: list[dict] = []  # backward ops, in forward order; emitted reversed
+    for s, widths in enumerate(cfg.stages):
+        for j, cout in enumerate(widths):
+            p = f"s{s}.c{j}"
+            out_b = B * cout * side**2 * e
+            in_b = B * cin * side**2 * e
+            flops = 2.0 * B * side**2 * cout * cin * 9
+            wt_b = cout * cin * 9 * e
+            t_conv = rf.gemm(flops, in_b + out_b + wt_b)
+            t_relu = rf.memory(2 * out_b)
+            b.op(
+                p + ".conv",
+                block=s,
+                layer=layer,
+                kind="conv",
+                duration_s=t_conv,
+                flops=flops,
+                reads=[x],
+            )
+            b.op(p + ".relu", block=s, layer=layer, kind="memory", duration_s=t_relu)
+            b.saved(
+                p + ".out",
+                nbytes=out_b,
+                producer=p + ".relu",
+                category="gemm_output",
+                block=s,
+                recompute_s=t_conv + t_relu,
+                rebuild_inputs=[x],
+            )
+            backward.append(
+                dict(
+                    name=p + ".relu.bwd",
+                    block=s,
+                    layer=layer,
+                    kind="memory",
+                    duration_s=rf.memory(3 * out_b),
+                    reads=[p + ".out"],
+                    transient_bytes=2 * out_b,
+                )
+            )
+            backward.append(
+                dict(
+                    name=p + ".conv.bwd",
+                    block=s,
+                    layer=layer,
+                    kind="conv",
+                    duration_s=rf.gemm(2 * flops, 2 * (in_b + out_b + wt_b)),
+                    flops=2 * flops,
+                    reads=[x],
+                    transient_bytes=out_b + in_b,
+                )
+            )
+            x, cin = p + ".out", cout
+            layer += 1
+        side //= 2
+        pool_b = B * cin * side**2 * e
+        t_pool = rf.memory(4 * pool_b + pool_b)
+        b.op(f"s{s}.pool", block=s, layer=layer - 1, kind="pool", duration_s=t_pool, reads=[x])
+        backward.append(
+            dict(
+                name=f"s{s}.pool.bwd",
+                block=s,
+                layer=layer - 1,
+                kind="pool",
+                duration_s=rf.memory(4 * pool_b * 2 + pool_b),
+                reads=[x],
+                transient_bytes=4 * pool_b + pool_b,
+            )
+        )
+        x = f"s{s}.pool.out"
+        b.saved(x, nbytes=pool_b, producer=f"s{s}.pool", category="block_input", block=s + 1)
+
+    cls = len(cfg.stages)
+    fin = cin * side**2
+    for j, fout in enumerate((cfg.fc, cfg.fc, cfg.classes)):
+        p = f"fc{j}"
+        flops = 2.0 * B * fin * fout
+        t = rf.gemm(flops, (B * fin + fin * fout + B * fout) * e)
+        b.op(p, block=cls, layer=layer, kind="gemm", duration_s=t, flops=flops, reads=[x])
+        backward.append(
+            dict(
+                name=p + ".bwd",
+                block=cls,
+                layer=layer,
+                kind="gemm",
+                duration_s=rf.gemm(2 * flops, 2 * (B * fin + fin * fout + B * fout) * e),
+                flops=2 * flops,
+                reads=[x],
+                transient_bytes=B * (fin + fout) * e,
+            )
+        )
+        last = j == 2
+        out_b = B * fout * e
+        if not last:
+            t_relu = rf.memory(2 * out_b)
+            b.op(p + ".relu", block=cls, layer=layer, kind="memory", duration_s=t_relu)
+            b.saved(
+                p + ".out",
+                nbytes=out_b,
+                producer=p + ".relu",
+                category="gemm_output",
+                block=cls,
+                recompute_s=t + t_relu,
+                rebuild_inputs=[x],
+            )
+            backward.append(
+                dict(
+                    name=p + ".relu.bwd",
+                    block=cls,
+                    layer=layer,
+                    kind="memory",
+                    duration_s=rf.memory(3 * out_b),
+                    reads=[p + ".out"],
+                    transient_bytes=2 * out_b,
+                )
+            )
+        else:
+            b.saved(
+                p + ".out",
+                nbytes=out_b,
+                producer=p,
+                category="gemm_output",
+                block=cls,
+                recompute_s=t,
+                rebuild_inputs=[x],
+            )
+        x, fin = p + ".out", fout
+        layer += 1
+    b.op(
+        "loss",
+        block=cls,
+        layer=layer - 1,
+        kind="loss",
+        duration_s=rf.memory(B * fin * e),
+        reads=[x],
+    )
+    b.op(
+        "loss.bwd",
+        backward=True,
+        block=cls,
+        layer=layer - 1,
+        kind="loss",
+        duration_s=rf.memory(2 * B * fin * e),
+        reads=[x],
+        transient_bytes=B * fin * e,
+    )
+    for op in reversed(backward):
+        b.op(op.pop("name"), backward=True, **op)
+    return b.build()
+
+
+def vgg_config(batch: int | None = None, image: int | None = None) -> VGGConfig:
+    cfg = VGGConfig()
+    if batch is not None:
+        if batch <= 0:
+            raise ValueError(f"batch must be positive, got {batch}")
+        cfg = replace(cfg, batch=batch)
+    if image is not None:
+        cfg = replace(cfg, image=image)
+    return cfg

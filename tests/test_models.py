@@ -1,0 +1,61 @@
+"""Workload models: Table 1 of the paper within tolerance, catalog resolution."""
+
+import pytest
+
+import slackswap
+from slackswap.instances.catalog import build_model
+
+# (A bytes, ideal step s, intensity, f) from the paper's Table 1 (A100, PCIe 4.0).
+TABLE1 = {
+    "bert-large": (13.9e9, 0.173, 782, 0.11),
+    "gpt2-xl": (22.3e9, 0.399, 1200, 0.15),
+    "llama-7b": (35.2e9, 1.635, 3326, 0.38),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE1))
+def test_table1_transformers(name: str) -> None:
+    inst = slackswap.load(name)
+    a, step, intensity, f = TABLE1[name]
+    assert inst.saved_bytes == pytest.approx(a, rel=0.05)
+    assert inst.intensity == pytest.approx(intensity, rel=0.05)
+    assert inst.hideable_fraction == pytest.approx(f, rel=0.05)
+    assert inst.ideal_step_s == pytest.approx(step, rel=0.08)
+
+
+def test_vgg16_saved_bytes_and_intensity() -> None:
+    inst = slackswap.load("vgg16")
+    assert inst.saved_bytes == pytest.approx(3.9e9, rel=0.05)
+    assert inst.intensity == pytest.approx(1015, rel=0.05)
+    # The first two convolutions hold 42% of the activations (paper Sec. 4.2).
+    first_two = inst.tensor_bytes[1] + inst.tensor_bytes[2]
+    assert first_two / inst.saved_bytes == pytest.approx(0.42, abs=0.01)
+
+
+def test_gpt2_forward_time() -> None:
+    assert slackswap.load("gpt2-xl").forward_s == pytest.approx(0.136, rel=0.03)
+
+
+@pytest.mark.parametrize("seq,f", [(2048, 0.36), (32768, 0.60)])
+def test_llama_hideable_fraction_vs_sequence(seq: int, f: float) -> None:
+    batch = max(1, 16384 // seq)
+    inst = build_model("llama-7b", seq=seq, batch=batch)
+    assert inst.hideable_fraction == pytest.approx(f, rel=0.05)
+
+
+def test_bundled_files_match_models() -> None:
+    for name in ("bert-large", "gpt2-xl", "llama-7b", "vgg16"):
+        assert slackswap.load(name).content_hash == build_model(name, name=name).content_hash
+
+
+def test_catalog_names_resolve() -> None:
+    inst = slackswap.load("llama-7b@h100-pcie5")
+    assert inst.hardware.gpu == "h100" and inst.hardware.link_bw_Bps == 50e9
+    assert slackswap.load("qwen3-8b").n_tensors > 0
+
+
+def test_unknown_name_is_user_error() -> None:
+    with pytest.raises(slackswap.UserError):
+        slackswap.load("gpt5")
+    with pytest.raises(slackswap.UserError):
+        slackswap.load("gpt2-xl@tpu-pcie4")
