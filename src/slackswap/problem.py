@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -291,7 +292,7 @@ class Instance:
             "n_tensors": self.n_tensors,
         }
 
-    def save(self, path: str) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write the instance as versioned JSON, atomically."""
         from slackswap.instances.format import save_instance
 

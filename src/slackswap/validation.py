@@ -82,36 +82,36 @@ def validate_instance(inst: Instance) -> None:
         raise _fail("hardware.duplex_factor", None, hw.duplex_factor, "must lie in (0, 1]")
 
     seen: set[str] = set()
-    for i, n in enumerate(inst.op_name):
+    for k, n in enumerate(inst.op_name):
         if n in seen:
-            raise _fail("op_name", i, n, "duplicate operator name")
+            raise _fail("op_name", k, n, "duplicate operator name")
         seen.add(n)
     seen = set()
-    for i, n in enumerate(inst.tensor_name):
+    for k, n in enumerate(inst.tensor_name):
         if n in seen:
-            raise _fail("tensor_name", i, n, "duplicate tensor name")
+            raise _fail("tensor_name", k, n, "duplicate tensor name")
         seen.add(n)
 
     phase = inst.op_phase
-    i = _first_bad((phase != 0) & (phase != 1))
+    i: int | None = _first_bad((phase != 0) & (phase != 1))
     if i is not None:
         raise _fail("op_phase", i, int(phase[i]), "must be 0 (forward) or 1 (backward)")
     # Forward operators first, then backward.
     i = _first_bad(np.diff(phase.astype(np.int64)) < 0)
     if i is not None:
         raise _fail("op_phase", i + 1, int(phase[i + 1]), "a forward operator after a backward one")
-    for i, k in enumerate(inst.op_kind):
-        if k not in OP_KINDS:
-            raise _fail("op_kind", i, k, f"unknown kind (one of {', '.join(OP_KINDS)})")
+    for j, kind in enumerate(inst.op_kind):
+        if kind not in OP_KINDS:
+            raise _fail("op_kind", j, kind, f"unknown kind (one of {', '.join(OP_KINDS)})")
     _check_finite_nonneg(inst, "op_duration_s")
     _check_finite_nonneg(inst, "op_flops")
     _check_finite_nonneg(inst, "op_transient_bytes")
     _check_finite_nonneg(inst, "tensor_bytes")
     _check_finite_nonneg(inst, "tensor_recompute_s", allow_inf=True)
-    for i, c in enumerate(inst.tensor_category):
+    for j, c in enumerate(inst.tensor_category):
         if c not in CATEGORIES:
             raise _fail(
-                "tensor_category", i, c, f"unknown category (one of {', '.join(CATEGORIES)})"
+                "tensor_category", j, c, f"unknown category (one of {', '.join(CATEGORIES)})"
             )
 
     for i, row in enumerate(inst.op_reads):

@@ -221,9 +221,7 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
         recompute.append(math.inf if v is None else _num(source, f"tensors[{i}].recompute_s", v))
 
     try:
-        return Instance(
-            name=str(d["name"]),
-            hardware=hardware,
+        cols: dict[str, Any] = dict(
             op_name=[op["name"] for op in ops],
             op_phase=np.array(phases, dtype=np.int8),
             op_block=col(ops, "block", "ops", True),
@@ -246,8 +244,8 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
             ],
             tensor_block=col(tensors, "block", "tensors", True),
             tensor_category=[t["category"] for t in tensors],
-            meta=d.get("meta") or {},
         )
+        return Instance(name=str(d["name"]), hardware=hardware, meta=d.get("meta") or {}, **cols)
     except InstanceFileError:
         raise
     except InstanceError as exc:

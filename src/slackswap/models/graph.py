@@ -119,15 +119,13 @@ class GraphBuilder:
         fwd_readers: dict[str, list[int]] = {n: [] for n in tnames}
         bwd_readers: dict[str, list[int]] = {n: [] for n in tnames}
         for i, op in enumerate(self._ops):
-            for t in op.reads:
-                (fwd_readers if i < n_fwd else bwd_readers)[t].append(i)
+            for tn in op.reads:
+                (fwd_readers if i < n_fwd else bwd_readers)[tn].append(i)
         tensors = list(self._tensors.values())
         for t in tensors:
             if not bwd_readers[t.name]:
                 raise ValueError(f"saved tensor {t.name!r} is never read in the backward pass")
-        return Instance(
-            name=self.name,
-            hardware=self.hardware,
+        cols: dict[str, Any] = dict(
             op_name=[op.name for op in self._ops],
             op_phase=[op.phase for op in self._ops],
             op_block=[op.block for op in self._ops],
@@ -149,5 +147,5 @@ class GraphBuilder:
             tensor_rebuild_inputs=[[t_index[u] for u in t.rebuild_inputs] for t in tensors],
             tensor_block=[t.block for t in tensors],
             tensor_category=[t.category for t in tensors],
-            meta=self.meta,
         )
+        return Instance(name=self.name, hardware=self.hardware, meta=self.meta, **cols)

@@ -721,7 +721,7 @@ def transformer_config(
 ) -> TransformerConfig:
     """A catalog configuration with optional overrides."""
     cfg = TRANSFORMERS[model]
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     for key, v in (("seq", seq), ("batch", batch), ("layers", layers)):
         if v is not None:
             if v <= 0:
