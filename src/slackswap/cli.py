@@ -13,7 +13,8 @@ from slackswap import __version__
 COMMAND_MODULES = (
     "slackswap.commands.instance",  # instance build|info, linkbudget, offload
     "slackswap.commands.simulate",  # simulate
-    "slackswap.commands.solve",  # solvers, solve, compare
+    "slackswap.commands.solve",  # solvers, solve
+    "slackswap.commands.compare",  # compare (batch runner)
     "slackswap.commands.report",  # report
     "slackswap.commands.profile",  # profile
     "slackswap.commands.reproduce",  # reproduce table1|table2|table3|fig4|fig6

@@ -1,0 +1,1 @@
+"""Reproduction reports: each module prints paper value, toolkit value and deviation."""

@@ -1,0 +1,431 @@
+"""The solver contract, the registry of solvers by name, and `run`, which wraps every solve.
+
+A solver is a class with keyword-only constructor options (stored as attributes of the same
+name, nothing else) and one method::
+
+    solve(instance, budget, *, time_limit, seed) -> Plan | Solution
+
+It returns a `Plan` (whose ``runtime`` names the runtime it is meant for), or a `Solution` when
+it has more to say: a proven lower bound, its own claimed step time, proof of optimality or
+infeasibility, a search history. Solvers never time or score themselves: `run` seeds, times the
+planning, calls `solve`, scores the plan in the simulator and returns a flat `RunRecord`. An
+exception inside a solver becomes an ``error`` record, never a crash.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from slackswap import __version__
+from slackswap.problem import Instance, UserError
+
+if TYPE_CHECKING:
+    from slackswap.plan import Budget, Plan
+    from slackswap.simulator import SimResult
+
+#: A solver that overruns its time limit by more than this share is reported as a timeout.
+TIME_LIMIT_SLACK = 0.10
+
+
+class Status(StrEnum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Tags:
+    """Declared capabilities; tests and the CLI select solvers by these."""
+
+    exact: bool = False  # proves lower bounds / optimality
+    deterministic: bool = True  # same instance, budget, options and seed -> same plan
+    needs: tuple[str, ...] = ()  # importable modules the solver requires
+    honours_time_limit: bool = True  # returns within time_limit (+10%)
+    uses_time_limit: bool = False  # quality depends on the time limit (searches, exact solvers)
+    static_plan: bool = True  # the plan alone decides (no run-time policy in the simulator)
+
+
+@dataclass
+class Solution:
+    """What a solver may return beyond a plan (all optional)."""
+
+    plan: Plan | None
+    lower_bound_s: float | None = None  # no plan can simulate faster than this
+    claimed_step_s: float | None = None  # the solver's own objective value, checked by tests
+    proven_optimal: bool = False
+    proven_infeasible: bool = False
+    timed_out: bool = False
+    min_budget_bytes: int | None = None  # smallest budget the solver could fit, when known
+    evaluations: int | None = None  # plans scored (searches)
+    history: list[tuple[float, int, float]] = field(default_factory=list)  # (s, evals, best step)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Solver:
+    """Base class: subclasses set ``key``/``tags``, take keyword-only options, implement solve."""
+
+    key: ClassVar[str] = ""
+    tags: ClassVar[Tags] = Tags()
+
+    def solve(
+        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+    ) -> Plan | Solution:
+        raise NotImplementedError
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """Constructor options and their defaults, read from the signature."""
+        sig = inspect.signature(cls.__init__)
+        return {
+            n: p.default
+            for n, p in sig.parameters.items()
+            if n != "self" and p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+
+    def get_params(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in self.option_defaults()}
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.get_params().items() if self.option_defaults().get(k) != v}
+        args = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+        return f"{self.key}({args})" if args else self.key
+
+
+@dataclass(frozen=True)
+class RegisteredSolver:
+    name: str
+    cls: type[Solver]
+    fixed: dict[str, Any]
+    description: str
+
+    def make(self, **options: Any) -> Solver:
+        unknown = set(options) - set(self.cls.option_defaults())
+        if unknown:
+            raise UserError(
+                f"solver {self.name!r} has no option {sorted(unknown)[0]!r} "
+                f"(options: {', '.join(self.cls.option_defaults()) or 'none'})"
+            )
+        return self.cls(**{**self.fixed, **options})
+
+    @property
+    def tags(self) -> Tags:
+        return self.cls.tags
+
+
+class Registry:
+    """Solvers by name; registering a name twice is an error."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, RegisteredSolver] = {}
+
+    def register(self, name: str, cls: type[Solver], description: str = "", **fixed: Any) -> None:
+        if name in self._entries:
+            raise ValueError(f"solver {name!r} is already registered")
+        doc = description or (inspect.getdoc(cls) or "").split("\n")[0]
+        self._entries[name] = RegisteredSolver(name, cls, dict(fixed), doc)
+
+    def __getitem__(self, name: str) -> RegisteredSolver:
+        _load_all()
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UserError(
+                f"unknown solver {name!r} (registered: {', '.join(self.names())})"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        _load_all()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[RegisteredSolver]:
+        _load_all()
+        return iter(list(self._entries.values()))
+
+    def names(self) -> list[str]:
+        _load_all()
+        return list(self._entries)
+
+
+REGISTRY = Registry()
+
+
+def register(
+    name: str, description: str = "", **fixed: Any
+) -> Callable[[type[Solver]], type[Solver]]:
+    """Class decorator: ``@register("slackswap")`` (extra keywords fix constructor options)."""
+
+    def deco(cls: type[Solver]) -> type[Solver]:
+        REGISTRY.register(name, cls, description, **fixed)
+        return cls
+
+    return deco
+
+
+def _load_all() -> None:
+    from slackswap.solvers import load_solver_modules
+
+    load_solver_modules()
+
+
+@dataclass
+class RunRecord:
+    """One (instance, budget, solver, seed) result: a flat row with provenance."""
+
+    instance: str
+    instance_hash: str
+    solver: str
+    solver_config: dict[str, Any]
+    seed: int
+    time_limit_s: float | None
+    budget_fraction: float
+    budget_bytes: int
+    status: Status
+    runtime: str
+    step_s: float | None
+    ideal_s: float
+    throughput: float | None
+    recompute_s: float | None
+    fwd_stall_s: float | None
+    bwd_stall_s: float | None
+    d2h_bytes: float | None
+    h2d_bytes: float | None
+    peak_bytes: float | None
+    swap_bytes: int | None
+    recompute_bytes: int | None
+    plan_s: float
+    lower_bound_s: float | None
+    gap: float | None
+    claimed_step_s: float | None
+    min_budget_bytes: int | None
+    evaluations: int | None
+    error: str | None
+    reason: str
+    version: str = __version__
+    plan: Plan | None = field(default=None, repr=False, compare=False)
+    sim: SimResult | None = field(default=None, repr=False, compare=False)
+    history: list[tuple[float, int, float]] = field(default_factory=list, repr=False)
+
+    #: Keys of the flat row (``compare --json``, CSV columns), in order.
+    ROW_KEYS: ClassVar[tuple[str, ...]] = (
+        "instance", "budget_fraction", "budget_bytes", "solver", "seed", "status", "step_s",
+        "ideal_s", "throughput", "recompute_s", "fwd_stall_s", "bwd_stall_s", "d2h_bytes",
+        "h2d_bytes", "peak_bytes", "swap_bytes", "recompute_bytes", "plan_s", "lower_bound_s",
+        "gap", "evaluations", "error", "instance_hash", "solver_config", "time_limit_s",
+        "runtime", "claimed_step_s", "min_budget_bytes", "reason", "version",
+    )  # fmt: skip
+
+    def to_row(self) -> dict[str, Any]:
+        """The flat dict: JSON-ready, one DataFrame row (solver_config as a JSON string)."""
+        d = {k: getattr(self, k) for k in self.ROW_KEYS}
+        d["status"] = self.status.value
+        d["solver_config"] = json.dumps(self.solver_config, sort_keys=True, default=str)
+        for k, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[k] = None
+        return d
+
+
+def _solver_label(name: str, solver: Solver, fixed: dict[str, Any]) -> str:
+    """``ga`` or ``ga(pop_size=50)``: the registry name plus non-default, non-fixed options."""
+    defaults = {**type(solver).option_defaults(), **fixed}
+    changed = {k: v for k, v in solver.get_params().items() if defaults.get(k) != v}
+    if not changed:
+        return name
+    return f"{name}({', '.join(f'{k}={v!r}' for k, v in sorted(changed.items()))})"
+
+
+def run(
+    solver: str | Solver,
+    instance: Instance | str,
+    budget: Budget | float | str,
+    *,
+    time_limit: float | None = None,
+    seed: int = 0,
+    options: dict[str, Any] | None = None,
+    find_min_budget: bool = True,
+) -> RunRecord:
+    """Solve, time, and score one case in the simulator; never raises for a solver's failure."""
+    from slackswap.instances.catalog import load
+    from slackswap.plan import Budget, Plan
+    from slackswap.simulator import simulate
+
+    inst = load(instance) if isinstance(instance, str) else instance
+    bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
+    if isinstance(solver, str):
+        entry = REGISTRY[solver]
+        solver_obj = entry.make(**(options or {}))
+        label = _solver_label(solver, solver_obj, entry.fixed)
+    else:
+        solver_obj, label = solver, repr(solver)
+    budget_bytes = bud.bytes_for(inst)
+    base: dict[str, Any] = dict(
+        instance=inst.name,
+        instance_hash=inst.content_hash,
+        solver=label,
+        solver_config={"key": solver_obj.key, **solver_obj.get_params()},
+        seed=seed,
+        time_limit_s=time_limit,
+        budget_fraction=budget_bytes / inst.peak_bytes,
+        budget_bytes=budget_bytes,
+        ideal_s=inst.ideal_step_s,
+    )
+    empty: dict[str, Any] = dict(
+        step_s=None, throughput=None, recompute_s=None, fwd_stall_s=None, bwd_stall_s=None,
+        d2h_bytes=None, h2d_bytes=None, peak_bytes=None, swap_bytes=None, recompute_bytes=None,
+        lower_bound_s=None, gap=None, claimed_step_s=None, min_budget_bytes=None,
+        evaluations=None, error=None, reason="", runtime=getattr(solver_obj, "runtime", ""),
+    )  # fmt: skip
+
+    t0 = time.perf_counter()
+    try:
+        out = solver_obj.solve(inst, bud, time_limit=time_limit, seed=seed)
+    except Exception as exc:  # a solver's failure is a result, not a crash
+        plan_s = time.perf_counter() - t0
+        tb = traceback.extract_tb(exc.__traceback__)[-1]
+        msg = f"{type(exc).__name__}: {exc} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"
+        return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
+    plan_s = time.perf_counter() - t0
+    sol = out if isinstance(out, Solution) else Solution(plan=out)
+    if sol.plan is not None and not isinstance(sol.plan, Plan):
+        raise TypeError(f"{label}.solve returned {type(sol.plan).__name__}, not a Plan")
+
+    fields: dict[str, Any] = dict(empty)
+    fields.update(
+        lower_bound_s=sol.lower_bound_s,
+        claimed_step_s=sol.claimed_step_s,
+        min_budget_bytes=sol.min_budget_bytes,
+        evaluations=sol.evaluations,
+    )
+    timed_out = sol.timed_out or (
+        time_limit is not None and plan_s > time_limit * (1 + TIME_LIMIT_SLACK)
+    )
+    sim = None
+    if sol.plan is None:
+        status = Status.TIMEOUT if timed_out and not sol.proven_infeasible else Status.INFEASIBLE
+        fields["reason"] = str(sol.info.get("reason", "the solver found no plan"))
+    else:
+        plan = sol.plan
+        sim = simulate(inst, plan, bud)
+        fields.update(
+            runtime=plan.runtime,
+            swap_bytes=plan.swap_bytes,
+            recompute_bytes=plan.recompute_bytes,
+            peak_bytes=sim.peak_bytes,
+            reason=sim.reason,
+        )
+        if sim.feasible:
+            fields.update(
+                step_s=sim.step_s,
+                throughput=sim.throughput,
+                recompute_s=sim.recompute_s,
+                fwd_stall_s=sim.fwd_stall_s,
+                bwd_stall_s=sim.bwd_stall_s,
+                d2h_bytes=sim.d2h_bytes,
+                h2d_bytes=sim.h2d_bytes,
+            )
+            if timed_out:
+                status = Status.TIMEOUT
+            elif sol.proven_optimal:
+                status = Status.OPTIMAL
+            else:
+                status = Status.FEASIBLE
+            if sol.lower_bound_s is not None and sol.lower_bound_s > 0:
+                fields["gap"] = (sim.step_s - sol.lower_bound_s) / sol.lower_bound_s
+        else:
+            status = Status.TIMEOUT if timed_out else Status.INFEASIBLE
+    if status is Status.INFEASIBLE and fields["min_budget_bytes"] is None and find_min_budget:
+        fields["min_budget_bytes"] = smallest_feasible_budget(solver_obj, inst, seed=seed)
+    return RunRecord(
+        **base,
+        **fields,
+        status=status,
+        plan_s=plan_s,
+        plan=sol.plan,
+        sim=sim,
+        history=list(sol.history),
+    )
+
+
+def smallest_feasible_budget(
+    solver: Solver,
+    instance: Instance,
+    *,
+    seed: int = 0,
+    rel_tol: float = 0.005,
+    max_seconds: float = 5.0,
+) -> int | None:
+    """Bisect the budget (bytes) for the smallest one at which ``solver``'s plan simulates.
+
+    Only for deterministic solvers that are not searches (others would need their full time
+    limit per probe); returns None when the solver fits nothing up to P or the search runs out of
+    ``max_seconds``. Assumes feasibility is monotone in the budget, which holds for the
+    heuristics here up to the bisection's tolerance.
+    """
+    from slackswap.plan import Budget
+    from slackswap.simulator import simulate
+
+    if solver.tags.uses_time_limit or not solver.tags.deterministic:
+        return None
+    t0 = time.perf_counter()
+
+    def fits(nbytes: int) -> bool:
+        b = Budget.bytes(nbytes)
+        try:
+            out = solver.solve(instance, b, time_limit=None, seed=seed)
+        except Exception:
+            return False
+        plan = out.plan if isinstance(out, Solution) else out
+        return plan is not None and simulate(instance, plan, b).feasible
+
+    hi = int(instance.peak_bytes)
+    if not fits(hi):
+        return None
+    lo = 0
+    while hi - lo > rel_tol * instance.peak_bytes:
+        if time.perf_counter() - t0 > max_seconds:
+            break
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def solve(
+    instance: Instance | str,
+    budget: Budget | float | str,
+    solver: str = "slackswap",
+    *,
+    time_limit: float | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> RunRecord:
+    """Run one registered solver on one instance and budget; the plan is on ``record.plan``."""
+    return run(solver, instance, budget, time_limit=time_limit, seed=seed, options=options)
+
+
+def describe_solvers() -> list[dict[str, Any]]:
+    """Registered solvers with their tags and options (for ``slackswap solvers``)."""
+    out = []
+    for entry in REGISTRY:
+        opts = {**entry.cls.option_defaults(), **entry.fixed}
+        out.append(
+            {
+                "name": entry.name,
+                "description": entry.description,
+                "tags": asdict(entry.tags),
+                "options": opts,
+            }
+        )
+    return out
