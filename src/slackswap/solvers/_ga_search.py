@@ -1,0 +1,257 @@
+"""The DEAP machinery of the genetic search: genome, toolbox, generation loop, stop rules.
+
+A genome is one action per saved tensor (0 keep, 1 swap, 2 recomp) stored as an ``array.array``
+of signed bytes (DEAP's own compact-genome idiom): slicing copies, so DEAP's crossover works on
+it unchanged, and a population joins into a numpy matrix without a per-gene loop. The operators
+are DEAP's: two-point crossover (`tools.cxTwoPoint`), uniform integer mutation
+(`tools.mutUniformInt`), tournament selection (`tools.selTournament`), variation by
+`algorithms.varAnd`, and elitism through a `tools.HallOfFame` whose members rejoin every
+generation. Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
+infeasible plan ranks below every feasible one and by how far it overflows the budget.
+
+Fitness comes from a batch function (the simulator's population entry point), called once per
+generation on the individuals the variation changed; this module knows nothing of the simulator,
+so tests can drive it with any batch function.
+
+Determinism: DEAP's operators draw from Python's module-level `random`. The search seeds it from
+its own seed on entry and restores the caller's state on exit, so a run leaves no trace in the
+global state and the same seed replays the same trajectory. Two searches must not run in threads
+of one process at the same time (processes are fine). Stop rules, checked between generations:
+an evaluation limit, a generation limit, and a time limit. The first two are deterministic; a run
+stopped by the clock is reproducible up to the generation it reached (the result reports it, and
+``max_generations`` set to that number replays the run exactly).
+"""
+
+from __future__ import annotations
+
+import array
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from deap import algorithms, base, creator, tools
+
+#: Generations run when no stop (time, evaluations, generations) is given at all.
+DEFAULT_GENERATIONS = 100
+
+# DEAP's creator makes classes at module level; guard against a second import (reload).
+if not hasattr(creator, "SlackswapPlanFitness"):
+    creator.create("SlackswapPlanFitness", base.Fitness, weights=(-1.0, -1.0))
+if not hasattr(creator, "SlackswapGenome"):
+    creator.create(
+        "SlackswapGenome", array.array, typecode="b", fitness=creator.SlackswapPlanFitness
+    )
+
+Genome = Any  # creator.SlackswapGenome: an array.array("b") with a ``fitness`` attribute
+
+#: Scores a plans x tensors int8 matrix: (infeasibility >= 0, 0 when feasible; step seconds).
+BatchFitness = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+#: Repairs a plans x tensors int8 matrix in place; returns genes changed per plan.
+BatchRepair = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Options of one search (see `GeneticSearch` for their meaning)."""
+
+    pop_size: int = 64
+    cxpb: float = 0.8
+    mutpb: float = 0.2
+    indpb: float = 0.01
+    elite: int = 2
+    tournsize: int = 3
+    max_evaluations: int | None = None
+    max_generations: int | None = None
+    time_limit_s: float | None = None
+
+
+@dataclass
+class SearchResult:
+    """The best genome found and how the search got there."""
+
+    best: np.ndarray | None  # int8 actions of the best plan (feasible or not); None if empty
+    best_infeasibility: float  # 0 when the best plan is feasible
+    best_step_s: float  # inf unless feasible
+    evaluations: int
+    generations: int
+    stop: str  # "evaluations", "generations" or "time"
+    elapsed_s: float
+    history: list[tuple[float, int, float]] = field(default_factory=list)
+    initial: list[tuple[float, float]] = field(default_factory=list)  # each seed's fitness
+
+    @property
+    def feasible(self) -> bool:
+        return self.best is not None and self.best_infeasibility == 0.0
+
+
+@contextmanager
+def deap_random(seed: int):  # type: ignore[no-untyped-def]
+    """Seed Python's `random` (DEAP's source) for the block; restore the caller's state after."""
+    saved = random.getstate()
+    random.seed(int(np.random.default_rng(seed).integers(2**63)))
+    try:
+        yield
+    finally:
+        random.setstate(saved)
+
+
+def _clone(ind: Genome) -> Genome:
+    # The default clone is copy.deepcopy (~10 us a genome); a slice copy plus the fitness is
+    # enough because a genome holds nothing else.
+    new = creator.SlackswapGenome(ind)
+    if ind.fitness.valid:
+        new.fitness.values = ind.fitness.values
+    return new
+
+
+def make_toolbox(n_genes: int, config: SearchConfig) -> base.Toolbox:
+    """DEAP toolbox: random genomes, clone, two-point crossover, uniform mutation, tournament."""
+    tb = base.Toolbox()
+    tb.register("gene", random.randint, 0, 2)
+    tb.register("individual", tools.initRepeat, creator.SlackswapGenome, tb.gene, n_genes)
+    tb.register("clone", _clone)
+    tb.register("mate", tools.cxTwoPoint)
+    tb.register("mutate", tools.mutUniformInt, low=0, up=2, indpb=config.indpb)
+    tb.register("select", tools.selTournament, tournsize=config.tournsize)
+    return tb
+
+
+def genome(actions: np.ndarray) -> Genome:
+    """A genome from an int8 actions array."""
+    return creator.SlackswapGenome(np.asarray(actions, dtype=np.int8).tobytes())
+
+
+def initial_population(
+    tb: base.Toolbox, seeds: Sequence[np.ndarray], pop_size: int
+) -> tuple[list[Genome], int]:
+    """The seeds (duplicates dropped, at most ``pop_size``), then mutants of them in turn, or
+    random genomes when there are no seeds; also returns how many seeds lead the list."""
+    pop: list[Genome] = []
+    seen: set[bytes] = set()
+    for s in seeds:
+        key = np.asarray(s, dtype=np.int8).tobytes()
+        if key not in seen and len(pop) < pop_size:
+            seen.add(key)
+            pop.append(genome(s))
+    n_seeds = len(pop)
+    if not pop:
+        return [tb.individual() for _ in range(pop_size)], 0
+    i = 0
+    while len(pop) < pop_size:
+        (mutant,) = tb.mutate(tb.clone(pop[i % n_seeds]))
+        del mutant.fitness.values
+        pop.append(mutant)
+        i += 1
+    return pop, n_seeds
+
+
+class _Evaluator:
+    """Repairs, scores and counts a list of genomes in one batch call."""
+
+    def __init__(self, n_genes: int, fitness: BatchFitness, repair: BatchRepair | None) -> None:
+        self.n_genes = n_genes
+        self.fitness = fitness
+        self.repair = repair
+        self.evaluations = 0
+
+    def __call__(self, inds: list[Genome], *, repair: bool = True) -> None:
+        if not inds:
+            return
+        mat = np.frombuffer(b"".join(inds), dtype=np.int8).reshape(len(inds), self.n_genes)
+        mat = mat.copy()  # frombuffer over bytes is read-only; the repair writes in place
+        if self.repair is not None and repair:
+            changed = self.repair(mat)
+            for i in np.flatnonzero(changed):
+                # Lamarckian: the repaired plan replaces the genome, so children inherit it.
+                memoryview(inds[i])[:] = memoryview(mat[i])
+        infeas, step = self.fitness(mat)
+        for ind, f, s in zip(inds, infeas.tolist(), step.tolist(), strict=True):
+            ind.fitness.values = (f, s)
+        self.evaluations += len(inds)
+
+
+def search(
+    n_genes: int,
+    fitness: BatchFitness,
+    config: SearchConfig,
+    *,
+    seed: int,
+    seeds: Sequence[np.ndarray] = (),
+    repair: BatchRepair | None = None,
+    start: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> SearchResult:
+    """Run the generational loop until a stop rule fires; ``start`` is the clock reading the
+    time limit counts from (default: now), so a caller's set-up time counts against it."""
+    t0 = clock() if start is None else start
+    limits = (config.max_evaluations, config.max_generations, config.time_limit_s)
+    max_gen = config.max_generations
+    if all(x is None for x in limits):
+        max_gen = DEFAULT_GENERATIONS
+    evaluator = _Evaluator(n_genes, fitness, repair)
+    history: list[tuple[float, int, float]] = []
+    with deap_random(seed):
+        tb = make_toolbox(n_genes, config)
+        hof = tools.HallOfFame(max(1, config.elite))
+        pop, n_seeds = initial_population(tb, seeds, config.pop_size)
+        # Seeds are scored as given, never repaired, so the best plan can't be worse than any.
+        evaluator(pop[:n_seeds], repair=False)
+        evaluator(pop[n_seeds:])
+        scored = {bytes(ind): ind.fitness.values for ind in pop[:n_seeds]}
+        nan = (math.nan, math.nan)
+        initial = [scored.get(np.asarray(s, dtype=np.int8).tobytes(), nan) for s in seeds]
+        hof.update(pop)
+        best_step = math.inf
+
+        def note_progress() -> None:
+            nonlocal best_step
+            top = hof[0].fitness.values
+            if top[0] == 0.0 and top[1] < best_step:
+                best_step = top[1]
+                history.append((clock() - t0, evaluator.evaluations, best_step))
+
+        note_progress()
+        n_off = max(2, config.pop_size - config.elite)
+        generations = 0
+        gen_s = 0.0
+        stop = ""
+        while True:
+            now = clock()
+            if max_gen is not None and generations >= max_gen:
+                stop = "generations"
+            elif config.max_evaluations is not None and (
+                evaluator.evaluations >= config.max_evaluations
+            ):
+                stop = "evaluations"
+            elif config.time_limit_s is not None and now - t0 + gen_s > config.time_limit_s:
+                stop = "time"  # the next generation would end past the limit
+            if stop:
+                break
+            offspring = tb.select(pop, n_off)
+            offspring = algorithms.varAnd(offspring, tb, config.cxpb, config.mutpb)
+            evaluator([ind for ind in offspring if not ind.fitness.valid])
+            hof.update(offspring)
+            pop = list(hof.items[: config.elite]) + offspring
+            generations += 1
+            note_progress()
+            gen_s = max(gen_s * 0.8, clock() - now)  # a cautious estimate of the next one
+    elapsed = clock() - t0
+    top = hof[0]
+    best_infeas, best_s = top.fitness.values
+    history.append((elapsed, evaluator.evaluations, best_step))
+    return SearchResult(
+        best=np.frombuffer(bytes(top), dtype=np.int8).copy(),
+        best_infeasibility=float(best_infeas),
+        best_step_s=float(best_s) if best_infeas == 0.0 else math.inf,
+        evaluations=evaluator.evaluations,
+        generations=generations,
+        stop=stop,
+        elapsed_s=elapsed,
+        history=history,
+        initial=[(float(a), float(b)) for a, b in initial],
+    )

@@ -1,0 +1,199 @@
+"""The DEAP machinery of the genetic search, driven by a placeholder fitness, and its repair."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import small_instances
+
+from slackswap.instances.catalog import build_model
+from slackswap.solvers._ga_repair import Repair, static_profile
+from slackswap.solvers._ga_search import SearchConfig, deap_random, search
+
+N_GENES = 40
+TARGET = np.random.default_rng(7).choice(3, N_GENES, p=[0.45, 0.1, 0.45]).astype(np.int8)
+assert (TARGET == 1).sum() <= 10  # the optimum is feasible
+
+
+class Placeholder:
+    """Step = 1 + mismatches with TARGET; infeasible (by how many) when over 10 genes are 1."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.calls = 0
+        self.plans = 0
+        self.delay_s = delay_s
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert actions.dtype == np.int8 and actions.shape[1] == N_GENES
+        self.calls += 1
+        self.plans += actions.shape[0]
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        over = np.maximum((actions == 1).sum(axis=1) - 10, 0).astype(float)
+        step = 1.0 + (actions != TARGET).sum(axis=1)
+        return over, np.where(over > 0, math.inf, step)
+
+
+def test_search_improves_and_counts_every_plan_scored() -> None:
+    fit = Placeholder()
+    res = search(N_GENES, fit, SearchConfig(pop_size=32, max_evaluations=3000), seed=1)
+    assert res.evaluations == fit.plans >= 3000
+    assert res.stop == "evaluations"
+    assert res.feasible
+    assert res.best is not None and res.best.dtype == np.int8 and res.best.shape == (N_GENES,)
+    # The reported best is the best genome's true fitness.
+    over, step = fit(res.best[None, :])
+    assert over[0] == 0 and step[0] == res.best_step_s
+    # Random genomes mismatch ~2/3 of the genes; the search must do far better.
+    assert res.best_step_s < 1 + N_GENES / 3
+
+
+def test_history_is_monotone_and_ends_at_the_best() -> None:
+    res = search(N_GENES, Placeholder(), SearchConfig(pop_size=16, max_generations=60), seed=3)
+    secs, evals, steps = zip(*res.history, strict=True)
+    assert list(secs) == sorted(secs) and list(evals) == sorted(evals)
+    assert all(b <= a for a, b in zip(steps, steps[1:], strict=False))
+    assert steps[-1] == res.best_step_s and evals[-1] == res.evaluations
+    assert res.generations == 60 and res.stop == "generations"
+
+
+def test_same_seed_same_result_and_global_random_untouched() -> None:
+    random.seed(12345)
+    before = random.getstate()
+    cfg = SearchConfig(pop_size=20, max_evaluations=1500)
+    a = search(N_GENES, Placeholder(), cfg, seed=5)
+    assert random.getstate() == before
+    b = search(N_GENES, Placeholder(), cfg, seed=5)
+    c = search(N_GENES, Placeholder(), cfg, seed=6)
+    assert a.best is not None and b.best is not None and c.best is not None
+    assert np.array_equal(a.best, b.best)
+    assert [h[1:] for h in a.history] == [h[1:] for h in b.history]
+    assert a.evaluations == b.evaluations
+    assert [h[1:] for h in a.history] != [h[1:] for h in c.history]
+
+
+def test_deap_random_restores_state_after_an_error() -> None:
+    state = random.getstate()
+    with pytest.raises(RuntimeError), deap_random(0):
+        random.random()
+        raise RuntimeError("boom")
+    assert random.getstate() == state
+
+
+def test_seeded_search_never_loses_its_best_seed() -> None:
+    fit = Placeholder()
+    best_seed = TARGET.copy()
+    worse = (TARGET + 1) % 3
+    res = search(
+        N_GENES, fit, SearchConfig(pop_size=10, max_generations=20), seed=0,
+        seeds=[worse, best_seed, best_seed],
+    )  # fmt: skip
+    assert res.best is not None and np.array_equal(res.best, TARGET)
+    assert res.best_step_s == 1.0
+    assert res.initial[1] == (0.0, 1.0) and res.initial[2] == (0.0, 1.0)
+    assert res.initial[0][1] > 1.0 or res.initial[0][0] > 0
+
+
+def test_seeds_are_not_repaired_but_mutants_are() -> None:
+    seen: list[np.ndarray] = []
+
+    def repair(mat: np.ndarray) -> np.ndarray:
+        seen.append(mat.copy())
+        mat[:, 0] = 2  # a visible change
+        return np.ones(mat.shape[0], dtype=np.int64)
+
+    seed = np.zeros(N_GENES, dtype=np.int8)
+    res = search(
+        N_GENES, Placeholder(), SearchConfig(pop_size=8, max_generations=3), seed=0,
+        seeds=[seed], repair=repair,
+    )  # fmt: skip
+    assert seen[0].shape[0] == 7  # the seven mutants; the seed is scored as given
+    # Lamarckian: repaired genomes carry the change, so the best (not the seed) has it.
+    assert res.initial == [(0.0, 1.0 + float((seed != TARGET).sum()))]
+    assert res.best is not None
+    assert res.best[0] == 2 or np.array_equal(res.best, seed)
+
+
+def test_time_limit_is_honoured() -> None:
+    fit = Placeholder(delay_s=0.01)
+    t0 = time.perf_counter()
+    res = search(N_GENES, fit, SearchConfig(pop_size=16, time_limit_s=0.5), seed=0)
+    wall = time.perf_counter() - t0
+    assert res.stop == "time"
+    assert wall <= 0.5 * 1.1
+    assert res.generations >= 10  # it used the time, not stopped at once
+
+
+def test_random_start_infeasible_everywhere_reports_overflow() -> None:
+    def never(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = actions.shape[0]
+        return 1.0 + (actions == 0).sum(axis=1) / N_GENES, np.full(n, math.inf)
+
+    res = search(N_GENES, never, SearchConfig(pop_size=16, max_generations=30), seed=0)
+    assert not res.feasible and res.best_step_s == math.inf
+    assert 1.0 <= res.best_infeasibility < 1.2  # it climbed toward fewer kept genes
+    assert res.history[-1][2] == math.inf
+
+
+# ----- repair -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_small():  # type: ignore[no-untyped-def]
+    return build_model("gpt2-xl", layers=2, seq=256, batch=2)
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.2])
+def test_repair_fits_the_static_profile(gpt2_small, frac: float) -> None:  # type: ignore[no-untyped-def]
+    inst = gpt2_small
+    budget = int(frac * inst.peak_bytes)
+    rng = np.random.default_rng(0)
+    acts = rng.integers(0, 3, (50, inst.n_tensors)).astype(np.int8)
+    keep_all = np.zeros((1, inst.n_tensors), dtype=np.int8)
+    acts = np.vstack([acts, keep_all])
+    orig = acts.copy()
+    changed = Repair(inst, budget)(acts)
+    assert np.array_equal(changed, (acts != orig).sum(axis=1))
+    assert changed[-1] > 0  # keep-all never fits half the peak
+    inf_cost = ~np.isfinite(inst.tensor_recompute_s)
+    assert not ((acts == 2) & inf_cost).any()
+    for row in acts:
+        assert static_profile(inst, row).max() <= max(budget, _profile_floor(inst))
+    # Only keep -> swap/recomp and unrebuildable recomp -> swap changes happen.
+    moved = acts != orig
+    assert np.all(orig[moved] != 1)
+    assert np.all((orig[moved] == 0) | ((orig[moved] == 2) & (acts[moved] == 1)))
+    again = acts.copy()
+    assert Repair(inst, budget)(again).sum() == 0 and np.array_equal(again, acts)
+
+
+def _profile_floor(inst) -> int:  # type: ignore[no-untyped-def]
+    """The static profile when nothing idle is kept: no repair can go below it."""
+    return int(static_profile(inst, np.ones(inst.n_tensors, dtype=np.int8)).max())
+
+
+@given(small_instances(), st.floats(0.05, 1.2), st.integers(0, 2**32 - 1))
+def test_repair_properties_on_random_instances(inst, frac: float, seed: int) -> None:  # type: ignore[no-untyped-def]
+    budget = int(frac * inst.peak_bytes)
+    acts = np.random.default_rng(seed).integers(0, 3, (4, inst.n_tensors)).astype(np.int8)
+    before = np.array([static_profile(inst, r).max() for r in acts])
+    Repair(inst, budget)(acts)
+    for row, peak_before in zip(acts, before, strict=True):
+        prof = static_profile(inst, row)
+        assert prof.max() <= max(peak_before, budget)  # never makes the peak worse
+        if prof.max() > budget:  # it stopped only because nothing idle at the peak is kept
+            at = int(np.argmax(prof))
+            idle = (inst.tensor_last_fwd_reader < at) & (at < inst.tensor_first_bwd_reader)
+            assert not (idle & (row == 0)).any()
+    assert not ((acts == 2) & ~np.isfinite(inst.tensor_recompute_s)).any()
+
+
+def test_repair_rejects_a_wrong_array(gpt2_small) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="int8"):
+        Repair(gpt2_small, 1)(np.zeros((1, gpt2_small.n_tensors), dtype=np.int64))
