@@ -1,0 +1,324 @@
+"""Algorithm 1's two passes as compiled kernels: spend the link budget, then recompute the rest.
+
+`plan_passes` is one run of Algorithm 1 for one memory budget; the solver in
+`slackswap.solvers.slackswap` wraps it in the Sec. 3.4 validation-and-repair rounds.
+
+Pass 1 walks the candidates (saved tensors with r_t < T_F < d_t) in the given order (decreasing
+rho_t for SlackSwap, production order for the swap-first ablation) and adds one to the swap set S
+when FifoD2H and EdfH2D (`_linkcheck`) still pass, until S covers the deficit D = P - M.
+
+Pass 2 repeatedly finds the first operator i whose memory m(i) exceeds M and recomputes the
+tensor t* = argmin c_t / min(s_t, E) among the candidates C (resident at i, unused until after
+i, finite c_t), E = max m - M. Candidates are kept tensors and swapped tensors alike, as in the
+paper's definition of C (a swapped tensor is resident at i while its offload runs or once it is
+back). Ties go to the lower tensor index. When C is empty, the earliest block that still has a
+tensor with finite cost not yet recomputed is converted to full recomputation (every such tensor
+of the block); when none is left, the budget cannot be met and the pass reports the operator and
+the overflow. The memory profile (`_memory`) is kept up to date incrementally: recomputing t
+frees it between its last forward reader and its need operator, and pulls its recomputed or
+swapped rebuild inputs earlier (rebuild chains), so each step costs O(n_ops + n_tensors).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from slackswap.solvers._linkcheck import _EPS, edf_ok, fifo_end, key_position
+from slackswap.solvers._memory import (
+    KEEP,
+    RECOMP,
+    SWAP,
+    StaticArrays,
+    forward_ends,
+    need_ops,
+    op_at_time,
+)
+
+_BIG = np.int64(1) << 62
+
+
+@njit(cache=True, nogil=True)
+def pass1_kernel(  # type: ignore[no-untyped-def]
+    cand,
+    deficit,
+    fifo_limit_s,
+    produced_s,
+    deadline_s,
+    copy_s,
+    size,
+    forward_s,
+    release_end_s,
+    release_cum,
+    swap_out,
+    d2h_end,
+    h2d_start,
+    h2d_end,
+):
+    """Pass 1 over ``cand`` (priority order); marks ``swap_out`` and writes the final schedules."""
+    n_c = cand.shape[0]
+    n_t = size.shape[0]
+    fifo = np.empty(n_c, dtype=np.int64)
+    edf = np.empty(n_c, dtype=np.int64)
+    s_end = np.empty(n_t)
+    s_start = np.empty(n_t)
+    s_end2 = np.empty(n_t)
+    n = 0
+    total = np.int64(0)
+    busy = 0.0  # link seconds the set needs; a quick necessary test before the full chain
+    for c in range(n_c):
+        if total >= deficit:
+            break
+        t = cand[c]
+        if busy + copy_s[t] > fifo_limit_s + _EPS:
+            continue
+        pf = key_position(fifo, n, produced_s, t)
+        if fifo_end(fifo, n, t, pf, produced_s, copy_s, s_end) > fifo_limit_s + _EPS:
+            continue
+        pe = key_position(edf, n, deadline_s, t)
+        if not edf_ok(
+            edf, n, t, pe, deadline_s, copy_s, size, forward_s, release_end_s, release_cum,
+            s_start, s_end2,
+        ):  # fmt: skip
+            continue
+        for j in range(n, pf, -1):
+            fifo[j] = fifo[j - 1]
+        fifo[pf] = t
+        for j in range(n, pe, -1):
+            edf[j] = edf[j - 1]
+        edf[pe] = t
+        n += 1
+        total += size[t]
+        busy += copy_s[t]
+        swap_out[t] = True
+    fifo_end(fifo, n, -1, 0, produced_s, copy_s, d2h_end)
+    edf_ok(
+        edf, n, -1, 0, deadline_s, copy_s, size, forward_s, release_end_s, release_cum,
+        h2d_start, h2d_end,
+    )  # fmt: skip
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _add(m, lo, hi, s):  # type: ignore[no-untyped-def]
+    for i in range(lo, hi + 1):
+        m[i] += s
+
+
+@njit(cache=True, nogil=True)
+def _back_start(t, need, fwd_end):  # type: ignore[no-untyped-def]
+    b = need[t]
+    f = fwd_end[t] + 1
+    return b if b > f else f
+
+
+@njit(cache=True, nogil=True)
+def _contrib(m, t, sign, x, fwd_end, need, prod, lbr, size):  # type: ignore[no-untyped-def]
+    s = sign * size[t]
+    if x[t] == 0:
+        _add(m, prod[t], lbr[t], s)
+    else:
+        _add(m, prod[t], fwd_end[t], s)
+        b = _back_start(t, need, fwd_end)
+        if b <= lbr[t]:
+            _add(m, b, lbr[t], s)
+
+
+@njit(cache=True, nogil=True)
+def _to_recomp(  # type: ignore[no-untyped-def]
+    t, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr, rb_idx, stack
+):
+    """Mark ``t`` recomp and update the profile, including the rebuild chain below it."""
+    _contrib(m, t, -1, x, fwd_end, need, prod, lbr, size)
+    x[t] = 2
+    fwd_end[t] = lfr[t]
+    need[t] = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
+    _contrib(m, t, 1, x, fwd_end, need, prod, lbr, size)
+    top = 0
+    stack[top] = t
+    top += 1
+    while top > 0:
+        top -= 1
+        u = stack[top]
+        for j in range(rb_ptr[u], rb_ptr[u + 1]):
+            v = rb_idx[j]
+            if need[u] < dep_need[v]:
+                dep_need[v] = need[u]
+            if x[v] != 0 and dep_need[v] < need[v]:
+                old = _back_start(v, need, fwd_end)
+                need[v] = dep_need[v]
+                new = _back_start(v, need, fwd_end)
+                if new < old:
+                    _add(m, new, old - 1, size[v])
+                if x[v] == 2:
+                    stack[top] = v
+                    top += 1
+
+
+@njit(cache=True, nogil=True)
+def pass2_kernel(  # type: ignore[no-untyped-def]
+    x,
+    fwd_end,
+    back,
+    budget,
+    prod,
+    lfr,
+    fbr,
+    lbr,
+    size,
+    cost,
+    block_rank,
+    rb_ptr,
+    rb_idx,
+    transient,
+):
+    """Pass 2 in place on ``x``; returns (fits, first over-budget op, max overflow bytes)."""
+    n_t = x.shape[0]
+    n_ops = transient.shape[0]
+    need = need_ops(x, back, fbr, prod, rb_ptr, rb_idx)
+    dep_need = np.full(n_t, _BIG, dtype=np.int64)
+    for u in range(n_t):
+        if x[u] == 2:
+            for j in range(rb_ptr[u], rb_ptr[u + 1]):
+                v = rb_idx[j]
+                if need[u] < dep_need[v]:
+                    dep_need[v] = need[u]
+    m = transient.copy()
+    for t in range(n_t):
+        _contrib(m, t, 1, x, fwd_end, need, prod, lbr, size)
+    stack = np.empty(n_t + 1, dtype=np.int64)
+    i = 0
+    for _ in range(2 * n_t + 2):
+        while i < n_ops and m[i] <= budget:
+            i += 1
+        if i >= n_ops:
+            return True, -1, np.int64(0)
+        peak = m[0]
+        for k in range(1, n_ops):
+            if m[k] > peak:
+                peak = m[k]
+        excess = peak - budget
+        best = -1
+        best_score = np.inf
+        for t in range(n_t):
+            if x[t] == 2 or not np.isfinite(cost[t]) or size[t] <= 0:
+                continue
+            if lfr[t] >= i:
+                continue
+            nr = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
+            if x[t] == 0:
+                if nr <= i:
+                    continue
+            else:
+                b = _back_start(t, need, fwd_end)
+                if not (i <= fwd_end[t] or (b <= i and i < nr)):
+                    continue
+            score = cost[t] / (size[t] if size[t] < excess else excess)
+            if score < best_score:
+                best_score = score
+                best = t
+        if best >= 0:
+            _to_recomp(
+                best, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr, rb_idx,
+                stack,
+            )  # fmt: skip
+            continue
+        # Fallback: the earliest block with a tensor left to recompute goes fully recomputed.
+        first_rank = _BIG
+        for t in range(n_t):
+            if x[t] != 2 and np.isfinite(cost[t]) and block_rank[t] < first_rank:
+                first_rank = block_rank[t]
+        if first_rank == _BIG:
+            return False, i, excess
+        for t in range(n_t):
+            if x[t] != 2 and np.isfinite(cost[t]) and block_rank[t] == first_rank:
+                _to_recomp(
+                    t, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr,
+                    rb_idx, stack,
+                )  # fmt: skip
+        i = 0  # the conversion may free or load memory anywhere
+    return False, i, np.int64(0)
+
+
+class PassResult(NamedTuple):
+    """One run of Algorithm 1 at one budget."""
+
+    actions: np.ndarray  # int8, tensor order: 0 keep, 1 swap, 2 recomp
+    fits: bool  # the planner's memory profile stays within the budget
+    fail_op: int  # first over-budget operator when it does not fit, else -1
+    overflow_bytes: int  # how far the profile stays above the budget when it does not fit
+    d2h_end_s: np.ndarray  # FifoD2H end of each swapped tensor's offload (NaN elsewhere)
+    h2d_start_s: np.ndarray  # EdfH2D start of each swapped tensor's prefetch (NaN elsewhere)
+
+
+def candidate_order(sa: StaticArrays, order: str) -> np.ndarray:
+    """Pass 1's candidates (r_t < T_F < d_t, s_t > 0) in priority order.
+
+    ``"rho"``: decreasing c_t / s_t (block inputs, rho = inf, first), ties by production order;
+    ``"production"``: production order (the swap-first ablation).
+    """
+    idx = np.arange(len(sa.size), dtype=np.int64)
+    ok = (sa.produced_s < sa.forward_s) & (sa.deadline_s > sa.forward_s) & (sa.size > 0)
+    idx = idx[ok]
+    if order == "rho":
+        rho = sa.cost[idx] / sa.size[idx]
+        return idx[np.lexsort((idx, sa.prod[idx], -rho))]
+    if order == "production":
+        return idx[np.lexsort((idx, sa.produced_s[idx]))]
+    raise ValueError(f"unknown candidate order {order!r} (rho or production)")
+
+
+def plan_passes(
+    sa: StaticArrays,
+    budget_bytes: int,
+    peak_bytes: int,
+    *,
+    order: str = "rho",
+    pass1: bool = True,
+    guard: float = 0.02,
+    excluded: np.ndarray | None = None,
+    forced_recomp: np.ndarray | None = None,
+) -> PassResult:
+    """Algorithm 1 once: Pass 1 (unless ``pass1`` is false), then Pass 2.
+
+    ``budget_bytes`` is M and ``peak_bytes`` P (the keep-all peak), so D = P - M. ``excluded``
+    (bool per tensor) are never swapped; ``forced_recomp`` are recomputed from the start (both
+    come from the repair rounds).
+    """
+    n_t = len(sa.size)
+    x = np.zeros(n_t, dtype=np.int8)
+    d2h_end = np.full(n_t, np.nan)
+    h2d_start = np.full(n_t, np.nan)
+    h2d_end = np.full(n_t, np.nan)
+    deficit = peak_bytes - budget_bytes
+    if deficit <= 0:
+        return PassResult(x, True, -1, 0, d2h_end, h2d_start)
+    blocked = np.zeros(n_t, dtype=bool)
+    if excluded is not None:
+        blocked |= excluded
+    if forced_recomp is not None:
+        blocked |= forced_recomp & np.isfinite(sa.cost)
+    if pass1:
+        cand = candidate_order(sa, order)
+        cand = cand[~blocked[cand]]
+        swap = np.zeros(n_t, dtype=np.bool_)
+        pass1_kernel(
+            cand, np.int64(deficit), (1.0 - guard) * sa.forward_s, sa.produced_s,
+            sa.deadline_s, sa.copy_s, sa.size, sa.forward_s, sa.release_op_end_s,
+            sa.release_cum, swap, d2h_end, h2d_start, h2d_end,
+        )  # fmt: skip
+        x[swap] = SWAP
+    if forced_recomp is not None:
+        x[forced_recomp & np.isfinite(sa.cost) & (x == KEEP)] = RECOMP
+    fwd_end = forward_ends(sa, x, d2h_end)
+    back = sa.fbr.copy()
+    fits, fail_op, overflow = pass2_kernel(
+        x, fwd_end, back, np.int64(budget_bytes), sa.prod, sa.lfr, sa.fbr, sa.lbr, sa.size,
+        sa.cost, sa.block_rank, sa.rb_ptr, sa.rb_idx, sa.transient,
+    )  # fmt: skip
+    return PassResult(x, bool(fits), int(fail_op), int(overflow), d2h_end, h2d_start)
+
+
+__all__ = ["KEEP", "RECOMP", "SWAP", "PassResult", "candidate_order", "op_at_time", "plan_passes"]
