@@ -1,0 +1,404 @@
+"""The ``on-demand-lru`` runtime (SuperNeurons' tensor cache): a plain event loop in Python.
+
+Semantics (the rest is the event model of `slackswap.simulator`: one compute stream, a D2H and
+an H2D engine at the link bandwidth, ``duplex_factor`` of it while both are busy, plus the copy
+latency per copy; a fragmentation-free memory of ``budget`` bytes):
+
+- KEEP tensors stay from their producer to their last backward use. RECOMP tensors are freed
+  after their last forward reader and rebuilt on the compute stream right before their first
+  backward reader, rebuild inputs that are themselves RECOMP first (chains); a rebuilt tensor
+  stays until its last backward use (reader or rebuild reading it).
+- SWAP tensors are *evictable*: they stay on the device like KEEP tensors and leave only when
+  an allocation does not fit. Then the least recently used evictable tensor (last produced,
+  read or fetched longest ago; ties: the lower tensor index) that the current step does not
+  read is evicted: dropped at once when the host already holds a copy, else copied out on the
+  D2H engine with compute waiting for the copy (a memory stall), its buffer freed when the
+  copy ends. Evictions repeat until the allocation fits.
+- A step that reads an evicted tensor fetches it on the H2D engine ahead of any queued
+  prefetch (its buffer allocated when the copy is issued, evicting as above) and waits for it
+  (a copy stall).
+- Prefetch for the next heavy operator: when a backward GEMM, attention or convolution starts
+  (and when the backward pass starts), the evicted tensors that the steps up to and including
+  the next heavy backward operator read are fetched, in order, as long as each buffer fits
+  without evicting anything; the rest are fetched on demand.
+- A step that lacks memory while no eviction can free any (nothing evictable, nothing in
+  flight) makes the plan infeasible at that operator; SWAP tensors never leave the device
+  unless memory runs short, so at a budget of at least the keep-all peak nothing is copied.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from slackswap.problem import Instance
+
+KEEP, SWAP, RECOMP = 0, 1, 2
+HEAVY_KINDS = ("gemm", "attention", "conv")
+D2H, H2D = 0, 1
+_EPS_BYTES = 1e-3
+
+
+class _Infeasible(Exception):
+    def __init__(self, reason: str, op: int, overflow: int) -> None:
+        super().__init__(reason)
+        self.reason, self.op, self.overflow = reason, op, overflow
+
+
+@dataclass
+class _Steps:
+    """The compute stream's sequence: forward ops, then backward ops with rebuilds inserted."""
+
+    op: list[int] = field(default_factory=list)  # operator index (a rebuild: the op it precedes)
+    rebuild: list[int] = field(default_factory=list)  # rebuilt tensor, -1 for an operator
+    reads: list[tuple[int, ...]] = field(default_factory=list)
+    frees: list[list[int]] = field(default_factory=list)  # tensors whose residency ends after
+
+
+def build_steps(inst: Instance, actions: np.ndarray) -> _Steps:
+    """Forward operators, then backward operators each preceded by the rebuilds it needs."""
+    s = _Steps()
+    nf = inst.n_forward_ops
+    rin = inst.tensor_rebuild_inputs
+    for i in range(nf):
+        s.op.append(i)
+        s.rebuild.append(-1)
+        s.reads.append(inst.op_reads[i])
+    rebuilt = np.zeros(inst.n_tensors, dtype=bool)
+
+    def need(t: int, op: int) -> None:
+        if actions[t] != RECOMP or rebuilt[t]:
+            return
+        rebuilt[t] = True  # set first: a cycle in rebuild inputs cannot recurse forever
+        for u in rin[t]:
+            need(u, op)
+        s.op.append(op)
+        s.rebuild.append(t)
+        s.reads.append(rin[t])
+
+    for i in range(nf, inst.n_ops):
+        for t in inst.op_reads[i]:
+            need(t, i)
+        s.op.append(i)
+        s.rebuild.append(-1)
+        s.reads.append(inst.op_reads[i])
+    # Residency ends: RECOMP after its last forward reader; every tensor after its last backward
+    # use (a reader or a rebuild reading it).
+    last_use = np.full(inst.n_tensors, -1, dtype=np.int64)
+    n_fwd_steps = nf
+    for k in range(n_fwd_steps, len(s.op)):
+        for t in s.reads[k]:
+            last_use[t] = k
+    s.frees = [[] for _ in s.op]
+    for t in range(inst.n_tensors):
+        if actions[t] == RECOMP:
+            s.frees[int(inst.tensor_last_fwd_reader[t])].append(t)
+        if last_use[t] >= 0:
+            s.frees[int(last_use[t])].append(t)
+    return s
+
+
+class _Link:
+    """Two DMA engines (D2H, H2D), FIFO each, sharing the link's duplex bandwidth."""
+
+    def __init__(self, bw: float, duplex: float, latency: float) -> None:
+        self.bw, self.duplex, self.latency = bw, duplex, latency
+        self.now = 0.0
+        self.queue: tuple[deque[int], deque[int]] = (deque(), deque())
+        self.cur: list[list[float] | None] = [None, None]  # [tensor, latency left, bytes left]
+        self.size: dict[int, float] = {}
+        self.moved = [0, 0]
+
+    def push(self, d: int, t: int, nbytes: int, front: bool = False) -> None:
+        self.size[t] = float(nbytes)
+        (self.queue[d].appendleft if front else self.queue[d].append)(t)
+        self.moved[d] += nbytes
+        self._start(d)
+
+    def _start(self, d: int) -> None:
+        if self.cur[d] is None and self.queue[d]:
+            t = self.queue[d].popleft()
+            self.cur[d] = [float(t), self.latency, self.size[t]]
+
+    def busy(self) -> bool:
+        return self.cur[0] is not None or self.cur[1] is not None
+
+    def _rate(self) -> float:
+        both = self.cur[0] is not None and self.cur[1] is not None
+        return self.bw * (self.duplex if both else 1.0)
+
+    def next_event(self) -> float:
+        """Time of the next phase change (latency over or copy done), inf when idle."""
+        rate, best = self._rate(), math.inf
+        for c in self.cur:
+            if c is not None:
+                best = min(best, self.now + (c[1] if c[1] > 0 else c[2] / rate))
+        return best
+
+    def advance(self, until: float) -> list[tuple[float, int, int]]:
+        """Run the engines to ``until``; returns the copies done as (time, direction, tensor)."""
+        done: list[tuple[float, int, int]] = []
+        while True:
+            t_ev = self.next_event()
+            if t_ev > until:
+                self._progress(until - self.now)
+                self.now = max(self.now, until)
+                return done
+            self._progress(t_ev - self.now)
+            self.now = t_ev
+            for d in (D2H, H2D):
+                c = self.cur[d]
+                if c is not None and c[1] <= 0 and c[2] <= _EPS_BYTES:
+                    done.append((t_ev, d, int(c[0])))
+                    self.cur[d] = None
+                    self._start(d)
+
+    def _progress(self, dt: float) -> None:
+        if dt <= 0:
+            return
+        rate = self._rate()
+        for c in self.cur:
+            if c is None:
+                continue
+            if c[1] > 0:  # next_event never steps past the end of a latency phase
+                c[1] = max(0.0, c[1] - dt) if c[1] - dt > 1e-15 else 0.0
+            else:
+                c[2] = max(0.0, c[2] - rate * dt)
+
+
+class _LRURun:
+    def __init__(self, inst: Instance, actions: np.ndarray, budget: int) -> None:
+        hw = inst.hardware
+        self.inst, self.act, self.budget = inst, actions, budget
+        self.size = inst.tensor_bytes.astype(np.int64)
+        self.steps = build_steps(inst, actions)
+        self.link = _Link(hw.link_bw_Bps, hw.duplex_factor, hw.copy_latency_s)
+        n = inst.n_tensors
+        self.on_dev = np.zeros(n, dtype=bool)
+        self.host = np.zeros(n, dtype=bool)  # the host holds a copy
+        self.evicting = np.zeros(n, dtype=bool)  # D2H eviction in flight
+        self.fetching = np.zeros(n, dtype=bool)  # H2D in flight (buffer allocated)
+        self.dead = np.zeros(n, dtype=bool)  # residency over for good
+        self.access = np.full(n, -1, dtype=np.int64)
+        self.used = 0
+        self.peak = 0
+        self.now = 0.0
+        self.pending_free = 0  # bytes that in-flight evictions will free
+        self.stall = {(ph, kind): 0.0 for ph in (0, 1) for kind in ("copy", "mem")}
+        self.recompute_s = 0.0
+        self.evictions = 0
+        self.heavy = np.array([k in HEAVY_KINDS for k in inst.op_kind], dtype=bool)
+
+    # ----- copies and memory ------------------------------------------------------------------
+    def _apply(self, done: list[tuple[float, int, int]]) -> None:
+        for _, d, t in done:
+            if d == D2H:
+                self.evicting[t] = False
+                self.host[t] = True
+                self.on_dev[t] = False
+                self.used -= int(self.size[t])
+                self.pending_free -= int(self.size[t])
+            else:
+                self.fetching[t] = False
+                self.on_dev[t] = True
+
+    def _wait_event(self, phase: int, kind: str, op: int, need: int) -> None:
+        """Let compute wait until the next copy ends; infeasible when no copy is in flight."""
+        while True:
+            t_ev = self.link.next_event()
+            if t_ev == math.inf:
+                raise _Infeasible(
+                    f"operator {self.inst.op_name[op]!r} lacks memory ({need} bytes more do "
+                    "not fit the budget) and nothing can be evicted",
+                    op,
+                    max(0, self.used + need - self.budget),
+                )
+            done = self.link.advance(t_ev)
+            if done:
+                self._apply(done)
+                break
+        end = max(self.now, self.link.now)
+        self.stall[(phase, kind)] += end - self.now
+        self.now = end
+
+    def _victim(self, exclude: set[int]) -> int:
+        cand = np.flatnonzero(self.on_dev & (self.act == SWAP) & ~self.evicting & ~self.fetching)
+        best, best_key = -1, (math.inf, math.inf)
+        for t in cand.tolist():
+            if t in exclude:
+                continue
+            key = (self.access[t], t)
+            if key < best_key:
+                best, best_key = t, key
+        return best
+
+    def _make_room(self, need: int, exclude: set[int], phase: int, op: int) -> None:
+        """Evict least recently used tensors until ``need`` more bytes fit; compute waits."""
+        while self.used + need > self.budget:
+            if self.used - self.pending_free + need > self.budget:
+                v = self._victim(exclude)
+                if v >= 0:
+                    self.evictions += 1
+                    if self.host[v]:
+                        self.on_dev[v] = False
+                        self.used -= int(self.size[v])
+                    else:
+                        self.evicting[v] = True
+                        self.pending_free += int(self.size[v])
+                        self.link.push(D2H, v, int(self.size[v]))
+                    continue
+            self._wait_event(phase, "mem", op, need)
+
+    def _fetch(self, t: int, front: bool) -> None:
+        self.used += int(self.size[t])
+        self.peak = max(self.peak, self.used)
+        self.fetching[t] = True
+        self.link.push(H2D, t, int(self.size[t]), front=front)
+
+    def _prefetch(self, k: int) -> None:
+        """Fetch, while buffers fit, the evicted inputs of steps k+1 .. the next heavy operator."""
+        st = self.steps
+        for j in range(k + 1, len(st.op)):
+            for t in st.reads[j]:
+                if self.act[t] == SWAP and not self.on_dev[t] and not self.fetching[t]:
+                    if self.used + int(self.size[t]) > self.budget:
+                        return
+                    self.access[t] = k
+                    self._fetch(t, front=False)
+            if st.rebuild[j] < 0 and self.heavy[st.op[j]]:
+                return
+
+    # ----- the compute stream -----------------------------------------------------------------
+    def run(self) -> None:
+        inst, st = self.inst, self.steps
+        nf = inst.n_forward_ops
+        prod_of: list[list[int]] = [[] for _ in range(inst.n_ops)]
+        for t, p in enumerate(inst.tensor_producer.tolist()):
+            prod_of[p].append(t)
+        for k in range(len(st.op)):
+            op, rb = st.op[k], st.rebuild[k]
+            phase = 0 if k < nf else 1
+            reads = set(st.reads[k])
+            if k == nf or (phase == 1 and rb < 0 and self.heavy[op]):
+                self._prefetch(k)
+            # 1. inputs on the device (fetch evicted ones first in line; wait for them)
+            for t in st.reads[k]:
+                if not self.on_dev[t] and not self.fetching[t]:
+                    if self.act[t] != SWAP:
+                        raise _Infeasible(
+                            f"tensor {inst.tensor_name[t]!r} is not resident for "
+                            f"{inst.op_name[op]!r}",
+                            op,
+                            0,
+                        )
+                    self._make_room(int(self.size[t]), reads, phase, op)
+                    self._fetch(t, front=True)
+            while any(self.fetching[t] for t in reads):
+                self._wait_event(phase, "copy", op, 0)
+            # 2. allocate outputs (a rebuilt tensor) and temporaries
+            outs = [rb] if rb >= 0 else (prod_of[op] if k < nf else [])
+            transient = 0 if rb >= 0 else int(inst.op_transient_bytes[op])
+            need = transient + sum(int(self.size[t]) for t in outs)
+            self._make_room(need, reads | set(outs), phase, op)
+            self.used += need
+            self.peak = max(self.peak, self.used)
+            for t in outs:
+                self.on_dev[t] = True
+                self.access[t] = k
+            for t in reads:
+                self.access[t] = k
+            # 3. run
+            dur = float(inst.tensor_recompute_s[rb]) if rb >= 0 else float(inst.op_duration_s[op])
+            if rb >= 0:
+                self.recompute_s += dur
+            self.now += dur
+            self._apply(self.link.advance(self.now))
+            # 4. release temporaries and tensors whose residency ends here
+            self.used -= transient
+            for t in st.frees[k]:
+                self._release(t)
+
+    def _release(self, t: int) -> None:
+        if self.on_dev[t] and not self.evicting[t]:
+            self.on_dev[t] = False
+            self.used -= int(self.size[t])
+        # An eviction in flight frees the buffer when it ends; nothing more to do here.
+
+
+def simulate_lru(instance: Instance, actions: np.ndarray, budget_bytes: int) -> dict[str, Any]:
+    """Run the ``on-demand-lru`` runtime; returns the fields of a `SimResult` (no timeline)."""
+    ideal = float(instance.ideal_step_s)
+    acts = np.asarray(actions, dtype=np.int8)
+    bad = np.flatnonzero((acts == RECOMP) & ~np.isfinite(instance.tensor_recompute_s))
+    base: dict[str, Any] = dict(ideal_s=ideal, budget_bytes=int(budget_bytes), timeline=None)
+    if bad.size:
+        t = int(bad[0])
+        return _infeasible(
+            base,
+            f"tensor {instance.tensor_name[t]!r} is marked recomp but cannot be recomputed "
+            "(infinite recompute cost)",
+            int(instance.tensor_first_bwd_reader[t]),
+            0,
+        )
+    run = _LRURun(instance, acts, int(budget_bytes))
+    try:
+        run.run()
+    except _Infeasible as exc:
+        res = _infeasible(base, exc.reason, exc.op, exc.overflow)
+        res.update(
+            peak_bytes=int(run.peak),
+            d2h_bytes=float(run.link.moved[D2H]),
+            h2d_bytes=float(run.link.moved[H2D]),
+            evictions=run.evictions,
+        )
+        return res
+    s = run.stall
+    fwd = s[(0, "copy")] + s[(0, "mem")]
+    bwd = s[(1, "copy")] + s[(1, "mem")]
+    return dict(
+        base,
+        step_s=run.now,
+        throughput=ideal / run.now if run.now > 0 else 1.0,
+        recompute_s=run.recompute_s,
+        fwd_stall_s=fwd,
+        fwd_stall_copy_s=s[(0, "copy")],
+        fwd_stall_mem_s=s[(0, "mem")],
+        bwd_stall_s=bwd,
+        bwd_stall_copy_s=s[(1, "copy")],
+        bwd_stall_mem_s=s[(1, "mem")],
+        d2h_bytes=float(run.link.moved[D2H]),
+        h2d_bytes=float(run.link.moved[H2D]),
+        peak_bytes=int(run.peak),
+        feasible=True,
+        reason="",
+        fail_op=-1,
+        overflow_bytes=0,
+        evictions=run.evictions,
+    )
+
+
+def _infeasible(base: dict[str, Any], reason: str, op: int, overflow: int) -> dict[str, Any]:
+    return dict(
+        base,
+        step_s=math.inf,
+        throughput=0.0,
+        recompute_s=0.0,
+        fwd_stall_s=0.0,
+        fwd_stall_copy_s=0.0,
+        fwd_stall_mem_s=0.0,
+        bwd_stall_s=0.0,
+        bwd_stall_copy_s=0.0,
+        bwd_stall_mem_s=0.0,
+        d2h_bytes=0.0,
+        h2d_bytes=0.0,
+        peak_bytes=0,
+        feasible=False,
+        reason=reason,
+        fail_op=int(op),
+        overflow_bytes=int(max(overflow, 1)),
+        evictions=0,
+    )
