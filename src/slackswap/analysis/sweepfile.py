@@ -1,0 +1,164 @@
+"""Sweep files: a sweep described in TOML or YAML.
+
+Example (TOML; the YAML form has the same keys)::
+
+    instances = ["gpt2-xl", "my-instance.json"]    # catalog names or instance files
+    budgets = "1.0:0.1:-0.1"                        # or [1.0, 0.5, "11GB"], "100%,50%"
+    seeds = [0, 1]
+    time_limit = 10                                 # seconds per solve
+    job_timeout = 60                                # hard wall-clock guard per job (optional)
+    min_budget = true                               # bisect the smallest budget when infeasible
+    output = "results.csv"
+    solvers = ["slackswap", "vdnn", {name = "ga", options = {pop_size = 20}, time_limit = 5}]
+
+    [[grid]]                                        # model / GPU / link grids (any key a list)
+    model = "gpt2-xl"
+    gpu = ["a100", "h100"]
+    link_bw_GBps = [12, 25, 50]
+    layers = 4
+
+``solvers`` may also be a table of name -> options. Relative instance paths are looked up
+beside the sweep file first.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from slackswap.analysis.jobs import (
+    InstanceRef,
+    SolverSpec,
+    Sweep,
+    grid_points,
+    parse_budgets,
+    ref_from_arg,
+    ref_from_grid_point,
+)
+from slackswap.problem import UserError
+
+KEYS = (
+    "instances", "grid", "budgets", "seeds", "solvers", "time_limit", "job_timeout",
+    "min_budget", "output",
+)  # fmt: skip
+
+
+def load_sweep(path: str | os.PathLike[str]) -> Sweep:
+    """Read a ``.toml``, ``.yaml`` or ``.yml`` sweep file; errors name the file and the key."""
+    p = Path(path)
+    data = _read(p)
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: a sweep file is a table of keys ({', '.join(KEYS)})")
+    unknown = set(data) - set(KEYS)
+    if unknown:
+        raise UserError(f"{p}: unknown key {sorted(unknown)[0]!r} (keys: {', '.join(KEYS)})")
+    try:
+        return _build(p, data)
+    except UserError as exc:
+        raise UserError(f"{p}: {exc}") from None
+
+
+def _read(p: Path) -> Any:
+    if not p.exists():
+        raise UserError(f"{p}: no such sweep file")
+    suffix = p.suffix.lower()
+    text = p.read_text(encoding="utf-8")
+    if suffix == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{p}: invalid TOML ({exc})") from None
+    if suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ModuleNotFoundError:
+            raise UserError(f"{p}: YAML sweep files need PyYAML (pip install pyyaml)") from None
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
+    raise UserError(f"{p}: a sweep file ends in .toml, .yaml or .yml")
+
+
+def _build(p: Path, data: dict[str, Any]) -> Sweep:
+    instances: list[InstanceRef] = []
+    for item in _as_list(data.get("instances", []), "instances"):
+        if not isinstance(item, str):
+            raise UserError(f"instances: expected a name or path, got {item!r}")
+        beside = p.parent / item
+        instances.append(ref_from_arg(str(beside) if beside.exists() else item))
+    grids = data.get("grid", [])
+    for grid in grids if isinstance(grids, list) else [grids]:
+        if not isinstance(grid, dict):
+            raise UserError(f"grid: expected a table of model, gpu, link, ..., got {grid!r}")
+        instances.extend(ref_from_grid_point(pt) for pt in grid_points(grid))
+    budgets = data.get("budgets")
+    if budgets is None:
+        raise UserError("'budgets' is required")
+    seeds = [_int(s, "seeds") for s in _as_list(data.get("seeds", [0]), "seeds")]
+    output = data.get("output")
+    if output is not None and not os.path.isabs(str(output)):
+        output = str(p.parent / str(output))
+    return Sweep(
+        instances=instances,
+        budgets=parse_budgets(budgets if isinstance(budgets, list) else str(budgets)),
+        solvers=parse_solvers(data.get("solvers")),
+        seeds=seeds,
+        time_limit=_seconds(data.get("time_limit"), "time_limit"),
+        job_timeout=_seconds(data.get("job_timeout"), "job_timeout"),
+        find_min_budget=bool(data.get("min_budget", True)),
+        output=output,
+    )
+
+
+def parse_solvers(value: Any) -> list[SolverSpec]:
+    """Solvers as names, ``{name, options, time_limit}`` tables, or a table name -> options."""
+    if value is None:
+        raise UserError("'solvers' is required")
+    if isinstance(value, dict):
+        value = [{"name": k, "options": v or {}} for k, v in value.items()]
+    out: list[SolverSpec] = []
+    for item in _as_list(value, "solvers"):
+        if isinstance(item, str):
+            out.extend(SolverSpec.of(n.strip()) for n in item.split(",") if n.strip())
+        elif isinstance(item, dict):
+            extra = set(item) - {"name", "options", "time_limit"}
+            if "name" not in item or extra:
+                bad = sorted(extra)[0] if extra else "name"
+                raise UserError(f"solvers: entry {item!r}: expected name, options, time_limit "
+                                f"(problem with {bad!r})")  # fmt: skip
+            opts = item.get("options") or {}
+            if not isinstance(opts, dict):
+                raise UserError(f"solvers: {item['name']}: options must be a table")
+            tl = _seconds(item.get("time_limit"), f"solvers.{item['name']}.time_limit")
+            out.append(SolverSpec.of(str(item["name"]), opts, tl))
+        else:
+            raise UserError(f"solvers: expected a name or a table, got {item!r}")
+    return out
+
+
+def _as_list(v: Any, key: str) -> list[Any]:
+    if isinstance(v, list):
+        return v
+    if isinstance(v, str | int | float | dict):
+        return [v]
+    raise UserError(f"{key}: expected a list, got {v!r}")
+
+
+def _int(v: Any, key: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise UserError(f"{key}: expected an integer, got {v!r}")
+    try:
+        return int(v)
+    except ValueError:
+        raise UserError(f"{key}: expected an integer, got {v!r}") from None
+
+
+def _seconds(v: Any, key: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise UserError(f"{key}: expected a positive number of seconds, got {v!r}")
+    return float(v)
