@@ -42,6 +42,42 @@ def test_one_eviction_and_a_hidden_prefetch() -> None:
     assert r["peak_bytes"] == 200 and r["evictions"] == 1
 
 
+def test_timeline_shows_the_eviction_the_stall_and_both_copies() -> None:
+    inst = chain()
+    r = simulate_lru(inst, np.full(3, SWAP, dtype=np.int8), 200, timeline=True)
+    tl = r["timeline"]
+    kinds = tl.compute_kind.tolist()
+    assert kinds.count(0) == 6 and kinds.count(3) == 1 and kinds.count(4) == 1
+    stall = kinds.index(3)
+    assert (tl.compute_start_s[stall], tl.compute_end_s[stall]) == pytest.approx((2.0, 3.0))
+    copies = sorted(zip(tl.copy_engine.tolist(), tl.copy_start_s.tolist(), tl.copy_end_s.tolist()))
+    assert copies == [(0, 2.0, 3.0), (1, 5.0, 6.0)]
+    assert tl.mem_bytes.max() == 200 and tl.mem_bytes[-1] == 0
+    assert simulate_lru(inst, np.full(3, SWAP, dtype=np.int8), 200)["timeline"] is None
+
+
+@pytest.mark.parametrize("duplex,step", [(0.5, 12.0), (1.0, 11.0)])
+def test_duplex_slows_an_eviction_that_overlaps_a_prefetch(duplex: float, step: float) -> None:
+    # Budget 400 B. f3's temporaries evict a (1 s). When g3 starts it prefetches a for g0 and
+    # then evicts b for its own temporaries: both 100 B copies share the link from t = 5 s, at
+    # half rate each with duplex 0.5, so g3 waits until 7 s (6 s at full duplex).
+    hw = Hardware(gpu="t", link="t", link_bw_Bps=100.0, copy_latency_s=0.0, duplex_factor=duplex)
+    b = GraphBuilder("duplex", hw)
+    for i, t in enumerate("abcd"):
+        b.op(f"f{i}", block=i, kind="gemm", duration_s=1.0, transient_bytes=100 if t == "d" else 0)
+        b.saved(t, nbytes=100, producer=f"f{i}", category="gemm_output", block=i)
+    b.op("g3", backward=True, block=3, kind="gemm", duration_s=2.0, reads=["d"],
+         transient_bytes=100)  # fmt: skip
+    for i, t in ((0, "a"), (2, "c"), (1, "b")):
+        b.op(f"g{i}", backward=True, block=i, kind="gemm", duration_s=1.0, reads=[t])
+    inst = b.build()
+    r = simulate_lru(inst, np.full(4, SWAP, dtype=np.int8), 400)
+    assert r["feasible"] and r["step_s"] == pytest.approx(step)
+    assert r["fwd_stall_mem_s"] == pytest.approx(1.0)
+    assert r["bwd_stall_mem_s"] == pytest.approx(step - 10.0)
+    assert r["d2h_bytes"] == 200 and r["h2d_bytes"] == 200 and r["evictions"] == 2
+
+
 def test_fetch_on_demand_without_heavy_ops() -> None:
     # Memory-bound ops never trigger the heavy-op prefetch: b0 fetches t0 itself (1 s stall).
     inst = chain(kind="memory")

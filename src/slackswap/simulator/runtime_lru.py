@@ -37,9 +37,15 @@ import numpy as np
 
 from slackswap.problem import Instance
 
+RUNTIME = "on-demand-lru"
+DESCRIPTION = (
+    "SuperNeurons: SWAP tensors leave only under memory pressure, least recently used first, "
+    "compute waiting for the eviction copy; backward prefetch for the next heavy operator"
+)
 KEEP, SWAP, RECOMP = 0, 1, 2
 HEAVY_KINDS = ("gemm", "attention", "conv")
 D2H, H2D = 0, 1
+K_OP, K_REBUILD, K_STALL_COPY, K_STALL_MEM, K_EVICT = 0, 1, 2, 3, 4  # result.COMPUTE_KINDS
 _EPS_BYTES = 1e-3
 
 
@@ -112,6 +118,8 @@ class _Link:
         self.cur: list[list[float] | None] = [None, None]  # [tensor, latency left, bytes left]
         self.size: dict[int, float] = {}
         self.moved = [0, 0]
+        self.started: list[float] = [0.0, 0.0]  # start of the copy on each engine, s
+        self.log: list[tuple[int, int, float, float]] | None = None  # (engine, tensor, start, end)
 
     def push(self, d: int, t: int, nbytes: int, front: bool = False) -> None:
         self.size[t] = float(nbytes)
@@ -123,9 +131,7 @@ class _Link:
         if self.cur[d] is None and self.queue[d]:
             t = self.queue[d].popleft()
             self.cur[d] = [float(t), self.latency, self.size[t]]
-
-    def busy(self) -> bool:
-        return self.cur[0] is not None or self.cur[1] is not None
+            self.started[d] = self.now
 
     def _rate(self) -> float:
         both = self.cur[0] is not None and self.cur[1] is not None
@@ -154,6 +160,8 @@ class _Link:
                 c = self.cur[d]
                 if c is not None and c[1] <= 0 and c[2] <= _EPS_BYTES:
                     done.append((t_ev, d, int(c[0])))
+                    if self.log is not None:
+                        self.log.append((d, int(c[0]), self.started[d], t_ev))
                     self.cur[d] = None
                     self._start(d)
 
@@ -171,7 +179,9 @@ class _Link:
 
 
 class _LRURun:
-    def __init__(self, inst: Instance, actions: np.ndarray, budget: int) -> None:
+    def __init__(
+        self, inst: Instance, actions: np.ndarray, budget: int, record: bool = False
+    ) -> None:
         hw = inst.hardware
         self.inst, self.act, self.budget = inst, actions, budget
         self.size = inst.tensor_bytes.astype(np.int64)
@@ -192,6 +202,18 @@ class _LRURun:
         self.recompute_s = 0.0
         self.evictions = 0
         self.heavy = np.array([k in HEAVY_KINDS for k in inst.op_kind], dtype=bool)
+        self.record = record
+        # (start, end, kind, op, tensor) with kind as in `result.COMPUTE_KINDS`; (time, bytes)
+        self.comp: list[tuple[float, float, int, int, int]] = []
+        self.mem: list[tuple[float, int]] = []
+        if record:
+            self.link.log = []
+
+    def _mem(self, delta: int) -> None:
+        self.used += delta
+        self.peak = max(self.peak, self.used)
+        if self.record:
+            self.mem.append((max(self.now, self.link.now), self.used))
 
     # ----- copies and memory ------------------------------------------------------------------
     def _apply(self, done: list[tuple[float, int, int]]) -> None:
@@ -200,8 +222,8 @@ class _LRURun:
                 self.evicting[t] = False
                 self.host[t] = True
                 self.on_dev[t] = False
-                self.used -= int(self.size[t])
                 self.pending_free -= int(self.size[t])
+                self._mem(-int(self.size[t]))
             else:
                 self.fetching[t] = False
                 self.on_dev[t] = True
@@ -223,6 +245,10 @@ class _LRURun:
                 break
         end = max(self.now, self.link.now)
         self.stall[(phase, kind)] += end - self.now
+        if self.record and end > self.now:
+            self.comp.append(
+                (self.now, end, K_STALL_COPY if kind == "copy" else K_STALL_MEM, op, -1)
+            )
         self.now = end
 
     def _victim(self, exclude: set[int]) -> int:
@@ -243,9 +269,11 @@ class _LRURun:
                 v = self._victim(exclude)
                 if v >= 0:
                     self.evictions += 1
+                    if self.record:
+                        self.comp.append((self.now, self.now, K_EVICT, op, v))
                     if self.host[v]:
                         self.on_dev[v] = False
-                        self.used -= int(self.size[v])
+                        self._mem(-int(self.size[v]))
                     else:
                         self.evicting[v] = True
                         self.pending_free += int(self.size[v])
@@ -254,8 +282,7 @@ class _LRURun:
             self._wait_event(phase, "mem", op, need)
 
     def _fetch(self, t: int, front: bool) -> None:
-        self.used += int(self.size[t])
-        self.peak = max(self.peak, self.used)
+        self._mem(int(self.size[t]))
         self.fetching[t] = True
         self.link.push(H2D, t, int(self.size[t]), front=front)
 
@@ -304,8 +331,7 @@ class _LRURun:
             transient = 0 if rb >= 0 else int(inst.op_transient_bytes[op])
             need = transient + sum(int(self.size[t]) for t in outs)
             self._make_room(need, reads | set(outs), phase, op)
-            self.used += need
-            self.peak = max(self.peak, self.used)
+            self._mem(need)
             for t in outs:
                 self.on_dev[t] = True
                 self.access[t] = k
@@ -315,69 +341,100 @@ class _LRURun:
             dur = float(inst.tensor_recompute_s[rb]) if rb >= 0 else float(inst.op_duration_s[op])
             if rb >= 0:
                 self.recompute_s += dur
+            if self.record:
+                self.comp.append((self.now, self.now + dur, K_REBUILD if rb >= 0 else K_OP, op, rb))
             self.now += dur
             self._apply(self.link.advance(self.now))
             # 4. release temporaries and tensors whose residency ends here
-            self.used -= transient
+            if transient:
+                self._mem(-transient)
             for t in st.frees[k]:
                 self._release(t)
 
     def _release(self, t: int) -> None:
         if self.on_dev[t] and not self.evicting[t]:
             self.on_dev[t] = False
-            self.used -= int(self.size[t])
+            self._mem(-int(self.size[t]))
         # An eviction in flight frees the buffer when it ends; nothing more to do here.
 
 
-def simulate_lru(instance: Instance, actions: np.ndarray, budget_bytes: int) -> dict[str, Any]:
-    """Run the ``on-demand-lru`` runtime; returns the fields of a `SimResult` (no timeline)."""
+def simulate_lru(
+    instance: Instance, actions: np.ndarray, budget_bytes: int, timeline: bool = False
+) -> dict[str, Any]:
+    """Run the ``on-demand-lru`` runtime; returns the fields of a `SimResult`.
+
+    Deterministic and pure; an infeasible plan gives ``feasible=False`` with a reason (the
+    failing operator in ``fail_op``, the missing bytes in ``overflow_bytes``), never an error.
+    """
     ideal = float(instance.ideal_step_s)
     acts = np.asarray(actions, dtype=np.int8)
+    base: dict[str, Any] = dict(
+        ideal_s=ideal, budget_bytes=int(budget_bytes), runtime=RUNTIME, timeline=None
+    )
     bad = np.flatnonzero((acts == RECOMP) & ~np.isfinite(instance.tensor_recompute_s))
-    base: dict[str, Any] = dict(ideal_s=ideal, budget_bytes=int(budget_bytes), timeline=None)
     if bad.size:
         t = int(bad[0])
         return _infeasible(
             base,
-            f"tensor {instance.tensor_name[t]!r} is marked recomp but cannot be recomputed "
-            "(infinite recompute cost)",
+            f"invalid plan: tensor {instance.tensor_name[t]!r} is marked recomp but no operator "
+            "rebuilds it (infinite recompute cost)",
             int(instance.tensor_first_bwd_reader[t]),
-            0,
+            int(instance.tensor_bytes[bad].sum()),
         )
-    run = _LRURun(instance, acts, int(budget_bytes))
+    run = _LRURun(instance, acts, int(budget_bytes), record=timeline)
     try:
         run.run()
     except _Infeasible as exc:
         res = _infeasible(base, exc.reason, exc.op, exc.overflow)
         res.update(
             peak_bytes=int(run.peak),
-            d2h_bytes=float(run.link.moved[D2H]),
-            h2d_bytes=float(run.link.moved[H2D]),
+            d2h_bytes=int(run.link.moved[D2H]),
+            h2d_bytes=int(run.link.moved[H2D]),
             evictions=run.evictions,
+            timeline=_timeline(run) if timeline else None,
         )
         return res
     s = run.stall
-    fwd = s[(0, "copy")] + s[(0, "mem")]
-    bwd = s[(1, "copy")] + s[(1, "mem")]
     return dict(
         base,
         step_s=run.now,
         throughput=ideal / run.now if run.now > 0 else 1.0,
         recompute_s=run.recompute_s,
-        fwd_stall_s=fwd,
+        fwd_stall_s=s[(0, "copy")] + s[(0, "mem")],
         fwd_stall_copy_s=s[(0, "copy")],
         fwd_stall_mem_s=s[(0, "mem")],
-        bwd_stall_s=bwd,
+        bwd_stall_s=s[(1, "copy")] + s[(1, "mem")],
         bwd_stall_copy_s=s[(1, "copy")],
         bwd_stall_mem_s=s[(1, "mem")],
-        d2h_bytes=float(run.link.moved[D2H]),
-        h2d_bytes=float(run.link.moved[H2D]),
+        d2h_bytes=int(run.link.moved[D2H]),
+        h2d_bytes=int(run.link.moved[H2D]),
         peak_bytes=int(run.peak),
         feasible=True,
         reason="",
         fail_op=-1,
         overflow_bytes=0,
         evictions=run.evictions,
+        timeline=_timeline(run) if timeline else None,
+    )
+
+
+def _timeline(run: _LRURun) -> Any:
+    from slackswap.simulator.result import Timeline
+
+    comp = run.comp
+    log = run.link.log or []
+    return Timeline(
+        compute_start_s=np.array([c[0] for c in comp], dtype=np.float64),
+        compute_end_s=np.array([c[1] for c in comp], dtype=np.float64),
+        compute_kind=np.array([c[2] for c in comp], dtype=np.int64),
+        compute_op=np.array([c[3] for c in comp], dtype=np.int64),
+        compute_tensor=np.array([c[4] for c in comp], dtype=np.int64),
+        copy_engine=np.array([c[0] for c in log], dtype=np.int64),
+        copy_tensor=np.array([c[1] for c in log], dtype=np.int64),
+        copy_start_s=np.array([c[2] for c in log], dtype=np.float64),
+        copy_end_s=np.array([c[3] for c in log], dtype=np.float64),
+        mem_time_s=np.array([m[0] for m in run.mem], dtype=np.float64),
+        mem_bytes=np.array([m[1] for m in run.mem], dtype=np.int64),
     )
 
 
@@ -393,8 +450,8 @@ def _infeasible(base: dict[str, Any], reason: str, op: int, overflow: int) -> di
         bwd_stall_s=0.0,
         bwd_stall_copy_s=0.0,
         bwd_stall_mem_s=0.0,
-        d2h_bytes=0.0,
-        h2d_bytes=0.0,
+        d2h_bytes=0,
+        h2d_bytes=0,
         peak_bytes=0,
         feasible=False,
         reason=reason,
