@@ -1,0 +1,254 @@
+"""Turn a recorded `Trace` into a validated `Instance` (plain Python; no torch needed).
+
+Modelling choices:
+- One saved tensor per storage that autograd saved (aliases and views count once), sized by the
+  whole storage: that is what the saved view keeps alive. Parameters and buffers are excluded.
+- Backward readers: every backward operator that reads the storage, plus the operator that runs
+  right after each unpack of it (the node that unpacked it starts there). A saved tensor that no
+  backward node unpacked is released with the graph: it is read by the last backward operator.
+- Recompute cost: the time of the operator chain that rebuilds the tensor from saved tensors, the
+  producer plus the producers of any unsaved intermediates it read (as the analytic builders do);
+  rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
+  operator wrote (model inputs, constants) cost ``inf``; dropout masks are regenerated from the
+  RNG state (the in-place chain on the mask's own storage, no inputs).
+- Transient bytes of an operator: the storages it reads or writes that are not saved tensors
+  (parameters and buffers excluded), alive while it runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from slackswap.models.hardware import GPU
+from slackswap.problem import Hardware, Instance
+from slackswap.profiling.costs import durations_s
+from slackswap.profiling.trace import EXTERNAL, Trace
+
+#: A rebuild chain longer than this is no recomputation: the tensor counts as not rebuildable.
+MAX_CHAIN_OPS = 32
+_MASK_OPS = ("bernoulli", "native_dropout", "dropout", "rand")
+
+
+def _unique_names(raw: list[str]) -> list[str]:
+    seen: Counter[str] = Counter(raw)
+    count: Counter[str] = Counter()
+    out = []
+    for n in raw:
+        if seen[n] > 1:
+            count[n] += 1
+            out.append(f"{n}#{count[n]}")
+        else:
+            out.append(n)
+    return out
+
+
+def build_instance(
+    trace: Trace,
+    *,
+    name: str,
+    hardware: Hardware,
+    gpu: GPU,
+    timing: str,
+    meta: dict[str, Any] | None = None,
+) -> Instance:
+    """The instance of one recorded step; ``timing`` is ``"measured"`` or ``"roofline"``."""
+    ops, values = trace.ops, trace.values
+    n_fwd = sum(1 for op in ops if op.phase == 0)
+    if n_fwd == 0 or n_fwd == len(ops):
+        raise ValueError("the trace needs forward and backward operators")
+    if any(op.phase == 0 for op in ops[n_fwd:]):
+        raise ValueError("a forward operator recorded after the backward pass began")
+    durations = durations_s(ops, timing, gpu)
+
+    # ---- saved tensors: one per storage, the last value saved -------------------------------
+    saved_values = set(trace.saved)
+    by_storage: dict[int, int] = {}
+    for v in trace.saved:
+        by_storage[values[v].storage] = v
+    tensor_values = sorted(by_storage.values(), key=lambda v: (_producer(trace, v), v))
+    t_index = {values[v].storage: i for i, v in enumerate(tensor_values)}
+    n_t = len(tensor_values)
+
+    external = any(values[v].producer == EXTERNAL for v in tensor_values)
+    shift = 1 if external else 0  # a synthetic "input" operator produces the model inputs
+
+    def op_of(i: int) -> int:
+        return i + shift
+
+    # ---- readers ------------------------------------------------------------------------------
+    fwd_readers: list[set[int]] = [set() for _ in range(n_t)]
+    bwd_readers: list[set[int]] = [set() for _ in range(n_t)]
+    for i, op in enumerate(ops):
+        for v in op.reads:
+            t = t_index.get(values[v].storage)
+            if t is None or v not in saved_values:
+                continue
+            (fwd_readers if op.phase == 0 else bwd_readers)[t].add(op_of(i))
+    last_op = op_of(len(ops) - 1)
+    for v, nxt in trace.unpacked_before:
+        t = t_index[values[v].storage]
+        bwd_readers[t].add(op_of(nxt) if nxt < len(ops) else last_op)
+    for t in range(n_t):
+        if not bwd_readers[t]:
+            bwd_readers[t].add(last_op)
+
+    # ---- blocks, categories, recompute --------------------------------------------------------
+    n_blocks = trace.n_blocks
+    op_block = [trace.op_block(op) for op in ops]
+    block_in: dict[int, int] = {}
+    for v, b in trace.block_inputs.items():
+        block_in.setdefault(values[v].storage, b)
+    if ops and any(op_block[i] == n_blocks for i in range(n_fwd)):
+        for v, b in trace.block_outputs.items():
+            if b == n_blocks - 1:
+                block_in.setdefault(values[v].storage, n_blocks)  # the head's input
+
+    names = _unique_names(
+        ["input"] * shift + [("bwd:" if op.phase else "") + f"{op.module}/{op.aten}" for op in ops]
+    )
+    producer: list[int] = []
+    category: list[str] = []
+    tblock: list[int] = []
+    recompute: list[float] = []
+    rebuild: list[tuple[int, ...]] = []
+    tnames: list[str] = []
+    n_out: Counter[int] = Counter()
+    n_inputs = 0
+    for i, v in enumerate(tensor_values):
+        val = values[v]
+        p = val.producer
+        producer.append(0 if p == EXTERNAL else op_of(p))
+        b_in = block_in.get(val.storage)
+        if b_in is not None:
+            category.append("block_input")
+            tblock.append(b_in)
+            recompute.append(math.inf)
+            rebuild.append(())
+            tnames.append(f"block{b_in}.in")
+            continue
+        if p == EXTERNAL:
+            category.append("block_input")
+            tblock.append(-1)
+            recompute.append(math.inf)
+            rebuild.append(())
+            tnames.append(f"input.{n_inputs}")
+            n_inputs += 1
+            continue
+        n_out[p] += 1
+        tnames.append(f"{names[op_of(p)]}.out" + (f"{n_out[p] - 1}" if n_out[p] > 1 else ""))
+        tblock.append(op_block[p])
+        own = _own_chain(trace, v)
+        if val.dtype == "bool" or any(_is_mask_op(ops[o].aten) for o in own):
+            category.append("dropout_mask")
+            recompute.append(sum(durations[o] for o in own))
+            rebuild.append(())
+            continue
+        kind, aten = ops[p].kind, ops[p].aten
+        if kind == "attention":
+            category.append("attention_output")
+        elif kind in ("gemm", "conv"):
+            category.append("gemm_output")
+        elif aten in ("add", "add_") and len(ops[p].reads) >= 2:
+            category.append("residual")
+        else:
+            category.append("elementwise")
+        chain, inputs = _rebuild_chain(trace, v, saved_values, t_index)
+        bad = chain is None or any(
+            _producer(trace, tensor_values[u]) >= p for u in inputs if u != i
+        )
+        if bad or chain is None:
+            recompute.append(math.inf)
+            rebuild.append(())
+        else:
+            recompute.append(sum(durations[o] for o in chain))
+            rebuild.append(tuple(sorted(u for u in inputs if u != i)))
+
+    # ---- operators ----------------------------------------------------------------------------
+    saved_storages = set(t_index)
+    op_reads: list[list[int]] = [[] for _ in range(len(ops) + shift)]
+    for t in range(n_t):
+        for o in sorted(fwd_readers[t] | bwd_readers[t]):
+            op_reads[o].append(t)
+    transient = [0] * shift + [
+        sum(nb for k, nb in op.touched if k not in saved_storages) for op in ops
+    ]
+    blocks_col = [-1] * shift + op_block
+    lfr = [max([producer[t], *fwd_readers[t]]) for t in range(n_t)]
+    meta = dict(meta or {})
+    meta.setdefault("builder", "profile")
+    meta["timing"] = timing
+    meta["n_blocks"] = n_blocks
+    meta["block_modules"] = list(trace.block_modules)
+    meta["parameter_bytes"] = trace.param_bytes
+    meta["saved_dtypes"] = sorted({values[v].dtype for v in tensor_values})
+    cols: dict[str, Any] = dict(
+        op_name=names,
+        op_phase=[0] * shift + [op.phase for op in ops],
+        op_block=blocks_col,
+        op_layer=blocks_col,
+        op_kind=["memory"] * shift + [op.kind for op in ops],
+        op_duration_s=[0.0] * shift + durations,
+        op_flops=[0.0] * shift + [op.flops for op in ops],
+        op_transient_bytes=transient,
+        op_reads=op_reads,
+        tensor_name=_unique_names(tnames),
+        tensor_bytes=[values[v].nbytes for v in tensor_values],
+        tensor_producer=producer,
+        tensor_last_fwd_reader=lfr,
+        tensor_first_bwd_reader=[min(r) for r in bwd_readers],
+        tensor_last_bwd_reader=[max(r) for r in bwd_readers],
+        tensor_recompute_s=recompute,
+        tensor_rebuild_inputs=rebuild,
+        tensor_block=tblock,
+        tensor_category=category,
+    )
+    return Instance(name=name, hardware=hardware, meta=meta, **cols)
+
+
+def _producer(trace: Trace, v: int) -> int:
+    return trace.values[v].producer
+
+
+def _is_mask_op(aten: str) -> bool:
+    return any(m in aten for m in _MASK_OPS)
+
+
+def _own_chain(trace: Trace, v: int) -> list[int]:
+    """The in-place chain that wrote value ``v``'s storage: its producer and the producers of
+    earlier values of the same storage it read (``bernoulli_`` then ``div_`` for a CPU mask)."""
+    out: list[int] = []
+    storage = trace.values[v].storage
+    while True:
+        p = trace.values[v].producer
+        if p == EXTERNAL or p in out:
+            return out
+        out.append(p)
+        prev = [u for u in trace.ops[p].reads if trace.values[u].storage == storage and u != v]
+        if not prev:
+            return out
+        v = prev[0]
+
+
+def _rebuild_chain(
+    trace: Trace, v: int, saved: set[int], t_index: dict[int, int]
+) -> tuple[list[int] | None, set[int]]:
+    """Operators that rebuild value ``v`` from saved tensors, and the saved tensors they read."""
+    ops, values = trace.ops, trace.values
+    chain: list[int] = []
+    inputs: set[int] = set()
+    stack = [values[v].producer]
+    while stack:
+        o = stack.pop()
+        if o in chain:
+            continue
+        chain.append(o)
+        if len(chain) > MAX_CHAIN_OPS:
+            return None, inputs
+        for u in ops[o].reads:
+            if u in saved and u != v:
+                inputs.add(t_index[values[u].storage])
+            elif values[u].producer != EXTERNAL:
+                stack.append(values[u].producer)
+    return sorted(chain), inputs

@@ -1,0 +1,346 @@
+"""Record one forward and backward pass with a dispatch mode, saved-tensor hooks and module hooks.
+
+Imported only by `slackswap.profiling.step`, after torch has been found.
+
+How each piece is observed:
+- Operators: a `TorchDispatchMode` sees every ATen call below autograd, in execution order, in
+  forward and in backward (the autograd engine carries the mode into backward).
+- Saved tensors: `saved_tensors_hooks`; the pack hook maps the tensor to the current value of its
+  storage, the unpack hook notes the next backward operator (the one that unpacked it).
+- Storage identity: a `StorageWeakRef` per storage keeps the storage object allocated (not its
+  data), so storage addresses stay unique for the whole trace.
+- Context: module forward hooks give the module path and the block; in backward, the autograd
+  node being run (``torch._C._current_autograd_node``) is mapped back to the forward context that
+  created it, through its sequence number.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from slackswap.profiling.costs import NO_KERNEL, op_kind
+from slackswap.profiling.trace import EXTERNAL, OpRecord, Trace, Value
+
+_Context = tuple[str, int, bool]  # module path, last block entered, inside it
+
+
+class _Handle:
+    """What the pack hook hands autograd for an activation: an index into the saved table."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+def _extent_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Recorder(TorchDispatchMode):
+    """Fills a `Trace`; use ``with recorder, recorder.saved_hooks(): ...`` around the step."""
+
+    def __init__(self, model: torch.nn.Module, blocks: list[torch.nn.Module], timing: bool):
+        super().__init__()
+        self.trace = Trace()
+        self.phase = 0
+        self.timing = timing
+        self._refs: dict[int, StorageWeakRef] = {}
+        self._current: dict[int, int] = {}  # storage key -> current value id
+        self._params: set[int] = set()
+        for p in (*model.parameters(), *model.buffers()):
+            k = self._key(p)
+            if k is not None and k not in self._params:
+                self._params.add(k)
+                self.trace.param_bytes += p.untyped_storage().nbytes()
+        self._saved_tensors: list[torch.Tensor] = []  # held until the step ends
+        self._module_stack: list[str] = []
+        self._block_ids = {id(m) for m in blocks}
+        self._block = -1
+        self._in_block = False
+        self._model_done = False
+        # node sequence nr -> (module, block, in_block) of the forward operator that made it
+        self._fwd_context: dict[int, _Context] = {}
+        self._pending: list[tuple[weakref.ref[torch.Tensor], _Context]] = []
+        self._last_bwd_context: _Context | None = None
+        self._hooks: list[Any] = []
+        names = {id(m): n for n, m in model.named_modules()}
+        for m in model.modules():
+            name = names[id(m)]
+            self._hooks.append(m.register_forward_pre_hook(self._pre_hook(name, m)))
+            self._hooks.append(
+                m.register_forward_hook(self._post_hook(name, m, m is model), always_call=True)
+            )
+
+    # ----- storages and values -------------------------------------------------------------------
+    def _key(self, t: torch.Tensor) -> int | None:
+        try:
+            s = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return None  # sparse, nested or other storage-less tensors
+        ref = StorageWeakRef(s)
+        k = int(ref.cdata)
+        if k not in self._refs:
+            self._refs[k] = ref
+        return k
+
+    def _new_value(self, key: int, t: torch.Tensor, producer: int) -> int:
+        vid = len(self.trace.values)
+        nbytes = int(t.untyped_storage().nbytes())
+        self.trace.values.append(Value(key, nbytes, producer, str(t.dtype).replace("torch.", "")))
+        self._current[key] = vid
+        return vid
+
+    def value_of(self, t: torch.Tensor) -> int | None:
+        """The current value of ``t``'s storage (created as external if never seen); None for
+        parameters, buffers and storage-less tensors."""
+        k = self._key(t)
+        if k is None or k in self._params:
+            return None
+        vid = self._current.get(k)
+        if vid is None:
+            vid = self._new_value(k, t, EXTERNAL)
+        return vid
+
+    # ----- module hooks --------------------------------------------------------------------------
+    def _pre_hook(self, name: str, module: torch.nn.Module):  # type: ignore[no-untyped-def]
+        def hook(mod: torch.nn.Module, args: Any) -> None:
+            self._module_stack.append(name)
+            if id(module) in self._block_ids and not self._in_block:
+                self._block = self.trace.n_blocks
+                self._in_block = True
+                self.trace.block_modules.append(name)
+                for t in _tensors(args):
+                    v = self.value_of(t)
+                    if v is not None:
+                        self.trace.block_inputs.setdefault(v, self._block)
+
+        return hook
+
+    def _post_hook(self, name: str, module: torch.nn.Module, root: bool):  # type: ignore[no-untyped-def]
+        def hook(mod: torch.nn.Module, args: Any, output: Any) -> None:
+            if self._module_stack and self._module_stack[-1] == name:
+                self._module_stack.pop()
+            if id(module) in self._block_ids and self._in_block and self._block >= 0:
+                if self.trace.block_modules[self._block] == name:
+                    for t in _tensors(output):
+                        v = self.value_of(t)
+                        if v is not None:
+                            self.trace.block_outputs[v] = self._block
+                    self._in_block = False
+            if root:
+                self._model_done = True
+
+        return hook
+
+    def remove_hooks(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+
+    def _forward_context(self) -> _Context:
+        if self._module_stack:
+            module = self._module_stack[-1] or "model"
+        else:
+            module = "loss" if self._model_done else "input"
+        return module, self._block, self._in_block
+
+    def _backward_context(self) -> _Context:
+        node = torch._C._current_autograd_node()
+        ctx = None
+        if node is not None:
+            ctx = self._fwd_context.get(int(node._sequence_nr()))
+        if ctx is None:
+            # Engine work outside any recorded node (the seed gradient, AccumulateGrad): it
+            # belongs with the operator that ran just before it.
+            ctx = self._last_bwd_context or ("loss", self._block, self._in_block)
+        self._last_bwd_context = ctx
+        return ctx
+
+    def resolve_grad_fns(self) -> None:
+        """Map the autograd nodes of the last forward outputs to their forward context."""
+        for ref, ctx in self._pending:
+            t = ref()
+            fn = None if t is None else t.grad_fn
+            if fn is not None:
+                self._fwd_context.setdefault(int(fn._sequence_nr()), ctx)
+        self._pending.clear()
+
+    def start_backward(self) -> None:
+        self.resolve_grad_fns()
+        self.phase = 1
+
+    # ----- saved-tensor hooks --------------------------------------------------------------------
+    def saved_hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        v = self.value_of(t)
+        if v is None:
+            return t  # parameters and buffers are not activations
+        self.trace.saved.append(v)
+        self._saved_tensors.append(t)
+        return _Handle(len(self._saved_tensors) - 1)
+
+    def _unpack(self, h: Any) -> torch.Tensor:
+        if not isinstance(h, _Handle):
+            return h
+        v = self.trace.saved[h.index]
+        self.trace.unpacked_before.append((v, len(self.trace.ops)))
+        return self._saved_tensors[h.index]
+
+    def release(self) -> None:
+        self._saved_tensors.clear()
+        self._pending.clear()
+
+    # ----- the dispatch mode ---------------------------------------------------------------------
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if self.phase == 0:
+            self.resolve_grad_fns()
+            ctx = self._forward_context()
+        else:
+            ctx = self._backward_context()
+        inputs = _tensors((args, kwargs))
+        schema = func._schema
+        bound = _bind(schema, args, kwargs)
+        mutated = [
+            t
+            for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write
+            for t in _tensors(bound.get(a.name))
+        ]
+        in_keys = {self._key(t) for t in inputs}
+        reads = [v for v in (self.value_of(t) for t in inputs) if v is not None]
+
+        cuda = self.timing and any(t.is_cuda for t in inputs)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = func(*args, **kwargs)
+        outputs = _tensors(out)
+        if cuda or (self.timing and any(t.is_cuda for t in outputs)):
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+
+        if self.phase == 0:
+            self._pending.extend((weakref.ref(t), ctx) for t in (*outputs, *mutated))
+        aten = func.overloadpacket.__name__
+        fresh = [t for t in outputs if self._key(t) not in in_keys]
+        if not mutated and not fresh:
+            return out  # a view or alias: no kernel, no new value
+        if aten in NO_KERNEL:
+            # An allocation only: its storage gets a value nobody computed; the operator that
+            # first writes it becomes the producer.
+            for t in fresh:
+                k = self._key(t)
+                if k is not None:
+                    self._new_value(k, t, EXTERNAL)
+            return out
+        index = len(self.trace.ops)
+        writes: list[int] = []
+        written: set[int] = set()
+        for t in (*mutated, *fresh):
+            k = self._key(t)
+            if k is not None and k not in self._params and k not in written:
+                written.add(k)
+                writes.append(self._new_value(k, t, index))
+        touched: dict[int, int] = {}
+        for t in (*inputs, *outputs):
+            k = self._key(t)
+            if k is not None and k not in self._params:
+                touched[k] = int(t.untyped_storage().nbytes())
+        # Bytes moved: every input read once, every written tensor (fresh or in place) once more.
+        moved = sum(_extent_bytes(t) for t in _unique(inputs))
+        moved += sum(_extent_bytes(t) for t in _unique([*mutated, *fresh]))
+        module, block, in_block = ctx
+        self.trace.ops.append(
+            OpRecord(
+                aten=aten,
+                phase=self.phase,
+                module=module,
+                block=block,
+                in_block=in_block,
+                kind=op_kind(aten),
+                reads=sorted(set(reads)),
+                writes=writes,
+                touched=sorted(touched.items()),
+                flops=_flops(func, aten, bound, args, kwargs, out),
+                bytes_moved=float(moved),
+                measured_s=elapsed,
+            )
+        )
+        return out
+
+
+def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    out = []
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def _bind(schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    bound = {a.name: v for a, v in zip(schema.arguments, args, strict=False)}
+    bound.update(kwargs)
+    return bound
+
+
+def _shape(x: Any) -> tuple[int, ...] | None:
+    return tuple(x.shape) if isinstance(x, torch.Tensor) else None
+
+
+def _attention_flops(aten: str, bound: dict[str, Any]) -> float | None:
+    """FLOPs of a scaled-dot-product attention kernel, halved when causal (the kernel skips the
+    masked half, as FlashAttention does). None when the arguments are not the expected ones."""
+    q, k, v = (_shape(bound.get(n)) for n in ("query", "key", "value"))
+    if q is None or k is None or v is None or not (len(q) == len(k) == len(v) == 4):
+        return None
+    if not aten.startswith("_scaled_dot_product"):
+        # The lower-level kernels take (batch, seq, heads, dim).
+        q, k, v = ((s[0], s[2], s[1], s[3]) for s in (q, k, v))
+    if "backward" in aten:
+        g = _shape(bound.get("grad_out")) or _shape(bound.get("grad_out_"))
+        g = g if g is not None and len(g) == 4 else q[:3] + v[3:]
+        if not aten.startswith("_scaled_dot_product"):
+            g = (g[0], g[2], g[1], g[3])
+        flops = float(flop_counter.sdpa_backward_flop_count(g, q, k, v))
+    else:
+        flops = float(flop_counter.sdpa_flop_count(q, k, v))
+    return flops / 2 if bound.get("is_causal") else flops
+
+
+def _flops(func: Any, aten: str, bound: dict[str, Any], args: Any, kwargs: Any, out: Any) -> float:
+    if op_kind(aten) == "attention":
+        f = _attention_flops(aten, bound)
+        if f is not None:
+            return f
+    formula = flop_counter.flop_registry.get(func.overloadpacket)
+    if formula is None:
+        return 0.0
+    try:
+        return float(formula(*args, **kwargs, out_val=out))
+    except Exception:  # noqa: BLE001 - a formula that rejects odd arguments costs no FLOPs
+        return 0.0

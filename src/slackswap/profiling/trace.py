@@ -1,0 +1,71 @@
+"""The raw record of one profiled training step, as plain data (no torch): ops, values, saves.
+
+A *value* is the content of one storage between two writes: an operator that allocates a new
+storage or writes one in place creates a value; views and aliases do not. Saved tensors are values,
+so aliases and views of one storage count once, and in-place chains (convolution, then an in-place
+ReLU) keep their order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EXTERNAL = -1  # producer of a value no recorded operator wrote (model inputs, constants)
+
+
+@dataclass
+class OpRecord:
+    """One operator that launches work (views and bare allocations are not recorded)."""
+
+    aten: str  # overload packet name, e.g. "addmm"
+    phase: int  # 0 forward, 1 backward
+    module: str  # module path of the forward context ("" outside any module)
+    block: int  # the last block entered (see `Trace`); -1 before the first block
+    in_block: bool  # inside that block's module, or after it returned
+    kind: str  # one of problem.OP_KINDS
+    reads: list[int] = field(default_factory=list)  # value ids read (parameters excluded)
+    writes: list[int] = field(default_factory=list)  # value ids created
+    touched: list[tuple[int, int]] = field(default_factory=list)  # (storage key, bytes) used
+    flops: float = 0.0  # 2 per multiply-add
+    bytes_moved: float = 0.0  # bytes read and written (tensor extents, not storages)
+    measured_s: float = 0.0  # wall time of the kernel call on the profiling device, seconds
+
+
+@dataclass
+class Value:
+    """The content of a storage after one write."""
+
+    storage: int  # storage key, unique for the whole trace
+    nbytes: int  # bytes of the whole storage (what a saved view keeps alive)
+    producer: int  # op index, or EXTERNAL
+    dtype: str
+
+
+@dataclass
+class Trace:
+    """Everything `build_instance` needs; filled by the recorder.
+
+    Blocks are numbered by call: the k-th call of a block module is block k. Operators between
+    two blocks belong to the earlier one; operators after the last block (the head and the loss)
+    belong to block ``n_blocks`` (see `op_block`).
+    """
+
+    ops: list[OpRecord] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+    saved: list[int] = field(default_factory=list)  # value ids in pack order (may repeat)
+    unpacked_before: list[tuple[int, int]] = field(default_factory=list)  # (value, next op index)
+    block_inputs: dict[int, int] = field(default_factory=dict)  # value id -> block it enters
+    block_outputs: dict[int, int] = field(default_factory=dict)  # value id -> block it leaves
+    block_modules: list[str] = field(default_factory=list)  # module path of each block call
+    param_bytes: int = 0  # parameters and buffers (not activations), for the record
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.block_modules)
+
+    def op_block(self, op: OpRecord) -> int:
+        """The block of ``op`` in the instance: -1 before the first block, ``n_blocks`` after
+        the last one."""
+        if not op.in_block and op.block == self.n_blocks - 1 and op.block >= 0:
+            return self.n_blocks
+        return op.block

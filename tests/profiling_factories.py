@@ -1,0 +1,115 @@
+"""Small torch models the profiler tests load: a pre-norm GPT and a CNN (CPU, float32)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# The GPT mirrors slackswap.models.transformer's GPT layer without dropout: token + position
+# embedding, pre-norm layers (LayerNorm, fused QKV, causal SDPA, projection, residual add,
+# LayerNorm, FC1, GeLU, FC2, residual add), final LayerNorm, vocabulary projection, cross-entropy.
+GPT_CONFIG = dict(layers=2, hidden=256, heads=4, mlp=1024, vocab=1024, seq=256, batch=2)
+
+
+class Block(nn.Module):
+    def __init__(self, hidden: int, heads: int, mlp: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.norm2 = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, mlp)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(mlp, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(h, dim=2)
+        q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, layers: int, hidden: int, heads: int, mlp: int, vocab: int, seq: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(seq, hidden)
+        self.blocks = nn.ModuleList(Block(hidden, heads, mlp) for _ in range(layers))
+        self.norm = nn.LayerNorm(hidden)
+        self.lm = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tok(ids) + self.pos(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.lm(self.norm(x))
+
+
+def gpt(**overrides: int):
+    """(model, (ids,), loss_fn): one causal-LM step with cross-entropy on shifted ids."""
+    cfg = {**GPT_CONFIG, **overrides}
+    torch.manual_seed(0)
+    model = TinyGPT(
+        cfg["layers"], cfg["hidden"], cfg["heads"], cfg["mlp"], cfg["vocab"], cfg["seq"]
+    )
+    ids = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]))
+    targets = torch.roll(ids, -1, dims=1)
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    return model, (ids,), loss_fn
+
+
+class ConvStage(nn.Module):
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.bn = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.relu(self.bn(self.conv(x))))
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, widths: tuple[int, ...] = (8, 16, 32), classes: int = 10, image: int = 32):
+        super().__init__()
+        chans = (3, *widths)
+        self.stages = nn.Sequential(
+            *(ConvStage(a, b) for a, b in zip(chans, chans[1:], strict=False))
+        )
+        side = image // 2 ** len(widths)
+        self.head = nn.Linear(widths[-1] * side * side, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(self.stages(x), 1))
+
+
+def cnn(batch: int = 4, image: int = 32):
+    """(model, images): the default loss (sum of the logits) drives the step."""
+    torch.manual_seed(0)
+    return SmallCNN(image=image), torch.randn(batch, 3, image, image)
+
+
+def not_a_module():
+    return "model", torch.zeros(1)
+
+
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("shape mismatch in Broken.forward")
+
+
+def broken():
+    return Broken(), torch.zeros(2, 4)
