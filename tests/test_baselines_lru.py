@@ -50,7 +50,8 @@ def test_timeline_shows_the_eviction_the_stall_and_both_copies() -> None:
     assert kinds.count(0) == 6 and kinds.count(3) == 1 and kinds.count(4) == 1
     stall = kinds.index(3)
     assert (tl.compute_start_s[stall], tl.compute_end_s[stall]) == pytest.approx((2.0, 3.0))
-    copies = sorted(zip(tl.copy_engine.tolist(), tl.copy_start_s.tolist(), tl.copy_end_s.tolist()))
+    lanes = (tl.copy_engine.tolist(), tl.copy_start_s.tolist(), tl.copy_end_s.tolist())
+    copies = sorted(zip(*lanes, strict=True))
     assert copies == [(0, 2.0, 3.0), (1, 5.0, 6.0)]
     assert tl.mem_bytes.max() == 200 and tl.mem_bytes[-1] == 0
     assert simulate_lru(inst, np.full(3, SWAP, dtype=np.int8), 200)["timeline"] is None
