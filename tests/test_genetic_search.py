@@ -197,3 +197,38 @@ def test_repair_properties_on_random_instances(inst, frac: float, seed: int) -> 
 def test_repair_rejects_a_wrong_array(gpt2_small) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="int8"):
         Repair(gpt2_small, 1)(np.zeros((1, gpt2_small.n_tensors), dtype=np.int64))
+
+
+def test_vary_draws_as_deap_varand_does() -> None:
+    from deap import algorithms
+
+    from slackswap.solvers._ga_search import genome, make_toolbox, vary
+
+    cfg = SearchConfig(indpb=0.05, mutation_window=8)
+    rng = np.random.default_rng(0)
+    parents = [genome(rng.integers(0, 3, N_GENES)) for _ in range(9)]
+    for p in parents:
+        p.fitness.values = (0.0, 1.0)
+    picks = [parents[i] for i in rng.integers(0, 9, 24)]  # repeats, as selection gives
+    snapshot = [bytes(p) for p in parents]
+    outs = []
+    for fn in (vary, algorithms.varAnd):
+        with deap_random(11):
+            tb = make_toolbox(N_GENES, cfg)
+            outs.append(fn(picks, tb, 0.7, 0.5))
+    assert [bytes(x) for x in outs[0]] == [bytes(x) for x in outs[1]]
+    assert [x.fitness.valid for x in outs[0]] == [x.fitness.valid for x in outs[1]]
+    assert [bytes(p) for p in parents] == snapshot  # parents untouched
+    assert any(not x.fitness.valid for x in outs[0])
+
+
+def test_window_mutation_changes_only_a_window() -> None:
+    from slackswap.solvers._ga_search import genome, mutate_window
+
+    with deap_random(0):
+        for _ in range(50):
+            g = genome(np.zeros(N_GENES, dtype=np.int8))
+            (g,) = mutate_window(g, width=6, indpb=1.0)
+            changed = np.flatnonzero(np.frombuffer(bytes(g), dtype=np.int8))
+            assert len(g) == N_GENES
+            assert changed.size == 0 or changed.max() - changed.min() < 6

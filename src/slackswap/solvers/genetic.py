@@ -1,0 +1,225 @@
+"""Genetic search over per-tensor keep / swap / recomp plans (DEAP), the simulator as fitness.
+
+The paper bounds SlackSwap's gap with such a search (POET's search space, SwapAdvisor's method,
+45 s, Table 3). Two registered variants:
+
+- ``ga``: seeded with SlackSwap and every other registered solver whose plan is static and that
+  does not itself search (baselines, ablations), then mutants of those seeds to fill the
+  population. Seeds are scored unrepaired and the best plan is kept by elitism, so the result is
+  never worse than SlackSwap's plan in the simulator.
+- ``ga-random``: uniform random genomes, as SwapAdvisor's search starts.
+
+Fitness is the simulator's population entry point (`simulate_many`, barrier-free runtime by
+default): minimise (infeasibility, step seconds) lexicographically, where infeasibility is 0 for a
+plan that simulates, the overflow of the budget as a share of the budget otherwise, and infinity
+for a plan that recomputes a tensor nothing can rebuild.
+
+Repair (``repair=True``, both variants): before scoring, each new genome is repaired in place
+(Lamarckian) by `_ga_repair`: recomp on an unrebuildable tensor becomes swap, and while the
+planner's static memory profile exceeds the budget, the kept tensor idle at the peak with the
+lowest recompute cost per freed byte is recomputed (Pass 2's rule), or the largest one swapped
+when none can be rebuilt. It is what lets the random start reach feasible plans at 20% of P; with
+``repair=False`` the search is the paper's plain GA.
+
+Stops (between generations): ``max_evaluations`` (plans scored), ``max_generations``, and the
+time limit, which counts the seeding too; with none of them, `DEFAULT_GENERATIONS`. Runs stopped
+by an evaluation or generation limit are exactly reproducible from the seed; a run stopped by the
+clock is reproducible up to the generation it reached, which ``info["generations"]`` records
+(pass it as ``max_generations`` to replay the run exactly).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slackswap.problem import Instance, UserError
+from slackswap.solvers._ga_repair import Repair
+from slackswap.solvers._ga_search import BatchFitness, SearchConfig, SearchResult, search
+from slackswap.solvers.base import REGISTRY, Solution, Solver, Tags, register
+
+if TYPE_CHECKING:
+    from slackswap.plan import Budget
+
+_RECOMP = 2
+
+
+def _batch_fitness(instance: Instance, budget: Budget, runtime: str, n_jobs: int) -> BatchFitness:
+    """The simulator's population entry point as a (infeasibility, step seconds) function."""
+    from slackswap.simulator import simulate_many
+
+    budget_bytes = float(budget.bytes_for(instance))
+    unrebuildable = ~np.isfinite(instance.tensor_recompute_s)
+
+    def fitness(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        res = simulate_many(instance, actions, budget, runtime=runtime, n_jobs=n_jobs)
+        feasible = np.asarray(res.feasible, dtype=bool)
+        over = np.asarray(res.overflow_bytes, dtype=np.float64) / max(budget_bytes, 1.0)
+        invalid = ((actions == _RECOMP) & unrebuildable).any(axis=1)
+        # A tiny floor keeps an infeasible plan that reports no overflow behind every feasible one.
+        infeas = np.where(invalid, math.inf, np.maximum(np.nan_to_num(over, nan=math.inf), 1e-12))
+        infeas = np.where(feasible, 0.0, infeas)
+        step = np.where(feasible, np.asarray(res.step_s, dtype=np.float64), math.inf)
+        return infeas, step
+
+    return fitness
+
+
+def seed_plans(
+    instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+) -> list[tuple[str, np.ndarray]]:
+    """Plans of SlackSwap and every registered static-plan solver that does not search, in
+    registry order with SlackSwap first; a solver that raises or returns no plan is skipped."""
+    names = [e.name for e in REGISTRY if e.tags.static_plan and not e.tags.uses_time_limit]
+    names.sort(key=lambda n: n != "slackswap")
+    out: list[tuple[str, np.ndarray]] = []
+    for name in names:
+        try:
+            res = REGISTRY[name].make().solve(instance, budget, time_limit=time_limit, seed=seed)
+        except Exception:  # a failing seed solver costs the search one seed, nothing more
+            continue
+        plan = res.plan if isinstance(res, Solution) else res
+        if plan is not None:
+            out.append((name, np.asarray(plan.actions, dtype=np.int8)))
+    return out
+
+
+class GeneticSearch(Solver):
+    """Genetic search (DEAP) over per-tensor keep/swap/recomp plans, the simulator as fitness."""
+
+    key = "ga"
+    tags = Tags(deterministic=True, uses_time_limit=True, needs=("deap",))
+
+    def __init__(
+        self,
+        *,
+        seeded: bool = True,
+        pop_size: int = 64,
+        cxpb: float = 0.8,
+        mutpb: float = 0.2,
+        indpb: float | None = None,
+        mutation_window: int = 32,
+        elite: int = 2,
+        tournsize: int = 3,
+        repair: bool = True,
+        max_evaluations: int | None = None,
+        max_generations: int | None = None,
+        runtime: str = "barrier-free",
+        n_jobs: int = 2,
+    ) -> None:
+        """Options: ``seeded`` (start from other solvers' plans, else random genomes);
+        ``pop_size``; ``cxpb`` / ``mutpb`` (probability that a pair is crossed / a genome
+        mutated); ``indpb`` (per-gene mutation probability, default 2 / tensors: the expected
+        genes redrawn per mutation is indpb x tensors); ``mutation_window`` (a mutation redraws
+        genes only in a window of this many consecutive tensors, 0 = the whole genome); ``elite``
+        (best plans carried over unchanged); ``tournsize`` (tournament selection); ``repair``
+        (see the module docstring); ``max_evaluations`` / ``max_generations`` (deterministic
+        stops); ``runtime`` (simulator runtime of the fitness and the plan); ``n_jobs`` (threads
+        of the simulator; speed only, never the result)."""
+        self.seeded = seeded
+        self.pop_size = pop_size
+        self.cxpb = cxpb
+        self.mutpb = mutpb
+        self.indpb = indpb
+        self.mutation_window = mutation_window
+        self.elite = elite
+        self.tournsize = tournsize
+        self.repair = repair
+        self.max_evaluations = max_evaluations
+        self.max_generations = max_generations
+        self.runtime = runtime
+        self.n_jobs = n_jobs
+
+    def _check(self) -> None:
+        if self.pop_size < 2:
+            raise UserError(f"ga: pop_size must be at least 2, got {self.pop_size}")
+        for name in ("cxpb", "mutpb"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise UserError(f"ga: {name} must be in [0, 1], got {v}")
+        if self.indpb is not None and not 0.0 < self.indpb <= 1.0:
+            raise UserError(f"ga: indpb must be in (0, 1], got {self.indpb}")
+        if self.mutation_window < 0:
+            raise UserError(f"ga: mutation_window must be >= 0, got {self.mutation_window}")
+        if not 0 <= self.elite < self.pop_size:
+            raise UserError(f"ga: elite must be in [0, pop_size), got {self.elite}")
+        if self.tournsize < 1:
+            raise UserError(f"ga: tournsize must be at least 1, got {self.tournsize}")
+        for name in ("max_evaluations", "max_generations"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise UserError(f"ga: {name} must be non-negative, got {v}")
+        if self.n_jobs < 1:
+            raise UserError(f"ga: n_jobs must be at least 1, got {self.n_jobs}")
+
+    def solve(
+        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+    ) -> Solution:
+        from slackswap.plan import Plan
+
+        t0 = time.perf_counter()
+        self._check()
+        n = instance.n_tensors
+        seeds = (
+            seed_plans(instance, budget, time_limit=time_limit, seed=seed) if self.seeded else []
+        )
+        seeding_s = time.perf_counter() - t0
+        config = SearchConfig(
+            pop_size=self.pop_size,
+            cxpb=self.cxpb,
+            mutpb=self.mutpb,
+            indpb=self.indpb if self.indpb is not None else min(1.0, 2.0 / max(n, 1)),
+            mutation_window=self.mutation_window,
+            elite=self.elite,
+            tournsize=self.tournsize,
+            max_evaluations=self.max_evaluations,
+            max_generations=self.max_generations,
+            time_limit_s=time_limit,
+        )
+        repair = Repair(instance, budget.bytes_for(instance)) if self.repair else None
+        res = search(
+            n,
+            _batch_fitness(instance, budget, self.runtime, self.n_jobs),
+            config,
+            seed=seed,
+            seeds=[a for _, a in seeds],
+            repair=repair,
+            start=t0,
+        )
+        info = _info(res, seeds)
+        info["seeding_s"] = seeding_s
+        plan = None
+        if res.feasible and res.best is not None:
+            plan = Plan(instance, res.best, runtime=self.runtime)
+        else:
+            info["reason"] = (
+                f"no feasible plan in {res.evaluations} evaluations "
+                f"(best overflows the budget by {res.best_infeasibility:.1%})"
+            )
+        return Solution(
+            plan=plan,
+            claimed_step_s=res.best_step_s if plan is not None else None,
+            evaluations=res.evaluations,
+            history=res.history,
+            info=info,
+        )
+
+
+def _info(res: SearchResult, seeds: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
+    return {
+        "generations": res.generations,
+        "stop": res.stop,
+        "search_s": res.elapsed_s,
+        "plans_per_s": res.evaluations / res.elapsed_s if res.elapsed_s > 0 else None,
+        "seed_step_s": {
+            name: (f[1] if f[0] == 0.0 else None)
+            for (name, _), f in zip(seeds, res.initial, strict=True)
+        },
+    }
+
+
+register("ga", "genetic search seeded with SlackSwap and the static baselines")(GeneticSearch)
+register("ga-random", "genetic search from random plans", seeded=False)(GeneticSearch)

@@ -1,0 +1,172 @@
+"""The ``ga`` and ``ga-random`` solvers on small instances, scored by the real simulator."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from slackswap.instances.catalog import build_model
+from slackswap.plan import Budget, Plan
+from slackswap.problem import UserError
+from slackswap.simulator import simulate
+from slackswap.solvers import REGISTRY, Solution, Solver, Status, Tags, run
+from slackswap.solvers import genetic as ga_module
+from slackswap.solvers.base import Registry
+from slackswap.solvers.genetic import GeneticSearch, seed_plans
+
+
+@pytest.fixture(scope="module")
+def small():  # type: ignore[no-untyped-def]
+    # Small enough to simulate fast, deep enough that SlackSwap fits 20% of its peak.
+    return build_model("bert-large", layers=4, seq=512, batch=4)
+
+
+def test_registered_twice_with_the_right_options() -> None:
+    assert REGISTRY["ga"].cls is GeneticSearch and REGISTRY["ga-random"].cls is GeneticSearch
+    assert REGISTRY["ga"].make().seeded is True
+    assert REGISTRY["ga-random"].make().seeded is False
+    tags = REGISTRY["ga"].tags
+    assert tags.uses_time_limit and tags.deterministic and tags.needs == ("deap",)
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.2])
+def test_seeded_never_worse_than_slackswap(small, frac: float) -> None:  # type: ignore[no-untyped-def]
+    base = run("slackswap", small, frac, seed=0)
+    rec = run("ga", small, frac, seed=0, options={"max_evaluations": 600})
+    assert base.status is Status.FEASIBLE and rec.status is Status.FEASIBLE
+    assert rec.step_s is not None and base.step_s is not None
+    assert rec.step_s <= base.step_s
+    assert rec.evaluations is not None and rec.evaluations >= 600
+    assert rec.to_row()["evaluations"] == rec.evaluations
+    # The history ends at the plan's own simulated step and the evaluations scored.
+    assert rec.history[-1][1] == rec.evaluations
+    assert rec.history[-1][2] == pytest.approx(rec.step_s, rel=1e-12)
+    steps = [h[2] for h in rec.history]
+    assert all(b <= a for a, b in zip(steps, steps[1:], strict=False))
+    # The search saw SlackSwap's plan as a seed and scored it as the simulator does.
+    sol = (
+        REGISTRY["ga"]
+        .make(max_evaluations=100)
+        .solve(small, Budget.parse(frac), time_limit=None, seed=0)
+    )
+    assert isinstance(sol, Solution)
+    assert sol.info["seed_step_s"]["slackswap"] == pytest.approx(base.step_s, rel=1e-12)
+
+
+def test_same_seed_same_plan_and_other_seed_differs(small) -> None:  # type: ignore[no-untyped-def]
+    opts = {"max_evaluations": 400}
+    a = run("ga-random", small, 0.5, seed=3, options=opts)
+    b = run("ga-random", small, 0.5, seed=3, options=opts)
+    c = run("ga-random", small, 0.5, seed=4, options=opts)
+    assert a.plan is not None and b.plan is not None and c.plan is not None
+    assert a.plan == b.plan and a.step_s == b.step_s and a.evaluations == b.evaluations
+    assert [h[1:] for h in a.history] == [h[1:] for h in b.history]
+    assert [h[1:] for h in a.history] != [h[1:] for h in c.history]
+
+
+def test_global_random_state_is_left_alone(small) -> None:  # type: ignore[no-untyped-def]
+    random.seed(99)
+    state = random.getstate()
+    run("ga-random", small, 0.5, seed=0, options={"max_generations": 3})
+    assert random.getstate() == state
+
+
+def test_random_start_with_repair_finds_a_plan_at_20_percent(small) -> None:  # type: ignore[no-untyped-def]
+    rec = run("ga-random", small, 0.2, seed=0, options={"max_evaluations": 300})
+    assert rec.status is Status.FEASIBLE
+    assert rec.peak_bytes is not None and rec.peak_bytes <= rec.budget_bytes
+
+
+def test_no_feasible_plan_is_reported_not_raised(small) -> None:  # type: ignore[no-untyped-def]
+    # Below the memory of the largest operator alone nothing can fit.
+    tiny = Budget.bytes(int(small.op_transient_bytes.max() // 2))
+    sol = GeneticSearch(seeded=False, max_generations=2).solve(small, tiny, time_limit=None, seed=0)
+    assert isinstance(sol, Solution) and sol.plan is None
+    assert "no feasible plan" in sol.info["reason"] and sol.evaluations
+    assert sol.history[-1][2] == math.inf
+    rec = run("ga-random", small, tiny, seed=0, options={"max_generations": 2})
+    assert rec.status is Status.INFEASIBLE and "no feasible plan" in rec.reason
+
+
+def test_time_limit_is_honoured(small) -> None:  # type: ignore[no-untyped-def]
+    rec = run("ga", small, 0.3, seed=0, time_limit=1.0)
+    assert rec.status is Status.FEASIBLE
+    assert rec.plan_s <= 1.1
+    assert rec.plan_s >= 0.5  # it searched, rather than returning at once
+
+
+def test_returned_plan_matches_the_claim(small) -> None:  # type: ignore[no-untyped-def]
+    sol = GeneticSearch(max_evaluations=300).solve(
+        small, Budget.parse(0.4), time_limit=None, seed=1
+    )
+    assert isinstance(sol, Solution) and isinstance(sol.plan, Plan)
+    assert sol.plan.runtime == "barrier-free"
+    sim = simulate(small, sol.plan, Budget.parse(0.4))
+    assert sim.feasible and sim.step_s == sol.claimed_step_s
+    assert sol.info["generations"] >= 1 and sol.info["stop"] == "evaluations"
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [{"pop_size": 1}, {"cxpb": 1.5}, {"mutpb": -0.1}, {"indpb": 0.0}, {"elite": 64},
+     {"tournsize": 0}, {"max_evaluations": -1}, {"n_jobs": 0}, {"mutation_window": -2}],
+)  # fmt: skip
+def test_bad_options_are_user_errors(small, opts) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UserError, match=next(iter(opts))):
+        REGISTRY["ga"].make(**opts).solve(small, Budget.parse(0.5), time_limit=None, seed=0)
+
+
+# ----- seeds ------------------------------------------------------------------------------------
+
+
+class _Keep(Solver):
+    key = "t-keep"
+
+    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+        return Plan.keep_all(instance)
+
+
+class _Raises(Solver):
+    key = "t-raise"
+
+    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+        raise RuntimeError("broken seed")
+
+
+class _NoPlan(Solver):
+    key = "t-none"
+
+    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+        return Solution(plan=None)
+
+
+class _Search(Solver):
+    key = "t-search"
+    tags = Tags(uses_time_limit=True)
+
+    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+        raise AssertionError("searches are not seeds")
+
+
+class _Dynamic(Solver):
+    key = "t-dyn"
+    tags = Tags(static_plan=False)
+
+    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+        raise AssertionError("run-time policies are not seeds")
+
+
+def test_seed_plans_skip_failures_searches_and_dynamic_policies(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    reg = Registry()
+    for cls in (_Raises, _Search, _NoPlan, _Dynamic, _Keep):
+        reg.register(cls.key, cls)
+    reg.register("slackswap", REGISTRY["slackswap"].cls)
+    monkeypatch.setattr(ga_module, "REGISTRY", reg)
+    monkeypatch.setattr("slackswap.solvers.base._load_all", lambda: None)
+    seeds = seed_plans(small, Budget.parse(0.5), time_limit=None, seed=0)
+    assert [name for name, _ in seeds] == ["slackswap", "t-keep"]
+    assert np.array_equal(seeds[1][1], np.zeros(small.n_tensors, dtype=np.int8))
+    assert all(a.dtype == np.int8 and a.shape == (small.n_tensors,) for _, a in seeds)
