@@ -121,3 +121,88 @@ def test_offload_swaps_every_checkpoint_but_overlap_keeps_the_newest(gpt: Instan
     assert names(gpt, over, SWAP) == {"emb.out"}
     assert names(gpt, sync, RECOMP) == names(gpt, checkpoint_actions(gpt, [0, 1]), RECOMP)
     assert sync[gpt.tensor_index["head.in"]] == KEEP
+
+
+# ----- planners in the simulator -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpt8() -> Instance:
+    """Eight GPT-2 XL layers at full sequence and batch: copies and compute in paper proportions."""
+    return build_model("gpt2-xl", layers=8)
+
+
+def test_checkpoint_uses_the_fewest_earliest_blocks(gpt8: Instance) -> None:
+    from slackswap.plan import Budget
+    from slackswap.simulator import simulate
+    from slackswap.solvers import run
+
+    assert run("checkpoint", gpt8, 1.0).plan.recompute_bytes == 0  # fits: nothing recomputed
+    for frac in (0.8, 0.6, 0.45):
+        rec = run("checkpoint", gpt8, frac)
+        assert rec.status.value == "feasible" and rec.plan is not None
+        blocks = sorted(set(gpt8.tensor_block[rec.plan.actions == RECOMP].tolist()))
+        k = len(blocks)
+        assert blocks == checkpointable_blocks(gpt8)[:k]
+        fewer = checkpoint_actions(gpt8, blocks[:-1])
+        assert not simulate(gpt8, fewer, Budget.fraction(frac)).feasible
+        assert rec.fwd_stall_s == 0 and rec.d2h_bytes == 0
+
+
+def test_checkpoint_has_no_plan_below_its_floor(gpt8: Instance) -> None:
+    from slackswap.plan import Budget
+    from slackswap.simulator import simulate
+    from slackswap.solvers import run
+
+    rec = run("checkpoint", gpt8, 0.1)
+    assert rec.status.value == "infeasible" and rec.plan is None
+    floor = rec.min_budget_bytes
+    assert floor is not None and 0.1 * gpt8.peak_bytes < floor < gpt8.peak_bytes
+    every = checkpoint_actions(gpt8, checkpointable_blocks(gpt8))
+    assert simulate(gpt8, every, Budget.bytes(floor)).feasible
+    assert not simulate(gpt8, every, Budget.bytes(floor - 1)).feasible
+    assert run("checkpoint", gpt8, Budget.bytes(floor)).status.value == "feasible"
+
+
+def test_vdnn_dynamic_policy_steps_from_none_to_conv_to_all(gpt8: Instance) -> None:
+    from slackswap.solvers import run
+
+    seen = []
+    for frac in (1.0, 0.7, 0.4):
+        rec = run("vdnn", gpt8, frac)
+        assert rec.status.value == "feasible" and rec.runtime == "barriers"
+        swapped = rec.plan.actions == SWAP
+        seen.append("none" if not swapped.any() else "all" if swapped.all() else "conv")
+        assert rec.recompute_bytes == 0
+    assert seen == ["none", "conv", "all"]
+    forced = run("vdnn", gpt8, 1.0, options={"policy": "all"})
+    assert forced.d2h_bytes == gpt8.saved_bytes and forced.step_s > forced.ideal_s
+
+
+def test_vdnn_rejects_an_unknown_policy(gpt8: Instance) -> None:
+    from slackswap.problem import UserError
+    from slackswap.solvers import run
+
+    with pytest.raises(UserError, match="policy"):
+        run("vdnn", gpt8, 0.5, options={"policy": "some"})
+
+
+def test_swapadvisor_copies_the_deficit_and_recomputes_nothing(gpt8: Instance) -> None:
+    from slackswap.solvers import run
+
+    rec = run("swapadvisor", gpt8, 0.6)
+    assert rec.status.value == "feasible" and rec.recompute_s == 0
+    assert rec.d2h_bytes == rec.swap_bytes >= 0.4 * gpt8.peak_bytes
+    low = run("swapadvisor", gpt8, 0.05, find_min_budget=False)
+    assert low.status.value == "infeasible" and "GB" in low.reason
+
+
+def test_overlapped_offload_hides_its_copies_and_sync_does_not(gpt8: Instance) -> None:
+    from slackswap.solvers import run
+
+    sync = run("offload-sync", gpt8, 0.45)
+    over = run("offload-overlap", gpt8, 0.45)
+    assert sync.status.value == over.status.value == "feasible"
+    assert over.recompute_s == pytest.approx(sync.recompute_s)
+    assert over.fwd_stall_s + over.bwd_stall_s == pytest.approx(0.0, abs=1e-9)
+    assert sync.fwd_stall_s > 0 and sync.bwd_stall_s > 0
+    assert sync.step_s > over.step_s
+    assert sync.d2h_bytes == over.d2h_bytes + gpt8.tensor_bytes[gpt8.tensor_index["L7.in"]]
