@@ -52,7 +52,7 @@ INT_COLUMNS = frozenset(
     }
 )  # fmt: skip
 #: Columns that change from run to run of the same job (compare rows without them).
-TIMING_COLUMNS = ("plan_s", "wall_s", "gap_to_best", "version")
+TIMING_COLUMNS = ("plan_s", "wall_s")
 
 SUFFIXES = (".csv", ".parquet", ".pq")
 
@@ -73,8 +73,8 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
         v: Any = row.get(k)
         if isinstance(v, float) and not math.isfinite(v):
             v = None
-        elif isinstance(v, str):
-            v = v.replace("\r", " ").replace("\n", " ")
+        elif isinstance(v, str):  # CSV cannot tell "" from missing: "" is missing everywhere
+            v = v.replace("\r", " ").replace("\n", " ") or None
         elif isinstance(v, np.generic):
             v = v.item()
             if isinstance(v, float) and not math.isfinite(v):

@@ -1,0 +1,189 @@
+"""The batch runner: a sweep's jobs through joblib (one machine) or Dask (a cluster).
+
+Rows come back as jobs finish (in any order); each is appended to the results file at once
+(`ResultsWriter`), shown on a progress bar (jobs done, failures, time left) and handed to
+``on_row``. ``resume=True`` skips jobs whose ``job_id`` is already in the results file.
+
+Backends:
+- ``joblib`` with ``jobs=1`` runs in this process (no pickling, the wall-clock guard is a
+  signal timer); with ``jobs>1`` it uses loky worker processes, results unordered.
+- ``dask`` submits to a ``dask.distributed`` scheduler (``scheduler`` address, or a `Client`),
+  or starts a local cluster of ``jobs`` single-threaded worker processes when given neither.
+  Instances are scattered to the workers once, so instance files need not be visible there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pandas as pd
+
+from slackswap.analysis.execute import execute, failure_row
+from slackswap.analysis.jobs import Job, Sweep
+from slackswap.analysis.results import ResultsWriter, rows_to_frame
+from slackswap.problem import UserError
+
+BACKENDS = ("joblib", "dask")
+FAILED = ("error", "timeout")
+
+
+def run_sweep(
+    sweep: Sweep | list[Job],
+    *,
+    results: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    jobs: int = 1,
+    backend: str = "joblib",
+    scheduler: str | None = None,
+    client: Any = None,
+    progress: bool | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> pd.DataFrame:
+    """Run every job (skipping those already in ``results`` when ``resume``); return all rows.
+
+    The frame holds one row per job of the sweep, in the sweep's order, including rows found in
+    the results file. ``progress=None`` shows the bar only on a terminal.
+    """
+    if backend not in BACKENDS:
+        raise UserError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if isinstance(sweep, Sweep):
+        sweep.check()
+        all_jobs = sweep.jobs()
+    else:
+        all_jobs = list(sweep)
+    if resume and results is None:
+        raise UserError("--resume needs a results file (-o FILE)")
+
+    writer = ResultsWriter(results, resume=resume) if results is not None else None
+    found: dict[str, dict[str, Any]] = {}
+    if writer is not None and resume:
+        wanted = {j.job_id for j in all_jobs}
+        found = {r["job_id"]: r for r in writer.rows if r.get("job_id") in wanted}
+    pending = [j for j in all_jobs if j.job_id not in found]
+    if on_row is not None:
+        for j in all_jobs:
+            if j.job_id in found:
+                on_row(found[j.job_id])
+
+    rows = dict(found)
+    bar = _progress(len(all_jobs), len(found), progress)
+    failures = sum(1 for r in found.values() if r.get("status") in FAILED)
+    try:
+        for row in _dispatch(pending, jobs, backend, scheduler, client):
+            rows[row["job_id"]] = row
+            if writer is not None:
+                writer.append(row)
+            if on_row is not None:
+                on_row(row)
+            if row.get("status") in FAILED:
+                failures += 1
+            if bar is not None:
+                bar.set_postfix_str(f"failed={failures}", refresh=False)
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        if writer is not None:
+            writer.close()
+    ordered = [rows[j.job_id] for j in all_jobs if j.job_id in rows]
+    return rows_to_frame(ordered)
+
+
+def _progress(total: int, done: int, progress: bool | None) -> Any:
+    if progress is False:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        initial=done,
+        unit="job",
+        desc="sweep",
+        file=sys.stderr,
+        disable=None if progress is None else False,  # None: only on a terminal
+        dynamic_ncols=True,
+    )
+
+
+def _dispatch(
+    pending: list[Job], jobs: int, backend: str, scheduler: str | None, client: Any
+) -> Iterator[dict[str, Any]]:
+    if not pending:
+        return iter(())
+    if backend == "dask":
+        return _dask(pending, jobs, scheduler, client)
+    if jobs == 1:
+        return (execute(j) for j in pending)
+    return _joblib(pending, jobs)
+
+
+def _payload(job: Job) -> Any:
+    # Instances with a spec are rebuilt (once) by each worker; others travel with the job.
+    return job.instance.obj if not job.instance.spec else None
+
+
+def _joblib(pending: list[Job], jobs: int) -> Iterator[dict[str, Any]]:
+    from joblib import Parallel, delayed
+
+    par = Parallel(n_jobs=min(jobs, len(pending)), backend="loky", return_as="generator_unordered")
+    yield from par(delayed(execute)(j, _payload(j)) for j in pending)
+
+
+def _dask(
+    pending: list[Job], jobs: int, scheduler: str | None, client: Any
+) -> Iterator[dict[str, Any]]:
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ModuleNotFoundError:
+        raise UserError(
+            "the dask backend needs dask.distributed: pip install 'slackswap[dask]'"
+        ) from None
+    own: list[Any] = []
+    if client is None:
+        if scheduler:
+            try:
+                client = Client(scheduler, timeout="20s")
+            except (OSError, TimeoutError) as exc:
+                raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+        else:
+            cluster = LocalCluster(
+                n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
+            )
+            client = Client(cluster)
+            own.append(cluster)
+        own.insert(0, client)
+    futures: dict[Any, Job] = {}
+    try:
+        scattered: dict[str, Any] = {}
+        for j in pending:
+            h = j.instance.content_hash
+            if h not in scattered:
+                scattered[h] = client.scatter(j.instance.load(), broadcast=True, hash=False)
+        for j in pending:
+            fut = client.submit(execute, j, scattered[j.instance.content_hash], pure=False)
+            futures[fut] = j
+        for fut in as_completed(list(futures)):
+            job = futures[fut]
+            try:
+                row = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a lost worker is this job's error row
+                row = failure_row(job, "error", f"dask: {type(exc).__name__}: {exc}", 0.0)
+                row.update(job.columns())
+            yield row
+    finally:
+        for fut in futures:
+            if not fut.done():
+                fut.cancel()
+        for obj in own:
+            obj.close()
+
+
+def sweep_rows(frame: pd.DataFrame) -> Iterable[dict[str, Any]]:
+    """A results frame's rows as plain dicts (missing values as None)."""
+    for rec in frame.astype(object).where(frame.notna(), None).to_dict(orient="records"):
+        yield {str(k): v for k, v in rec.items()}

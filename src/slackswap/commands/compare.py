@@ -1,0 +1,204 @@
+"""``slackswap compare``: run solvers over instances x budgets x seeds (the batch runner)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from slackswap.problem import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="run solvers over instances x budgets x seeds, in parallel",
+        description=(
+            "Run every (instance, budget, solver, seed) job, append each finished row to the "
+            "results file, and print a table (or one JSON object per line with --json)."
+        ),
+    )
+    p.add_argument("instances", nargs="*", metavar="INSTANCE", help="catalog name or file")
+    p.add_argument(
+        "--budgets",
+        help="fractions of the peak P or bytes: 1.0,0.5,11GB, 50%%, or a range 1.0:0.1:-0.1",
+    )
+    p.add_argument("--solvers", help="comma-separated solver names (see `slackswap solvers`)")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="SOLVER.KEY=VALUE",
+        help="a solver option (VALUE read as JSON, else text); repeatable",
+    )
+    p.add_argument("--time-limit", type=float, metavar="S", help="seconds per solve")
+    p.add_argument(
+        "--job-timeout",
+        type=float,
+        metavar="S",
+        help="hard wall-clock limit per job (default: 2 x time limit + 30 s; none without one)",
+    )
+    p.add_argument("--seeds", help="comma-separated seeds (default 0)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line and job")
+    p.add_argument("-o", "--output", metavar="FILE", help="results file (.csv or .parquet)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel jobs (default 1)")
+    p.add_argument("--backend", choices=("joblib", "dask"), default="joblib")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786)")
+    p.add_argument("--resume", action="store_true", help="skip jobs already in the results file")
+    p.add_argument("--sweep", metavar="FILE", help="a sweep file (.toml or .yaml)")
+    p.add_argument(
+        "--no-min-budget",
+        action="store_true",
+        help="do not bisect the smallest feasible budget of infeasible runs",
+    )
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", action="store_true", default=None, help="always show the bar")
+    prog.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=main)
+
+
+def build_sweep(args: argparse.Namespace) -> Any:
+    """The sweep the arguments describe (a sweep file, overridden by explicit options)."""
+    from slackswap.analysis.jobs import Sweep, parse_budgets, ref_from_arg
+    from slackswap.analysis.sweepfile import load_sweep, parse_solvers
+
+    sweep = load_sweep(args.sweep) if args.sweep else None
+    refs = [ref_from_arg(name) for name in args.instances]
+    if sweep is None:
+        if not refs:
+            raise UserError("name at least one INSTANCE (or give --sweep FILE)")
+        if not args.budgets:
+            raise UserError("--budgets is required (e.g. 1.0,0.5,0.2 or 1.0:0.1:-0.1)")
+        if not args.solvers:
+            raise UserError("--solvers is required (e.g. slackswap,vdnn; see `slackswap solvers`)")
+        sweep = Sweep(instances=refs, budgets=[], solvers=[])
+    else:
+        sweep.instances = [*sweep.instances, *refs]
+    if args.budgets:
+        sweep.budgets = parse_budgets(args.budgets)
+    if args.solvers:
+        sweep.solvers = parse_solvers(args.solvers)
+    if args.option:
+        sweep.solvers = _apply_options(sweep.solvers, args.option)
+    if args.seeds:
+        sweep.seeds = _seeds(args.seeds)
+    if args.time_limit is not None:
+        if args.time_limit <= 0:
+            raise UserError(f"--time-limit must be positive, got {args.time_limit:g}")
+        sweep.time_limit = args.time_limit
+    if args.job_timeout is not None:
+        if args.job_timeout <= 0:
+            raise UserError(f"--job-timeout must be positive, got {args.job_timeout:g}")
+        sweep.job_timeout = args.job_timeout
+    if args.no_min_budget:
+        sweep.find_min_budget = False
+    if args.output:
+        sweep.output = args.output
+    sweep.check()
+    return sweep
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"--seeds: expected integers like 0,1,2, got {text!r}") from None
+
+
+def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
+    from slackswap.analysis.jobs import SolverSpec
+
+    extra: dict[str, dict[str, Any]] = {}
+    for item in items:
+        target, eq, value = item.partition("=")
+        name, dot, key = target.rpartition(".")
+        if not eq or not dot or not name or not key:
+            raise UserError(f"--option {item!r}: expected SOLVER.KEY=VALUE")
+        try:
+            parsed: Any = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        extra.setdefault(name, {})[key] = parsed
+    names = {s.name for s in solvers}
+    for name in extra:
+        if name not in names:
+            raise UserError(f"--option names solver {name!r}, which is not in --solvers")
+    return [
+        SolverSpec.of(s.name, {**dict(s.options), **extra.get(s.name, {})}, s.time_limit)
+        for s in solvers
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    from slackswap.analysis.runner import run_sweep
+
+    sweep = build_sweep(args)
+    if args.resume and not sweep.output:
+        raise UserError("--resume needs a results file: -o FILE (or output in the sweep file)")
+    if args.scheduler and args.backend != "dask":
+        raise UserError("--scheduler needs --backend dask")
+
+    def emit(row: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(row, allow_nan=False, default=_json_default) + "\n")
+        sys.stdout.flush()
+
+    df = run_sweep(
+        sweep,
+        results=sweep.output,
+        resume=args.resume,
+        jobs=args.jobs,
+        backend=args.backend,
+        scheduler=args.scheduler,
+        progress=args.progress,
+        on_row=emit if args.json else None,
+    )
+    if not args.json:
+        print(format_results(df))
+    failed = int(df["status"].isin(["error", "timeout"]).sum())
+    if failed:
+        print(f"slackswap: {failed} of {len(df)} jobs failed (error or timeout)", file=sys.stderr)
+    if sweep.output:
+        print(f"results: {sweep.output} ({len(df)} rows)", file=sys.stderr)
+    return 0
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def format_results(df: Any) -> str:
+    """The per-job table (ms, %, GB) for the terminal."""
+    import pandas as pd
+
+    from slackswap.commands.common import format_table
+
+    def f(x: Any, scale: float, digits: int) -> str:
+        return "-" if pd.isna(x) else f"{scale * float(x):.{digits}f}"
+
+    rows = []
+    for r in df.itertuples(index=False):
+        rows.append(
+            [
+                r.instance,
+                f"{100 * r.budget_fraction:g}%" if not pd.isna(r.budget_fraction) else r.budget,
+                r.solver,
+                r.seed,
+                r.status,
+                f(r.step_s, 1e3, 1),
+                f(r.throughput, 100, 1),
+                f(r.recompute_s, 1e3, 1),
+                f(r.fwd_stall_s, 1e3, 1),
+                f(r.bwd_stall_s, 1e3, 1),
+                f(r.d2h_bytes, 1e-9, 2),
+                f(r.plan_s, 1e3, 1),
+                f(r.gap, 100, 2),
+            ]
+        )
+    header = [
+        "instance", "budget", "solver", "seed", "status", "step ms", "thr %", "recomp ms",
+        "fwd stall ms", "bwd stall ms", "D2H GB", "plan ms", "gap %",
+    ]  # fmt: skip
+    return format_table(rows, header)
