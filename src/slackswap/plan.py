@@ -1,0 +1,281 @@
+"""A plan (keep / swap / recompute per saved tensor), its JSON file, and the memory budget."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from slackswap.problem import Instance, UserError
+
+KEEP = 0
+SWAP = 1
+RECOMP = 2
+
+ACTION_NAMES = ("keep", "swap", "recomp")
+_ACTION_CODES = {"keep": KEEP, "swap": SWAP, "recomp": RECOMP, "recompute": RECOMP}
+
+PLAN_FORMAT = "slackswap-plan"
+PLAN_VERSION = 1
+DEFAULT_RUNTIME = "barrier-free"
+
+
+class PlanError(ValueError, UserError):
+    """A plan or budget that does not fit its instance or its format (one-line message)."""
+
+
+def check_actions(instance: Instance, actions: Any) -> np.ndarray:
+    """``actions`` as a contiguous int8 array of length n_tensors with values in {0, 1, 2}."""
+    try:
+        arr = np.asarray(actions)
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"actions: not an integer array ({exc})") from None
+    if arr.ndim != 1 or arr.shape[0] != instance.n_tensors:
+        raise PlanError(
+            f"actions: expected {instance.n_tensors} entries (one per saved tensor of "
+            f"{instance.name!r}), got shape {arr.shape}"
+        )
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)):
+            raise PlanError(
+                f"actions: expected integers 0 (keep), 1 (swap), 2 (recomp), got {arr.dtype}"
+            )
+    bad = np.flatnonzero((arr < 0) | (arr > 2))
+    if bad.size:
+        i = int(bad[0])
+        raise PlanError(
+            f"actions[{i}] = {arr[i]!r} (tensor {instance.tensor_name[i]!r}): "
+            "must be 0 (keep), 1 (swap) or 2 (recomp)"
+        )
+    return np.ascontiguousarray(arr, dtype=np.int8)
+
+
+class Plan:
+    """One action per saved tensor of an instance (tensor order), for one runtime.
+
+    ``actions`` is a read-only int8 array: 0 keep, 1 swap, 2 recomp. Plans compare equal by
+    (instance content hash, runtime, actions).
+    """
+
+    __slots__ = ("instance", "actions", "runtime", "_hash")
+
+    def __init__(self, instance: Instance, actions: Any, runtime: str = DEFAULT_RUNTIME):
+        arr = check_actions(instance, actions)
+        if arr is actions or np.shares_memory(arr, np.asarray(actions)):
+            arr = arr.copy()
+        arr.setflags(write=False)
+        self.instance = instance
+        self.actions = arr
+        self.runtime = str(runtime)
+        self._hash: str | None = None
+
+    @classmethod
+    def keep_all(cls, instance: Instance, runtime: str = DEFAULT_RUNTIME) -> Plan:
+        """The plan that keeps every tensor (the ideal step when the budget is at least P)."""
+        return cls(instance, np.zeros(instance.n_tensors, dtype=np.int8), runtime)
+
+    @property
+    def instance_hash(self) -> str:
+        if self._hash is None:
+            self._hash = self.instance.content_hash
+        return self._hash
+
+    def _bytes_of(self, action: int) -> int:
+        return int(self.instance.tensor_bytes[self.actions == action].sum())
+
+    @property
+    def keep_bytes(self) -> int:
+        return self._bytes_of(KEEP)
+
+    @property
+    def swap_bytes(self) -> int:
+        return self._bytes_of(SWAP)
+
+    @property
+    def recompute_bytes(self) -> int:
+        return self._bytes_of(RECOMP)
+
+    def counts(self) -> dict[str, int]:
+        """Number of tensors per action name."""
+        return {n: int(np.count_nonzero(self.actions == k)) for k, n in enumerate(ACTION_NAMES)}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return (
+            self.runtime == other.runtime
+            and self.instance_hash == other.instance_hash
+            and np.array_equal(self.actions, other.actions)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.instance_hash, self.runtime, self.actions.tobytes()))
+
+    def __repr__(self) -> str:
+        c = self.counts()
+        return (
+            f"Plan({self.instance.name!r}, keep={c['keep']}, swap={c['swap']}, "
+            f"recomp={c['recomp']}, runtime={self.runtime!r})"
+        )
+
+    # ----- files ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        names = self.instance.tensor_name
+        return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_VERSION,
+            "instance": self.instance.name,
+            "instance_hash": self.instance_hash,
+            "runtime": self.runtime,
+            "summary": {
+                "keep_bytes": self.keep_bytes,
+                "swap_bytes": self.swap_bytes,
+                "recompute_bytes": self.recompute_bytes,
+                **self.counts(),
+            },
+            "actions": {names[i]: ACTION_NAMES[int(a)] for i, a in enumerate(self.actions)},
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the plan as JSON, atomically: instance name and content hash, tensors by name."""
+        from slackswap.instances.format import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, d: Any, instance: Instance, source: str = "<dict>") -> Plan:
+        """A plan from its JSON form; refuses a plan made for another instance."""
+        if not isinstance(d, dict) or d.get("format") != PLAN_FORMAT:
+            raise PlanError(f"{source}: not a slackswap plan file (format != {PLAN_FORMAT!r})")
+        if d.get("version") != PLAN_VERSION:
+            raise PlanError(f"{source}: version = {d.get('version')!r}: expected {PLAN_VERSION}")
+        h = d.get("instance_hash")
+        if h != instance.content_hash:
+            raise PlanError(
+                f"{source}: plan made for instance {d.get('instance')!r} (hash {str(h)[:12]}), "
+                f"not for {instance.name!r} (hash {instance.content_hash[:12]})"
+            )
+        runtime = d.get("runtime", DEFAULT_RUNTIME)
+        if not isinstance(runtime, str):
+            raise PlanError(f"{source}: runtime = {runtime!r}: expected a runtime name")
+        acts = d.get("actions")
+        if not isinstance(acts, dict):
+            raise PlanError(f"{source}: actions: expected an object tensor name -> action")
+        index = instance.tensor_index
+        arr = np.full(instance.n_tensors, -1, dtype=np.int8)
+        for name, a in acts.items():
+            i = index.get(name)
+            if i is None:
+                raise PlanError(f"{source}: actions[{name!r}]: no saved tensor of that name")
+            code = _ACTION_CODES.get(a) if isinstance(a, str) else None
+            if code is None:
+                raise PlanError(
+                    f"{source}: actions[{name!r}] = {a!r}: expected keep, swap or recomp"
+                )
+            arr[i] = code
+        missing = np.flatnonzero(arr < 0)
+        if missing.size:
+            raise PlanError(
+                f"{source}: actions: no action for tensor {instance.tensor_name[int(missing[0])]!r}"
+                f" ({missing.size} missing)"
+            )
+        return cls(instance, arr, runtime)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], instance: Instance) -> Plan:
+        """Read a plan file written by `save` for ``instance``."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise PlanError(f"{path}: no such plan file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PlanError(f"{path}: cannot read ({exc})") from None
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        return cls.from_dict(d, instance, source=str(path))
+
+
+_UNITS = {
+    "B": 1.0,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KIB": 2.0**10,
+    "MIB": 2.0**20,
+    "GIB": 2.0**30,
+    "TIB": 2.0**40,
+}
+_BYTES_RE = re.compile(r"^\s*([0-9.eE+\-]+)\s*([KMGT]I?B|B)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The device-memory budget M: a fraction of the instance's no-swap peak P, or bytes."""
+
+    kind: str  # "fraction" or "bytes"
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("fraction", "bytes"):
+            raise PlanError(f"budget kind {self.kind!r}: expected 'fraction' or 'bytes'")
+        v = float(self.value)
+        if not math.isfinite(v) or v <= 0:
+            raise PlanError(f"budget = {self.value!r}: must be a positive finite number")
+        object.__setattr__(self, "value", v)
+
+    @classmethod
+    def fraction(cls, f: float) -> Budget:
+        """A share of P (0.5 = half the no-swap peak)."""
+        return cls("fraction", f)
+
+    @classmethod
+    def bytes(cls, b: float) -> Budget:
+        return cls("bytes", b)
+
+    @classmethod
+    def parse(cls, spec: Budget | float | int | str) -> Budget:
+        """``0.5``, ``"0.5"``, ``"50%"`` (fractions of P) or ``"11GB"``, ``"11e9B"`` (bytes)."""
+        if isinstance(spec, Budget):
+            return spec
+        if isinstance(spec, bool):
+            raise PlanError(f"budget = {spec!r}: expected a fraction of P or bytes")
+        if isinstance(spec, int | float | np.integer | np.floating):
+            return cls.fraction(float(spec))
+        if not isinstance(spec, str):
+            raise PlanError(f"budget = {spec!r}: expected a fraction of P or bytes")
+        s = spec.strip()
+        try:
+            if s.endswith("%"):
+                return cls.fraction(float(s[:-1]) / 100.0)
+            m = _BYTES_RE.match(s)
+            if m:
+                return cls.bytes(float(m.group(1)) * _UNITS[m.group(2).upper()])
+            return cls.fraction(float(s))
+        except ValueError:
+            raise PlanError(
+                f"budget = {spec!r}: expected a fraction of P (0.5, 50%) or bytes (11GB, 11e9B)"
+            ) from None
+
+    def bytes_for(self, instance: Instance) -> int:
+        """The budget in bytes for ``instance`` (a fraction is taken of its peak P, rounded down)."""
+        if self.kind == "bytes":
+            return int(math.floor(self.value))
+        return int(math.floor(self.value * instance.peak_bytes))
+
+    def fraction_of(self, instance: Instance) -> float:
+        """The budget as a share of ``instance``'s peak P."""
+        if self.kind == "fraction":
+            return self.value
+        return self.value / instance.peak_bytes if instance.peak_bytes else math.inf
+
+    def __str__(self) -> str:
+        if self.kind == "fraction":
+            return f"{self.value * 100:g}%"
+        return f"{self.value / 1e9:g}GB"

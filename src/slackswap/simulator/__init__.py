@@ -1,0 +1,66 @@
+"""The event model (paper Sec. 4.1) and runtimes (Sec. 3.4) that judge every plan.
+
+One training step on one GPU: a compute stream running the operators in order, a D2H and an H2D
+DMA engine, and a memory budget M. Semantics (the paper's ambiguities decided here; each is
+tested in ``tests/test_simulator*.py``):
+
+Memory (bytes, fragmentation-free). A saved tensor is allocated when its producer starts; an
+operator's ``op_transient_bytes`` (temporaries, gradient buffers) live while it runs. Before each
+operator or rebuild starts, used memory + its allocation must fit in M. keep: resident until
+its last backward reader ends. recomp: freed after its last forward reader; rebuilt by a rebuild
+step of ``tensor_recompute_s`` on the compute stream (counted in ``recompute_s``) right before
+its first backward reader, resident from then until its last backward reader. A rebuild input
+that is itself recomp is rebuilt first, at the same point (so a chain rebuilds inputs first and
+each stays until its own last backward reader); a swapped input must be on the device (its H2D
+deadline is the earliest of its first backward reader and any rebuild needing it); a kept input
+stays at least until the rebuilds that read it. RECOMP of a tensor with infinite recompute cost
+makes the plan invalid (``feasible=False``; ``overflow_bytes`` is then the bytes of such tensors).
+
+Link. Each engine runs its copies one at a time at ``link_bw_Bps``, at ``duplex_factor`` of it
+while the other engine is busy (a copy in its latency phase counts as busy), after a fixed
+``copy_latency_s`` per copy; rates change only when a copy starts or ends.
+
+Barrier-free runtime (SlackSwap, Sec. 3.4). D2H: swapped tensors in production order (FIFO),
+each starting no earlier than the end of its producer; the device buffer is freed once both the
+copy and the last forward reader are done. A swapped tensor whose copy is not finished when the
+backward pass starts stays on the device (no H2D); it becomes evictable once its host copy
+exists. H2D: from the start of backward, in deadline order; the head copy is admitted when used
+memory + its bytes + the transient bytes of the next three operators not yet started fit in M
+(rebuilt tensors are not part of the look-ahead); its bytes are allocated on admission. Compute
+waits only for the swapped tensors the next operator or rebuild reads (stall: copy).
+Deadlock rule: when compute waits for a tensor still queued and the H2D engine is idle (the
+look-ahead refused the head), the head is admitted without the look-ahead, evicting if needed.
+When compute lacks memory (stall: memory) no H2D copy is admitted; in the forward pass it waits
+for in-flight D2H copies (they free buffers); in the backward pass it evicts device copies of
+swapped tensors that have a host copy and are not needed by the current operator, furthest next
+use first (queued again for H2D with that use as deadline), else waits for any copy in flight.
+If nothing is in flight and nothing can be evicted the plan is infeasible: ``reason`` and
+``fail_op`` name the first failure, the run continues over budget and ``overflow_bytes`` is the
+largest excess seen (so a search can rank infeasible plans); ``step_s`` is inf.
+
+Other runtimes (`RUNTIMES`): ``barriers`` (vDNN: the first forward operator of a layer, and the
+first backward one, wait until every earlier offload is done; at the start of each backward layer
+segment the prefetches of the next segment are released and compute waits until every swapped
+tensor needed in the current segment is on the device), ``layer-prefetch`` (same release, no
+wait), ``sync`` (every operator waits for every earlier offload; a swapped tensor's H2D starts
+only when compute needs it; no look-ahead). Layers are ``op_layer``.
+
+Times. The step is ``ideal_s + delay``, where delay accumulates rebuild times and stalls: a plan
+that never waits gives ``step_s == ideal_s`` exactly. Copies still running after the last
+operator do not lengthen the step.
+"""
+
+from slackswap.simulator.api import simulate, simulate_many
+from slackswap.simulator.result import BatchResult, SimResult, Timeline
+from slackswap.simulator.runtimes import RUNTIMES, RuntimeSpec, register_runtime
+
+__all__ = [
+    "RUNTIMES",
+    "BatchResult",
+    "RuntimeSpec",
+    "SimResult",
+    "Timeline",
+    "register_runtime",
+    "simulate",
+    "simulate_many",
+]

@@ -1,0 +1,242 @@
+"""`simulate` (one plan, optional timeline) and `simulate_many` (a population, 1-2 threads)."""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from slackswap.plan import Budget, Plan, PlanError, check_actions
+from slackswap.problem import Instance
+from slackswap.simulator import kernel as K
+from slackswap.simulator.result import BatchResult, SimResult, Timeline
+from slackswap.simulator.runtimes import get_runtime
+from slackswap.simulator.static import static_for
+
+_N_OUT_F = 6
+_N_OUT_I = 9
+_local = threading.local()
+
+
+def _work(inst: Instance) -> K.Work:
+    """A thread's scratch arrays for this instance's sizes (reused across calls)."""
+    key = (inst.n_ops, inst.n_tensors)
+    cache = getattr(_local, "work", None)
+    if cache is None or cache[0] != key:
+        cache = (key, K.new_work(*key))
+        _local.work = cache
+    return cache[1]
+
+
+_NO_RECORD: K.Record | None = None
+
+
+def _no_record() -> K.Record:
+    global _NO_RECORD
+    if _NO_RECORD is None:
+        _NO_RECORD = K.new_record(0)
+    return _NO_RECORD
+
+
+def _budget_bytes(inst: Instance, budget: Budget | float | str) -> int:
+    return Budget.parse(budget).bytes_for(inst)
+
+
+def _actions(inst: Instance, plan: Plan | Any, runtime: str | None) -> tuple[np.ndarray, str]:
+    if isinstance(plan, Plan):
+        if plan.instance is not inst and plan.instance_hash != inst.content_hash:
+            raise PlanError(
+                f"plan made for instance {plan.instance.name!r} "
+                f"(hash {plan.instance_hash[:12]}), not for {inst.name!r} "
+                f"(hash {inst.content_hash[:12]})"
+            )
+        return plan.actions, runtime or plan.runtime
+    return check_actions(inst, plan), runtime or "barrier-free"
+
+
+def _reason(inst: Instance, code: int, op: int, tensor: int, over: int) -> str:
+    if code == K.R_NO_RECOMPUTE:
+        return (
+            f"invalid plan: tensor {inst.tensor_name[tensor]!r} is marked recomp but no "
+            "operator rebuilds it (infinite recompute cost)"
+        )
+    where = f"operator {inst.op_name[op]!r} (#{op})" if op >= 0 else "the start"
+    if code == K.R_OOM_COMPUTE:
+        return (
+            f"out of memory at {where}: {over} bytes over the budget with no copy in flight "
+            "and nothing evictable"
+        )
+    if code == K.R_OOM_H2D:
+        return (
+            f"out of memory at {where}: the prefetch of {inst.tensor_name[tensor]!r} does not "
+            f"fit ({over} bytes over the budget) and nothing is evictable"
+        )
+    return f"simulation stuck at {where} (no progress possible)"
+
+
+def _run(
+    inst: Instance,
+    acts: np.ndarray,
+    budget_bytes: int,
+    runtime: str,
+    record: K.Record,
+    rec: bool,
+    lo: int,
+    hi: int,
+    out_f: np.ndarray,
+    out_i: np.ndarray,
+) -> K.Work:
+    spec = get_runtime(runtime)
+    S = static_for(inst)
+    W = _work(inst)
+    fw, hr, la = spec.code()
+    K.run_batch(S, acts, budget_bytes, fw, hr, la, W, record, rec, out_f, out_i, lo, hi)
+    return W
+
+
+def simulate(
+    instance: Instance,
+    plan: Plan | Any,
+    budget: Budget | float | str,
+    runtime: str | None = None,
+    timeline: bool = False,
+) -> SimResult:
+    """Simulate one training step of ``plan`` under ``budget`` (a `Budget` or a fraction of P).
+
+    ``plan`` is a `Plan` or an actions array (tensor order; 0 keep, 1 swap, 2 recomp).
+    ``runtime`` defaults to the plan's (``"barrier-free"`` for an array). Deterministic and pure;
+    an infeasible plan gives ``feasible=False`` with a reason, never an exception. See
+    `slackswap.simulator` for the semantics.
+    """
+    acts, runtime = _actions(instance, plan, runtime)
+    get_runtime(runtime)
+    b = _budget_bytes(instance, budget)
+    acts2 = np.array(acts, dtype=np.int8).reshape(1, -1)  # writable: one kernel signature
+    out_f = np.zeros((1, _N_OUT_F))
+    out_i = np.zeros((1, _N_OUT_I), dtype=np.int64)
+    tl = None
+    if timeline:
+        cap = 4 * (instance.n_ops + 4 * instance.n_tensors) + 64
+        while True:
+            rec = K.new_record(cap)
+            W = _run(instance, acts2, b, runtime, rec, True, 0, 1, out_f, out_i)
+            if W.I[K.I_RECFULL] == 0:
+                break
+            cap *= 4
+        nc, nk, nm = (int(W.I[k]) for k in (K.I_NC, K.I_NK, K.I_NM))
+        tl = Timeline(
+            compute_start_s=rec.comp_f[:nc, 0].copy(),
+            compute_end_s=rec.comp_f[:nc, 1].copy(),
+            compute_kind=rec.comp_i[:nc, 0].copy(),
+            compute_op=rec.comp_i[:nc, 1].copy(),
+            compute_tensor=rec.comp_i[:nc, 2].copy(),
+            copy_engine=rec.copy_i[:nk, 0].copy(),
+            copy_tensor=rec.copy_i[:nk, 1].copy(),
+            copy_start_s=rec.copy_f[:nk, 0].copy(),
+            copy_end_s=rec.copy_f[:nk, 1].copy(),
+            mem_time_s=rec.mem_f[:nm].copy(),
+            mem_bytes=rec.mem_i[:nm].copy(),
+        )
+    else:
+        _run(instance, acts2, b, runtime, _no_record(), False, 0, 1, out_f, out_i)
+    f, i = out_f[0], out_i[0]
+    ideal = instance.ideal_step_s
+    bad = bool(i[0])
+    step = math.inf if bad else ideal + float(f[0])
+    fail_op = int(i[2])
+    if bad and fail_op < 0 and int(i[3]) >= 0:
+        fail_op = int(instance.tensor_first_bwd_reader[int(i[3])])
+    return SimResult(
+        step_s=step,
+        ideal_s=ideal,
+        throughput=0.0 if bad else ideal / step,
+        recompute_s=float(f[1]),
+        fwd_stall_s=float(f[2]) + float(f[3]),
+        fwd_stall_copy_s=float(f[2]),
+        fwd_stall_mem_s=float(f[3]),
+        bwd_stall_s=float(f[4]) + float(f[5]),
+        bwd_stall_copy_s=float(f[4]),
+        bwd_stall_mem_s=float(f[5]),
+        d2h_bytes=int(i[5]),
+        h2d_bytes=int(i[6]),
+        peak_bytes=int(i[7]),
+        budget_bytes=b,
+        feasible=not bad,
+        reason=_reason(instance, int(i[1]), int(i[2]), int(i[3]), int(i[4])) if bad else "",
+        fail_op=fail_op if bad else -1,
+        overflow_bytes=int(i[4]) if bad else 0,
+        evictions=int(i[8]),
+        runtime=runtime,
+        timeline=tl,
+    )
+
+
+def check_population(instance: Instance, actions_2d: Any) -> np.ndarray:
+    """A population as a C-contiguous int8 (n_plans, n_tensors) array with values 0..2."""
+    a = np.asarray(actions_2d)
+    if a.ndim != 2 or a.shape[1] != instance.n_tensors:
+        raise PlanError(
+            f"actions_2d: expected shape (n_plans, {instance.n_tensors}), got {a.shape}"
+        )
+    if a.size and (a.min() < 0 or a.max() > 2):
+        bad = np.argwhere((a < 0) | (a > 2))[0]
+        raise PlanError(
+            f"actions_2d[{bad[0]}, {bad[1]}] = {a[bad[0], bad[1]]!r}: must be 0, 1 or 2"
+        )
+    out = np.ascontiguousarray(a, dtype=np.int8)
+    return out if out.flags.writeable else out.copy()  # one kernel signature
+
+
+def simulate_many(
+    instance: Instance,
+    actions_2d: Any,
+    budget: Budget | float | str,
+    runtime: str = "barrier-free",
+    n_jobs: int = 1,
+) -> BatchResult:
+    """Simulate a population (n_plans x n_tensors actions) under one budget and runtime.
+
+    The genetic search's fitness: the compiled kernel loops over plans with scratch arrays
+    reused; ``n_jobs=2`` splits the population over two threads (the kernel releases the GIL).
+    """
+    acts = check_population(instance, actions_2d)
+    get_runtime(runtime)
+    b = _budget_bytes(instance, budget)
+    n = acts.shape[0]
+    out_f = np.zeros((n, _N_OUT_F))
+    out_i = np.zeros((n, _N_OUT_I), dtype=np.int64)
+    jobs = max(1, min(int(n_jobs), n))
+    if jobs == 1:
+        _run(instance, acts, b, runtime, _no_record(), False, 0, n, out_f, out_i)
+    else:
+        static_for(instance)
+        bounds = np.linspace(0, n, jobs + 1).astype(int)
+        with ThreadPoolExecutor(jobs) as pool:
+            futs = [
+                pool.submit(
+                    _run, instance, acts, b, runtime, _no_record(), False, lo, hi, out_f, out_i
+                )
+                for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+            ]
+            for fut in futs:
+                fut.result()
+    ideal = instance.ideal_step_s
+    bad = out_i[:, 0] != 0
+    step = np.where(bad, np.inf, ideal + out_f[:, 0])
+    return BatchResult(
+        step_s=step,
+        feasible=~bad,
+        overflow_bytes=np.where(bad, out_i[:, 4], 0),
+        recompute_s=out_f[:, 1].copy(),
+        fwd_stall_s=out_f[:, 2] + out_f[:, 3],
+        bwd_stall_s=out_f[:, 4] + out_f[:, 5],
+        d2h_bytes=out_i[:, 5].copy(),
+        h2d_bytes=out_i[:, 6].copy(),
+        peak_bytes=out_i[:, 7].copy(),
+        evictions=out_i[:, 8].copy(),
+        ideal_s=ideal,
+        budget_bytes=b,
+    )
