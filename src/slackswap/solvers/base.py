@@ -296,8 +296,18 @@ def run(
         return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
     plan_s = time.perf_counter() - t0
     sol = out if isinstance(out, Solution) else Solution(plan=out)
+    bad: Exception | None = None
+    sim: SimResult | None = None
     if sol.plan is not None and not isinstance(sol.plan, Plan):
-        raise TypeError(f"{label}.solve returned {type(sol.plan).__name__}, not a Plan")
+        bad = TypeError(f"{label}.solve returned {type(sol.plan).__name__}, not a Plan")
+    elif sol.plan is not None:
+        try:
+            sim = simulate(inst, sol.plan, bud)
+        except Exception as exc:  # e.g. a plan for a runtime the simulator does not know
+            bad = exc
+    if bad is not None:
+        msg = f"{type(bad).__name__}: {bad}"
+        return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
 
     fields: dict[str, Any] = dict(empty)
     fields.update(
@@ -309,13 +319,11 @@ def run(
     timed_out = sol.timed_out or (
         time_limit is not None and plan_s > time_limit * (1 + TIME_LIMIT_SLACK)
     )
-    sim = None
-    if sol.plan is None:
+    if sol.plan is None or sim is None:
         status = Status.TIMEOUT if timed_out and not sol.proven_infeasible else Status.INFEASIBLE
         fields["reason"] = str(sol.info.get("reason", "the solver found no plan"))
     else:
         plan = sol.plan
-        sim = simulate(inst, plan, bud)
         fields.update(
             runtime=plan.runtime,
             swap_bytes=plan.swap_bytes,

@@ -1,0 +1,169 @@
+"""``slackswap solvers`` (the registry) and ``slackswap solve`` (one instance, budget, solver)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from slackswap.commands.common import format_table, load_instance_arg, print_json
+from slackswap.problem import UserError
+
+GB = 1e9
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("solvers", help="list the registered solvers, their tags and options")
+    p.add_argument("--json", action="store_true", help="one JSON list")
+    p.set_defaults(func=cmd_solvers)
+
+    s = sub.add_parser(
+        "solve",
+        help="plan one instance at one budget with one solver and score it in the simulator",
+        description=(
+            "Plan one instance at one budget and score the plan in the event model. "
+            "Exit status 0 when a plan fits, 1 when none does (or the solver failed), "
+            "2 for bad input."
+        ),
+    )
+    s.add_argument("instance", help="instance file or catalog name (gpt2-xl, llama-7b@h100-pcie5)")
+    s.add_argument(
+        "--budget", required=True, help="fraction of the peak P (0.5, 50%%) or bytes (11GB)"
+    )
+    s.add_argument("--solver", default="slackswap", help="registered solver (default slackswap)")
+    s.add_argument("--time-limit", type=_seconds, default=None, help="seconds (searches, exact)")
+    s.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    s.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="solver option (repeatable); VALUE is read as JSON, else as a string",
+    )
+    s.add_argument("-o", "--output", help="write the plan here (JSON)")
+    s.add_argument("--json", action="store_true", help="print the result row as one JSON object")
+    s.set_defaults(func=cmd_solve)
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative seed, got {text!r}")
+    return v
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``["max_rounds=3", "order=production"]`` -> ``{"max_rounds": 3, "order": "production"}``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UserError(f"--option {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def cmd_solvers(args: argparse.Namespace) -> int:
+    from slackswap.solvers import describe_solvers
+
+    entries = describe_solvers()
+    if args.json:
+        print_json(entries)
+        return 0
+    rows = []
+    for e in entries:
+        t = e["tags"]
+        tags = [
+            k for k in ("exact", "deterministic", "honours_time_limit", "uses_time_limit") if t[k]
+        ]
+        if not t["static_plan"]:
+            tags.append("runtime-policy")
+        if t["needs"]:
+            tags.append("needs=" + "+".join(t["needs"]))
+        opts = ", ".join(f"{k}={v!r}" for k, v in e["options"].items())
+        rows.append([e["name"], " ".join(tags), opts or "-", e["description"]])
+    print(format_table(rows, ["solver", "tags", "options", "description"]))
+    return 0
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    from slackswap.plan import Budget
+    from slackswap.solvers import REGISTRY, Status, run
+
+    inst = load_instance_arg(args.instance)
+    budget = Budget.parse(args.budget)
+    options = parse_options(args.option)
+    REGISTRY[args.solver].make(**options)  # unknown solver or option: a UserError, exit 2
+    rec = run(
+        args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed, options=options
+    )
+    if args.output:
+        if rec.plan is None:
+            print(
+                f"slackswap: no plan to write to {args.output} ({rec.status.value})",
+                file=sys.stderr,
+            )
+        else:
+            rec.plan.save(args.output)
+    if args.json:
+        print_json(rec.to_row())
+    else:
+        print(summary(rec))
+    ok = rec.status in (Status.FEASIBLE, Status.OPTIMAL) or (
+        rec.status is Status.TIMEOUT and rec.step_s is not None
+    )
+    return 0 if ok else 1
+
+
+def summary(rec: Any) -> str:
+    """A few lines for people: status, step, throughput, what moved, planning time."""
+    lines = [
+        f"{rec.instance}  budget {rec.budget_bytes / GB:.2f} GB "
+        f"({rec.budget_fraction * 100:.1f}% of P)  solver {rec.solver}  seed {rec.seed}",
+        f"status      {rec.status.value}",
+    ]
+    if rec.step_s is not None:
+        lines += [
+            f"step        {rec.step_s * 1e3:.1f} ms (ideal {rec.ideal_s * 1e3:.1f} ms)",
+            f"throughput  {rec.throughput * 100:.2f}% of ideal",
+            f"recompute   {rec.recompute_s * 1e3:.1f} ms; stalls fwd {rec.fwd_stall_s * 1e3:.1f}"
+            f" ms, bwd {rec.bwd_stall_s * 1e3:.1f} ms",
+        ]
+    if rec.swap_bytes is not None:
+        lines.append(
+            f"plan        swap {rec.swap_bytes / GB:.2f} GB, recompute "
+            f"{rec.recompute_bytes / GB:.2f} GB ({rec.runtime} runtime)"
+        )
+    if rec.lower_bound_s is not None:
+        gap = "" if rec.gap is None else f", gap {rec.gap * 100:.2f}%"
+        lines.append(f"bound       {rec.lower_bound_s * 1e3:.1f} ms{gap}")
+    lines.append(f"planning    {rec.plan_s * 1e3:.1f} ms")
+    if rec.reason:
+        lines.append(f"reason      {rec.reason}")
+    if rec.min_budget_bytes is not None and rec.step_s is None:
+        lines.append(
+            f"smallest    {rec.min_budget_bytes / GB:.3f} GB fits this solver "
+            f"({rec.min_budget_bytes / (rec.budget_bytes / rec.budget_fraction) * 100:.1f}% of P)"
+        )
+    if rec.error:
+        lines.append(f"error       {rec.error}")
+    return "\n".join(lines)

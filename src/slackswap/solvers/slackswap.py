@@ -1,0 +1,276 @@
+"""The SlackSwap planner (Algorithm 1 with the Sec. 3.4 repair rounds) and its Table 3 ablations.
+
+Registered as ``slackswap``, ``swap-first`` (Pass 1 ranked by production time), ``recompute-only``
+(no Pass 1) and ``barriers`` (SlackSwap's plan run under vDNN's per-layer synchronisation).
+
+Validation and repair (Sec. 3.4), as decided here:
+
+- Round 1 plans for the budget M and replays the plan in the event model (barrier-free runtime,
+  the runtime SlackSwap plans for). A feasible plan with no stall ends the search.
+- Otherwise the plan with no swaps (Pass 2 alone) is the next round, and the remaining rounds
+  repair the swap plan from what the replay showed: a swapped tensor whose prefetch held up the
+  compute stream is recomputed if its recompute cost is below the wait, else removed from S;
+  a forward stall (compute waiting for memory that lagging offloads hold) raises the guard g to
+  max(2 g, g + stall / T_F); a plan that does not fit is re-planned for a budget 1%, 2%, 4%, ...
+  smaller.
+- At most ``max_rounds`` (six) replays; the fastest feasible plan seen wins (ties: the earlier).
+  Replays of a plan already seen are skipped, and the search also stops when a repair changes
+  nothing.
+
+The ``barriers`` ablation runs exactly that search (validated barrier-free, as SlackSwap's own
+plan) and hands the resulting plan to the ``barriers`` runtime: the paper's point is the cost of
+the runtime, not a plan re-tuned for it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from slackswap.plan import Budget, Plan
+from slackswap.problem import Instance
+from slackswap.solvers._memory import RECOMP, SWAP, static_arrays
+from slackswap.solvers._passes import PassResult, plan_passes
+from slackswap.solvers.base import Solution, Solver, Tags, register
+
+#: Runtime the repair rounds replay plans in (the one Algorithm 1's schedules model).
+PLANNER_RUNTIME = "barrier-free"
+#: Stalls shorter than this (seconds) are float noise of the event model, not waits.
+STALL_TOL_S = 1e-9
+
+
+@dataclass
+class Round:
+    """One replay: what was planned, and how it ran (seconds, bytes)."""
+
+    budget_bytes: int  # M the passes planned for
+    guard: float
+    pass1: bool
+    fits: bool  # the planner's own memory profile fits
+    feasible: bool  # the event model ran it within the real budget
+    step_s: float
+    stall_s: float
+    swap_bytes: int
+    recompute_bytes: int
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+class SlackSwap(Solver):
+    """SlackSwap: spend the link budget on the costliest-to-recompute tensors, recompute the rest.
+
+    Options: ``order`` of Pass 1's candidates (``"rho"``: decreasing recompute cost per byte;
+    ``"production"``: production order, the swap-first ablation); ``pass1`` (False: recompute
+    only); ``guard`` g, the share of the forward pass the offloads leave free; ``max_rounds`` of
+    validation and repair; ``runtime`` the returned plan is for.
+    """
+
+    key = "slackswap"
+    tags = Tags(exact=False, deterministic=True, honours_time_limit=True, static_plan=True)
+
+    def __init__(
+        self,
+        *,
+        order: str = "rho",
+        pass1: bool = True,
+        guard: float = 0.02,
+        max_rounds: int = 6,
+        runtime: str = PLANNER_RUNTIME,
+    ) -> None:
+        self.order = order
+        self.pass1 = pass1
+        self.guard = guard
+        self.max_rounds = max_rounds
+        self.runtime = runtime
+
+    # ---------------------------------------------------------------------------------------
+    def solve(
+        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+    ) -> Plan | Solution:
+        if self.order not in ("rho", "production"):
+            raise ValueError(f"order={self.order!r}: expected 'rho' or 'production'")
+        m_bytes = budget.bytes_for(instance)
+        if m_bytes >= instance.peak_bytes:
+            return Plan.keep_all(instance, self.runtime)
+        search = _RepairSearch(self, instance, budget, time_limit)
+        search.run()
+        info: dict[str, Any] = {"rounds": [r.as_dict() for r in search.rounds]}
+        if search.best is not None:
+            return Solution(plan=Plan(instance, search.best[1], self.runtime), info=info)
+        fail = search.last_fail
+        if fail is not None and not any(r.fits for r in search.rounds):
+            info["reason"] = (
+                f"the planner's memory profile stays {fail.overflow_bytes / 1e9:.3g} GB over "
+                f"the budget at operator {instance.op_name[fail.fail_op]!r} with every tensor "
+                "that has a finite recompute cost recomputed"
+            )
+        else:
+            info["reason"] = "no replayed plan fit the budget in the event model"
+        return Solution(plan=None, info=info)
+
+
+class _RepairSearch:
+    """The Sec. 3.4 rounds for one (instance, budget): plan, replay, repair; keep the fastest."""
+
+    def __init__(
+        self, solver: SlackSwap, instance: Instance, budget: Budget, time_limit: float | None
+    ) -> None:
+        self.solver = solver
+        self.instance = instance
+        self.budget = budget
+        self.m_bytes = budget.bytes_for(instance)
+        self.sa = static_arrays(instance)
+        self.deadline = None if time_limit is None else time.perf_counter() + 0.5 * time_limit
+        n_t = instance.n_tensors
+        self.excluded = np.zeros(n_t, dtype=bool)
+        self.forced = np.zeros(n_t, dtype=bool)
+        self.guard = float(solver.guard)
+        self.shrink = 0
+        self.rounds: list[Round] = []
+        self.seen: set[bytes] = set()
+        self.best: tuple[float, np.ndarray] | None = None
+        self.last_fail: PassResult | None = None
+
+    def _room(self) -> bool:
+        if len(self.rounds) >= max(1, self.solver.max_rounds):
+            return False
+        return self.deadline is None or time.perf_counter() < self.deadline
+
+    def _plan_budget(self) -> int:
+        if self.shrink == 0:
+            return self.m_bytes
+        return int(self.m_bytes * (1.0 - 0.01 * 2 ** (self.shrink - 1)))
+
+    def _replay(self, pass1: bool) -> tuple[PassResult, Any] | None:
+        """Plan once and replay it; None when the passes cannot fit or the plan was seen."""
+        from slackswap.simulator import simulate
+
+        m_plan = self._plan_budget()
+        res = plan_passes(
+            self.sa, m_plan, int(self.instance.peak_bytes), order=self.solver.order,
+            pass1=pass1, guard=self.guard, excluded=self.excluded, forced_recomp=self.forced,
+        )  # fmt: skip
+        if not res.fits:
+            self.last_fail = res
+            return None
+        key = res.actions.tobytes()
+        if key in self.seen:
+            return None
+        self.seen.add(key)
+        sim = simulate(self.instance, res.actions, self.budget, runtime=PLANNER_RUNTIME)
+        stall = sim.fwd_stall_s + sim.bwd_stall_s if sim.feasible else float("inf")
+        size = self.sa.size
+        self.rounds.append(
+            Round(
+                m_plan, self.guard, pass1, True, bool(sim.feasible), float(sim.step_s),
+                float(stall), int(size[res.actions == SWAP].sum()),
+                int(size[res.actions == RECOMP].sum()), sim.reason,
+            )
+        )  # fmt: skip
+        if sim.feasible and (self.best is None or sim.step_s < self.best[0]):
+            self.best = (float(sim.step_s), res.actions.copy())
+        return res, sim
+
+    def run(self) -> None:
+        with_swaps = bool(self.solver.pass1)
+        no_swap_done = not with_swaps
+        while self._room():
+            out = self._replay(with_swaps)
+            if out is None:
+                break  # the passes cannot fit, or the repair led back to a plan already seen
+            res, sim = out
+            if sim.feasible and sim.fwd_stall_s + sim.bwd_stall_s <= STALL_TOL_S:
+                break
+            if not no_swap_done and self._room():
+                no_swap_done = True
+                self._replay(False)
+            changed = False
+            if not sim.feasible or sim.bwd_stall_mem_s > STALL_TOL_S:
+                # Does not fit, or fits only by making compute wait for memory: re-plan for a
+                # budget 1%, 2%, 4%, ... smaller.
+                self.shrink += 1
+                changed = True
+            if with_swaps and sim.feasible:
+                changed |= self._repair(res)
+                if sim.fwd_stall_s > STALL_TOL_S:  # offloads lag: widen the guard
+                    self.guard = min(
+                        0.5, max(2 * self.guard, self.guard + sim.fwd_stall_s / self.sa.forward_s)
+                    )
+                    changed = True
+            if not changed:
+                break
+        if self.best is None and not no_swap_done and self._room():
+            self._replay(False)  # the swap plan never fit: the plan with no swaps may
+
+    def _repair(self, res: PassResult) -> bool:
+        """Recompute or un-swap each swapped tensor whose prefetch held up compute."""
+        late = late_prefetches(self.instance, res.actions, self.budget)
+        changed = False
+        cost = self.sa.cost
+        for t, wait_s in late.items():
+            if np.isfinite(cost[t]) and cost[t] < wait_s:
+                changed |= not self.forced[t]
+                self.forced[t] = True
+            else:
+                changed |= not self.excluded[t]
+                self.excluded[t] = True
+        return changed
+
+
+def late_prefetches(instance: Instance, actions: np.ndarray, budget: Budget) -> dict[int, float]:
+    """Swapped tensors whose prefetch held up the compute stream, with the wait in seconds.
+
+    Read from the event model's timeline: a compute-lane stall waiting for a copy names the
+    tensor it waited for; when that is a recomputed tensor whose rebuild waited, the wait goes to
+    the swapped tensors its rebuild chain reads.
+    """
+    from slackswap.simulator import simulate
+    from slackswap.simulator.result import COMPUTE_KINDS
+
+    sim = simulate(instance, actions, budget, runtime=PLANNER_RUNTIME, timeline=True)
+    tl = sim.timeline
+    if tl is None:
+        return {}
+    rows = (tl.compute_kind == COMPUTE_KINDS.index("stall_copy")) & (tl.compute_tensor >= 0)
+    waits: dict[int, float] = {}
+    for t, dt in zip(
+        tl.compute_tensor[rows].tolist(),
+        (tl.compute_end_s[rows] - tl.compute_start_s[rows]).tolist(),
+        strict=True,
+    ):
+        if dt <= STALL_TOL_S:
+            continue
+        for u in _swapped_sources(instance, actions, t):
+            waits[u] = waits.get(u, 0.0) + dt
+    return waits
+
+
+def _swapped_sources(instance: Instance, actions: np.ndarray, t: int) -> list[int]:
+    """``t`` itself when swapped; else the swapped tensors its rebuild chain reads."""
+    out: list[int] = []
+    stack, seen = [t], {t}
+    while stack:
+        u = stack.pop()
+        if actions[u] == SWAP:
+            out.append(u)
+        elif actions[u] == RECOMP:
+            for v in instance.tensor_rebuild_inputs[u]:
+                if v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+    return sorted(out)
+
+
+register("slackswap", "SlackSwap: Algorithm 1 with validation-and-repair rounds")(SlackSwap)
+register(
+    "swap-first", "Ablation: SlackSwap with Pass 1 ranked by production time", order="production"
+)(SlackSwap)
+register("recompute-only", "Ablation: SlackSwap without Pass 1 (no swaps)", pass1=False)(SlackSwap)
+register(
+    "barriers", "Ablation: SlackSwap's plan under vDNN's per-layer barriers", runtime="barriers"
+)(SlackSwap)
