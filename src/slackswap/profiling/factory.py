@@ -34,13 +34,14 @@ def _load_module(where: str) -> ModuleType:
         if spec is None or spec.loader is None:
             raise FactoryError(f"{where}: cannot load as a Python script")
         module = importlib.util.module_from_spec(spec)
-        sys.path.insert(0, str(path.resolve().parent))  # let the script import its neighbours
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            # As ``python SCRIPT`` does: the script (and its factory, later) may import neighbours.
+            sys.path.insert(0, folder)
         try:
             spec.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - user code: report it in one line
             raise FactoryError(f"{where}: loading the script raised {_one_line(exc)}") from exc
-        finally:
-            sys.path.remove(str(path.resolve().parent))
         return module
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as ``python -m`` does: modules of the working directory

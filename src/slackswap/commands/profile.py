@@ -1,0 +1,92 @@
+"""``slackswap profile SCRIPT_OR_MODULE:FACTORY -o FILE``: a real PyTorch step as an instance."""
+
+from __future__ import annotations
+
+import argparse
+
+from slackswap.commands.common import print_json
+
+GB, MS = 1e9, 1e3
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="profile one training step of a torch model into an instance file (needs torch)",
+        description=(
+            "Run one forward and backward pass of the model a factory returns and write the "
+            "instance: every operator, every saved tensor, the blocks. FACTORY is a callable "
+            "returning (model, inputs) or (model, inputs, loss_fn); the default loss is the sum "
+            "of the output."
+        ),
+    )
+    p.add_argument("factory", metavar="SCRIPT_OR_MODULE:FACTORY", help="e.g. train.py:make")
+    p.add_argument("-o", "--output", required=True, help="instance file to write (JSON)")
+    p.add_argument("--gpu", default="a100", help="titanx, v100, a100, h100, h200 (default a100)")
+    p.add_argument("--link", default=None, help="pcie3, pcie4, pcie5, c2c (default: the GPU's)")
+    p.add_argument("--link-gbps", type=_positive_float, help="override link GB/s per direction")
+    p.add_argument(
+        "--timing",
+        choices=("roofline", "measured"),
+        default="roofline",
+        help="operator times: roofline of --gpu (default) or measured on this machine's device",
+    )
+    p.add_argument(
+        "--blocks",
+        help="module path whose children are the blocks, or the block class name "
+        "(default: the model's repeated child modules)",
+    )
+    p.add_argument("--name", help="instance name (default MODEL@GPU-LINK)")
+    p.add_argument("--seed", type=int, default=0, help="torch seed set before the factory runs")
+    p.add_argument("--json", action="store_true", help="print the instance summary as JSON")
+    p.set_defaults(func=cmd_profile)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from slackswap.profiling import require_torch
+
+    torch = require_torch()
+    from slackswap.models.hardware import hardware
+    from slackswap.problem import UserError
+    from slackswap.profiling.factory import call_factory
+    from slackswap.profiling.step import profile_step
+
+    try:
+        hardware(args.gpu, args.link)  # fail before the factory builds the model
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+    torch.manual_seed(args.seed)
+    model, inputs, loss_fn = call_factory(args.factory)
+    inst = profile_step(
+        model,
+        inputs,
+        loss_fn,
+        gpu=args.gpu,
+        link=args.link,
+        timing=args.timing,
+        blocks=args.blocks,
+        name=args.name,
+        link_bw_Bps=args.link_gbps * GB if args.link_gbps else None,
+    )
+    inst.meta["source"] = args.factory
+    inst.save(args.output)
+    if args.json:
+        print_json({**inst.summary(), "file": args.output, "n_blocks": inst.meta["n_blocks"]})
+    else:
+        print(
+            f"wrote {args.output}: {inst.name}, {inst.n_ops} ops, {inst.n_tensors} saved tensors, "
+            f"{inst.meta['n_blocks']} blocks, A = {inst.saved_bytes / GB:.4g} GB, "
+            f"P = {inst.peak_bytes / GB:.4g} GB, T_F = {inst.forward_s * MS:.4g} ms "
+            f"({args.timing})"
+        )
+    return 0

@@ -1,0 +1,70 @@
+"""Without torch: ``import slackswap`` and every module but the profiler's core still work, and
+``slackswap profile`` says how to install the extra (exit 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+# Makes ``import torch`` fail in the child process, as on a machine without the extra.
+NO_TORCH = "import sys; sys.modules['torch'] = None\n"
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", NO_TORCH + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_package_imports_without_torch() -> None:
+    proc = _run(
+        """
+        import importlib, pkgutil
+        import slackswap, slackswap.cli, slackswap.profiling
+        slackswap.cli.build_parser()
+        needs_torch = {"slackswap.profiling.step", "slackswap.profiling.recorder"}
+        for info in pkgutil.walk_packages(slackswap.__path__, "slackswap."):
+            if info.name in needs_torch:
+                continue
+            try:
+                importlib.import_module(info.name)
+            except Exception as exc:
+                # Other optional extras may be missing too; only torch is this test's concern.
+                assert "torch" not in str(exc), (info.name, exc)
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_profile_without_torch_names_the_extra(tmp_path) -> None:
+    proc = _run(
+        f"""
+        from slackswap.cli import main
+        sys.exit(main(["profile", "train.py:make", "-o", r"{tmp_path / "x.json"}"]))
+        """
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "slackswap: error: profiling needs torch: pip install 'slackswap[torch]'"
+    )
+
+
+def test_profile_step_without_torch_is_a_user_error() -> None:
+    proc = _run(
+        """
+        import slackswap.profiling as prof
+        from slackswap.problem import UserError
+        try:
+            prof.profile_step
+        except UserError as exc:
+            print(exc)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'slackswap[torch]'" in proc.stdout
