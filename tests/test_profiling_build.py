@@ -1,0 +1,125 @@
+"""From a recorded trace to an instance (plain data, no torch): readers, chains, blocks, inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from slackswap.models.hardware import get_gpu, hardware
+from slackswap.profiling.build import MAX_CHAIN_OPS, build_instance
+from slackswap.profiling.trace import EXTERNAL, OpRecord, Trace, Value
+
+
+def _op(aten, phase, block, reads, writes, s, in_block=True, module="m"):
+    return OpRecord(
+        aten=aten,
+        phase=phase,
+        module=module,
+        block=block,
+        in_block=in_block,
+        kind="memory",
+        reads=reads,
+        writes=writes,
+        measured_s=s,
+    )
+
+
+def _build(trace: Trace):
+    return build_instance(
+        trace,
+        name="t",
+        hardware=hardware("a100"),
+        gpu=get_gpu("a100"),
+        timing="measured",  # the hand-set measured_s are the durations
+    )
+
+
+def _trace() -> Trace:
+    """x (model input) -> f0 -> a -> f1 -> b -> f2 in place -> b' ; backward reads b', a, x."""
+    tr = Trace()
+    tr.values = [
+        Value(storage=10, nbytes=400, producer=EXTERNAL, dtype="float32"),  # x
+        Value(storage=11, nbytes=800, producer=0, dtype="float32"),  # a
+        Value(storage=12, nbytes=800, producer=1, dtype="float32"),  # b (unsaved)
+        Value(storage=12, nbytes=800, producer=2, dtype="float32"),  # b' = relu_(b)
+        Value(storage=13, nbytes=16, producer=3, dtype="bool"),  # a mask
+    ]
+    tr.block_modules = ["layers.0"]
+    tr.ops = [
+        _op("embed", 0, -1, [0], [1], 1.0, in_block=False),
+        _op("mm", 0, 0, [1], [2], 2.0),
+        _op("relu_", 0, 0, [2], [3], 0.5),
+        _op("native_dropout", 0, 0, [3], [4], 0.25, in_block=False),  # after the last block
+        _op("mm", 1, 0, [3, 4], [], 3.0),
+        _op("relu_bwd", 1, 0, [3], [], 1.0),
+        _op("mm", 1, -1, [1], [], 3.0),
+    ]
+    tr.saved = [0, 1, 3, 3, 4]  # b' saved twice (two views): one tensor
+    tr.block_inputs = {1: 0}
+    tr.unpacked_before = [(0, 6), (4, 4)]
+    return tr
+
+
+def test_build_from_a_hand_trace() -> None:
+    inst = _build(_trace())
+    # A synthetic operator produces the model input; then the recorded operators in order.
+    assert inst.op_name[0] == "input" and inst.op_duration_s[0] == 0.0
+    assert inst.op_name[1:] == ("m/embed", "m/mm", "m/relu_", "m/native_dropout") + (
+        "bwd:m/mm#1",
+        "bwd:m/relu_bwd",
+        "bwd:m/mm#2",
+    )
+    assert inst.n_tensors == 4 and inst.saved_bytes == 400 + 800 + 800 + 16
+    x, a, b, mask = (
+        inst.tensor_index[n]
+        for n in ("input.0", "block0.in", "m/relu_.out", "m/native_dropout.out")
+    )
+    assert inst.tensor_category[a] == "block_input" and math.isinf(inst.tensor_recompute_s[a])
+    assert inst.tensor_category[x] == "block_input" and inst.tensor_block[x] == -1
+    # b' rebuilds through the unsaved b: relu_ + mm from a.
+    assert inst.tensor_recompute_s[b] == pytest.approx(2.5)
+    assert inst.tensor_rebuild_inputs[b] == (a,)
+    # A bool output is a dropout mask, regenerated alone.
+    assert inst.tensor_category[mask] == "dropout_mask"
+    assert inst.tensor_recompute_s[mask] == pytest.approx(0.25)
+    assert inst.tensor_rebuild_inputs[mask] == ()
+    # Readers: forward from op reads, backward from reads and unpacks.
+    assert inst.tensor_last_fwd_reader[b] == 4
+    assert (inst.tensor_first_bwd_reader[b], inst.tensor_last_bwd_reader[b]) == (5, 6)
+    assert inst.tensor_first_bwd_reader[x] == 7  # unpacked just before the last op
+    # The dropout runs after the last block returned: it belongs to the head, block 1.
+    assert inst.op_block.tolist() == [-1, -1, 0, 0, 1, 0, 0, -1]
+
+
+def test_tensor_never_unpacked_is_read_by_the_last_backward_op() -> None:
+    tr = _trace()
+    tr.unpacked_before = []
+    inst = _build(tr)
+    x = inst.tensor_index["input.0"]
+    assert inst.tensor_first_bwd_reader[x] == inst.n_ops - 1
+
+
+def test_a_long_unsaved_chain_is_not_rebuildable() -> None:
+    n = MAX_CHAIN_OPS + 2
+    tr = Trace()
+    tr.values = [Value(100, 8, EXTERNAL, "float32")] + [Value(i, 8, i, "float32") for i in range(n)]
+    tr.ops = [_op("exp", 0, -1, [i], [i + 1], 1.0) for i in range(n)]
+    tr.ops.append(_op("exp_bwd", 1, -1, [n], [], 1.0))
+    tr.saved = [n]  # only the last value is saved: rebuilding it re-runs the whole chain
+    inst = _build(tr)
+    assert inst.n_tensors == 1 and math.isinf(inst.tensor_recompute_s[0])
+    assert inst.tensor_rebuild_inputs[0] == ()
+    # A short chain is fine: three ops from the model input.
+    tr.values = [Value(100, 8, EXTERNAL, "float32")] + [Value(i, 8, i, "float32") for i in range(3)]
+    tr.ops = [_op("exp", 0, -1, [i], [i + 1], 1.0) for i in range(3)]
+    tr.ops.append(_op("exp_bwd", 1, -1, [3], [], 1.0))
+    tr.saved = [3]
+    assert _build(tr).tensor_recompute_s[0] == pytest.approx(3.0)
+
+
+def test_a_trace_without_backward_is_rejected() -> None:
+    tr = _trace()
+    tr.ops = [op for op in tr.ops if op.phase == 0]
+    with pytest.raises(ValueError, match="forward and backward"):
+        _build(tr)
