@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TYPE_CHECKING
 
 from slackswap.commands.common import print_json
+
+if TYPE_CHECKING:
+    from slackswap.problem import Instance
 
 GB, MS = 1e9, 1e3
 
@@ -52,6 +57,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_profile)
 
 
+def _note_precision(inst: Instance, gpu: str) -> None:
+    """Say so when the step's activations are not in the precision the GPU's roofline assumes:
+    sizes are recorded as the step ran them, never rescaled."""
+    from slackswap.models.hardware import get_gpu
+
+    want = "float32" if get_gpu(gpu).precision == "fp32" else "bfloat16"
+    floats = [d for d in inst.meta.get("saved_dtypes", []) if "float" in d]
+    if floats and want not in floats:
+        print(
+            f"note: the step saved {', '.join(floats)} activations; {gpu} plans assume {want} "
+            f"(run the model in {want} for those sizes)",
+            file=sys.stderr,
+        )
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     from slackswap.profiling import require_torch
 
@@ -80,6 +100,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     )
     inst.meta["source"] = args.factory
     inst.save(args.output)
+    _note_precision(inst, args.gpu)
     if args.json:
         print_json({**inst.summary(), "file": args.output, "n_blocks": inst.meta["n_blocks"]})
     else:
