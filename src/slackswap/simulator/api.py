@@ -13,7 +13,7 @@ from slackswap.plan import Budget, Plan, PlanError, check_actions
 from slackswap.problem import Instance
 from slackswap.simulator import kernel as K
 from slackswap.simulator.result import BatchResult, SimResult, Timeline
-from slackswap.simulator.runtimes import get_runtime
+from slackswap.simulator.runtimes import PY_RUNTIMES, get_runtime
 from slackswap.simulator.static import static_for
 
 _N_OUT_F = 6
@@ -112,6 +112,8 @@ def simulate(
     `slackswap.simulator` for the semantics.
     """
     acts, runtime = _actions(instance, plan, runtime)
+    if runtime in PY_RUNTIMES:  # a Python event-loop runtime (simulator/runtime_*.py)
+        return PY_RUNTIMES[runtime][0](instance, acts, _budget_bytes(instance, budget), timeline)
     get_runtime(runtime)
     b = _budget_bytes(instance, budget)
     acts2 = np.array(acts, dtype=np.int8).reshape(1, -1)  # writable: one kernel signature
@@ -203,6 +205,8 @@ def simulate_many(
     reused; ``n_jobs=2`` splits the population over two threads (the kernel releases the GIL).
     """
     acts = check_population(instance, actions_2d)
+    if runtime in PY_RUNTIMES:  # a Python event-loop runtime: one plan after another
+        return PY_RUNTIMES[runtime][1](instance, acts, _budget_bytes(instance, budget))
     get_runtime(runtime)
     b = _budget_bytes(instance, budget)
     n = acts.shape[0]

@@ -96,3 +96,11 @@ register_runtime(
         lookahead_ops=0,
     )
 )
+
+# Runtimes run by a Python event loop instead of the kernel (added by the baselines engineer):
+# name -> (simulate(instance, actions, budget_bytes, timeline) -> SimResult,
+#          simulate_population(instance, actions_2d, budget_bytes) -> BatchResult).
+from slackswap.simulator import runtime_lru as _lru  # noqa: E402
+
+PY_RUNTIMES = {_lru.RUNTIME: (_lru.simulate_result, _lru.simulate_population)}
+RUNTIMES[_lru.RUNTIME] = _lru.DESCRIPTION
