@@ -16,7 +16,9 @@ tensor with finite cost not yet recomputed is converted to full recomputation (e
 of the block); when none is left, the budget cannot be met and the pass reports the operator and
 the overflow. The memory profile (`_memory`) is kept up to date incrementally: recomputing t
 frees it between its last forward reader and its need operator, and pulls its recomputed or
-swapped rebuild inputs earlier (rebuild chains), so each step costs O(n_ops + n_tensors).
+swapped rebuild inputs earlier (rebuild chains). The profile lives in a max segment tree with
+lazy range adds, so a step costs O(n_tensors) for the candidate scan plus O(log n_ops) per range
+update, over-budget search and peak.
 """
 
 from __future__ import annotations
@@ -102,9 +104,94 @@ def pass1_kernel(  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _add(m, lo, hi, s):  # type: ignore[no-untyped-def]
-    for i in range(lo, hi + 1):
-        m[i] += s
+def _seg_build(values):  # type: ignore[no-untyped-def]
+    """A max segment tree over ``values``: row 0 node maxima (own pending add included), row 1
+    pending adds; padding leaves sit far below any budget."""
+    n = values.shape[0]
+    size = 1
+    while size < n:
+        size *= 2
+    seg = np.zeros((2, 2 * size), dtype=np.int64)
+    mx = seg[0]
+    for k in range(size):
+        mx[size + k] = values[k] if k < n else -_BIG
+    for k in range(size - 1, 0, -1):
+        a, b = mx[2 * k], mx[2 * k + 1]
+        mx[k] = a if a > b else b
+    return seg
+
+
+@njit(cache=True, nogil=True)
+def _pull(seg, leaf):  # type: ignore[no-untyped-def]
+    mx, ad = seg[0], seg[1]
+    k = leaf >> 1
+    while k >= 1:
+        a, b = mx[2 * k], mx[2 * k + 1]
+        mx[k] = (a if a > b else b) + ad[k]
+        k >>= 1
+
+
+@njit(cache=True, nogil=True)
+def _add(seg, lo, hi, s):  # type: ignore[no-untyped-def]
+    """Add ``s`` bytes to operators lo..hi (inclusive) in O(log n_ops)."""
+    if lo > hi:
+        return
+    mx, ad = seg[0], seg[1]
+    size = mx.shape[0] // 2
+    lo_leaf, hi_leaf = lo + size, hi + size
+    left, right = lo_leaf, hi_leaf + 1
+    while left < right:
+        if left & 1:
+            mx[left] += s
+            ad[left] += s
+            left += 1
+        if right & 1:
+            right -= 1
+            mx[right] += s
+            ad[right] += s
+        left >>= 1
+        right >>= 1
+    _pull(seg, lo_leaf)
+    _pull(seg, hi_leaf)
+
+
+@njit(cache=True, nogil=True)
+def _first_over(seg, budget):  # type: ignore[no-untyped-def]
+    """First operator whose memory exceeds ``budget``, or -1."""
+    mx, ad = seg[0], seg[1]
+    if mx[1] <= budget:
+        return -1
+    size = mx.shape[0] // 2
+    node = 1
+    acc = np.int64(0)
+    while node < size:
+        acc += ad[node]
+        node = 2 * node if mx[2 * node] + acc > budget else 2 * node + 1
+    return node - size
+
+
+@njit(cache=True, nogil=True)
+def _profile_of(x, fwd_end, need, prod, lbr, size, transient):  # type: ignore[no-untyped-def]
+    n_ops = transient.shape[0]
+    delta = np.zeros(n_ops + 1, dtype=np.int64)
+    for t in range(x.shape[0]):
+        s = size[t]
+        if x[t] == 0:
+            delta[prod[t]] += s
+            delta[lbr[t] + 1] -= s
+        else:
+            delta[prod[t]] += s
+            delta[fwd_end[t] + 1] -= s
+            b = _back_start(t, need, fwd_end)
+            if b <= lbr[t]:
+                delta[b] += s
+                delta[lbr[t] + 1] -= s
+    m = np.empty(n_ops, dtype=np.int64)
+    acc = np.int64(0)
+    for k in range(n_ops):
+        acc += delta[k]
+        m[k] = acc + transient[k]
+    return m
 
 
 @njit(cache=True, nogil=True)
@@ -176,7 +263,6 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
 ):
     """Pass 2 in place on ``x``; returns (fits, first over-budget op, max overflow bytes)."""
     n_t = x.shape[0]
-    n_ops = transient.shape[0]
     need = need_ops(x, back, fbr, prod, rb_ptr, rb_idx)
     dep_need = np.full(n_t, _BIG, dtype=np.int64)
     for u in range(n_t):
@@ -185,21 +271,14 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
                 v = rb_idx[j]
                 if need[u] < dep_need[v]:
                     dep_need[v] = need[u]
-    m = transient.copy()
-    for t in range(n_t):
-        _contrib(m, t, 1, x, fwd_end, need, prod, lbr, size)
+    m = _seg_build(_profile_of(x, fwd_end, need, prod, lbr, size, transient))
     stack = np.empty(n_t + 1, dtype=np.int64)
     i = 0
     for _ in range(2 * n_t + 2):
-        while i < n_ops and m[i] <= budget:
-            i += 1
-        if i >= n_ops:
+        i = _first_over(m, budget)
+        if i < 0:
             return True, -1, np.int64(0)
-        peak = m[0]
-        for k in range(1, n_ops):
-            if m[k] > peak:
-                peak = m[k]
-        excess = peak - budget
+        excess = m[0, 1] - budget
         best = -1
         best_score = np.inf
         for t in range(n_t):
@@ -238,7 +317,6 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
                     t, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr,
                     rb_idx, stack,
                 )  # fmt: skip
-        i = 0  # the conversion may free or load memory anywhere
     return False, i, np.int64(0)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from slackswap.problem import Instance
 from slackswap.solvers._memory import RECOMP, SWAP, static_arrays
 from slackswap.solvers._passes import PassResult, plan_passes
 from slackswap.solvers.base import Solution, Solver, Tags, register
+
+if TYPE_CHECKING:
+    from slackswap.simulator import SimResult
 
 #: Runtime the repair rounds replay plans in (the one Algorithm 1's schedules model).
 PLANNER_RUNTIME = "barrier-free"
@@ -162,7 +165,10 @@ class _RepairSearch:
         if key in self.seen:
             return None
         self.seen.add(key)
-        sim = simulate(self.instance, res.actions, self.budget, runtime=PLANNER_RUNTIME)
+        # Swap plans keep the timeline: the repair reads which prefetches held compute up.
+        sim = simulate(
+            self.instance, res.actions, self.budget, runtime=PLANNER_RUNTIME, timeline=pass1
+        )
         stall = sim.fwd_stall_s + sim.bwd_stall_s if sim.feasible else float("inf")
         size = self.sa.size
         self.rounds.append(
@@ -196,7 +202,7 @@ class _RepairSearch:
                 self.shrink += 1
                 changed = True
             if with_swaps and sim.feasible:
-                changed |= self._repair(res)
+                changed |= self._repair(res, sim)
                 if sim.fwd_stall_s > STALL_TOL_S:  # offloads lag: widen the guard
                     self.guard = min(
                         0.5, max(2 * self.guard, self.guard + sim.fwd_stall_s / self.sa.forward_s)
@@ -207,9 +213,9 @@ class _RepairSearch:
         if self.best is None and not no_swap_done and self._room():
             self._replay(False)  # the swap plan never fit: the plan with no swaps may
 
-    def _repair(self, res: PassResult) -> bool:
+    def _repair(self, res: PassResult, sim: SimResult) -> bool:
         """Recompute or un-swap each swapped tensor whose prefetch held up compute."""
-        late = late_prefetches(self.instance, res.actions, self.budget)
+        late = late_prefetches(self.instance, res.actions, self.budget, sim)
         changed = False
         cost = self.sa.cost
         for t, wait_s in late.items():
@@ -222,17 +228,21 @@ class _RepairSearch:
         return changed
 
 
-def late_prefetches(instance: Instance, actions: np.ndarray, budget: Budget) -> dict[int, float]:
+def late_prefetches(
+    instance: Instance, actions: np.ndarray, budget: Budget, sim: SimResult | None = None
+) -> dict[int, float]:
     """Swapped tensors whose prefetch held up the compute stream, with the wait in seconds.
 
     Read from the event model's timeline: a compute-lane stall waiting for a copy names the
     tensor it waited for; when that is a recomputed tensor whose rebuild waited, the wait goes to
-    the swapped tensors its rebuild chain reads.
+    the swapped tensors its rebuild chain reads. ``sim``: a replay of these actions with its
+    timeline, when the caller has one.
     """
     from slackswap.simulator import simulate
     from slackswap.simulator.result import COMPUTE_KINDS
 
-    sim = simulate(instance, actions, budget, runtime=PLANNER_RUNTIME, timeline=True)
+    if sim is None or sim.timeline is None:
+        sim = simulate(instance, actions, budget, runtime=PLANNER_RUNTIME, timeline=True)
     tl = sim.timeline
     if tl is None:
         return {}
