@@ -203,8 +203,11 @@ class Recorder(TorchDispatchMode):
         return self._saved_tensors[h.index]
 
     def release(self) -> None:
+        """Drop every reference to the step's tensors and storages; the trace stays."""
         self._saved_tensors.clear()
         self._pending.clear()
+        self._current.clear()
+        self._refs.clear()
 
     # ----- the dispatch mode ---------------------------------------------------------------------
     def __torch_dispatch__(
