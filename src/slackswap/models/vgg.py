@@ -3,7 +3,7 @@
 Each convolution saves its ReLU output (in place, so one tensor serves the ReLU backward and the
 next layer's weight gradient); each pool saves its output, the next stage's input. Blocks are the
 five convolution stages and the classifier (the segments checkpointing recomputes); layers are the
-individual convolution / fully-connected layers (vDNN's unit of synchronisation). Stage inputs are
+individual convolution, pooling and fully-connected layers (vDNN's unit of synchronisation). Stage inputs are
 block inputs and are never recomputed, as in the transformer builder.
 """
 
@@ -113,18 +113,20 @@ def build_vgg(
         side //= 2
         pool_b = B * cin * side**2 * e
         t_pool = rf.memory(4 * pool_b + pool_b)
-        b.op(f"s{s}.pool", block=s, layer=layer - 1, kind="pool", duration_s=t_pool, reads=[x])
+        # A pooling layer is a layer of its own for vDNN (it offloads and synchronises per layer).
+        b.op(f"s{s}.pool", block=s, layer=layer, kind="pool", duration_s=t_pool, reads=[x])
         backward.append(
             dict(
                 name=f"s{s}.pool.bwd",
                 block=s,
-                layer=layer - 1,
+                layer=layer,
                 kind="pool",
                 duration_s=rf.memory(4 * pool_b * 2 + pool_b),
                 reads=[x],
                 transient_bytes=4 * pool_b + pool_b,
             )
         )
+        layer += 1
         x = f"s{s}.pool.out"
         b.saved(x, nbytes=pool_b, producer=f"s{s}.pool", category="block_input", block=s + 1)
 
