@@ -1,0 +1,118 @@
+"""Golden metrics: run a case, compare with the recorded values, regenerate a solver's file.
+
+Each registered solver has ``tests/golden/<solver>.json``::
+
+    {"solver": "slackswap",
+     "cases": [{"instance": {"model": "gpt2-xl", "layers": 6, "seq": 128, "batch": 2},
+                "budget": 0.7, "seed": 0, "time_limit": null, "options": {},
+                "expect": {"status": "feasible", "throughput": [0.9712, 0.005], ...}}]}
+
+A metric is ``[value, tolerance]`` (same unit; a ``null`` value means the run has none, e.g. no
+step for an infeasible case); ``status`` must match exactly. Regenerate after a deliberate change:
+
+    .venv/bin/python tests/golden/golden.py SOLVER [SOLVER ...]
+
+which writes the current values with the default tolerances below (say why in the commit).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+
+#: metric -> (relative, absolute) tolerance used when a file is (re)generated.
+TOLERANCES = {
+    "throughput": (0.0, 0.005),
+    "step_s": (0.005, 1e-6),
+    "recompute_s": (0.01, 1e-6),
+    "fwd_stall_s": (0.02, 2e-5),
+    "bwd_stall_s": (0.02, 2e-5),
+    "d2h_bytes": (0.02, 1e4),
+    "swap_bytes": (0.02, 1e4),
+    "recompute_bytes": (0.02, 1e4),
+}
+
+#: The default cases every solver file starts from (small instances, two budgets).
+DEFAULT_CASES = (
+    [
+        {"instance": {"model": "gpt2-xl", "layers": 6, "seq": 128, "batch": 2}, "budget": b}
+        for b in (0.8, 0.4)
+    ]
+    + [
+        {"instance": {"model": "llama-7b", "layers": 2, "seq": 256, "batch": 1}, "budget": b}
+        for b in (0.8, 0.5)
+    ]
+    + [{"instance": {"model": "bert-large", "layers": 4, "seq": 128, "batch": 2}, "budget": 0.5}]
+)
+
+_INSTANCES: dict[str, Any] = {}
+
+
+def instance(spec: dict[str, Any]) -> Any:
+    from slackswap.instances.catalog import build_model
+
+    key = json.dumps(spec, sort_keys=True)
+    if key not in _INSTANCES:
+        _INSTANCES[key] = build_model(**spec)
+    return _INSTANCES[key]
+
+
+def run_case(solver: str, case: dict[str, Any]) -> dict[str, Any]:
+    """The record's row for one case."""
+    from slackswap.solvers import run
+
+    rec = run(
+        solver,
+        instance(case["instance"]),
+        case["budget"],
+        time_limit=case.get("time_limit"),
+        seed=case.get("seed", 0),
+        options=case.get("options") or {},
+    )
+    return rec.to_row()
+
+
+def mismatches(expect: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """What differs beyond tolerance ("" list when the row matches)."""
+    out = []
+    if row["status"] != expect["status"]:
+        out.append(f"status {row['status']} != {expect['status']} ({row.get('error')})")
+    for key, (value, tol) in ((k, v) for k, v in expect.items() if k != "status"):
+        got = row.get(key)
+        if value is None or got is None:
+            if value is not got:
+                out.append(f"{key} {got} != {value}")
+        elif abs(got - value) > tol:
+            out.append(f"{key} {got:.6g} != {value:.6g} +- {tol:.3g}")
+    return out
+
+
+def regenerate(solver: str) -> Path:
+    path = HERE / f"{solver}.json"
+    cases = json.loads(path.read_text())["cases"] if path.exists() else DEFAULT_CASES
+    out_cases = []
+    for case in cases:
+        case = {k: v for k, v in case.items() if k != "expect"}
+        row = run_case(solver, case)
+        expect: dict[str, Any] = {"status": row["status"]}
+        for key, (rel, ab) in TOLERANCES.items():
+            v = row.get(key)
+            expect[key] = [v, None if v is None else max(ab, rel * abs(v))]
+        out_cases.append({**case, "expect": expect})
+    text = json.dumps({"solver": solver, "cases": out_cases}, indent=1)
+    # One metric per line: "[value, tolerance]" pairs collapsed.
+    text = re.sub(
+        r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text
+    )
+    path.write_text(text + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        print(regenerate(name))
