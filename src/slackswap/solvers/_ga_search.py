@@ -80,12 +80,13 @@ class SearchResult:
     best: np.ndarray | None  # int8 actions of the best plan (feasible or not); None if empty
     best_infeasibility: float  # 0 when the best plan is feasible
     best_step_s: float  # inf unless feasible
-    evaluations: int
+    evaluations: int  # distinct plans the batch function scored
     generations: int
     stop: str  # "evaluations", "generations" or "time"
     elapsed_s: float
     history: list[tuple[float, int, float]] = field(default_factory=list)
     initial: list[tuple[float, float]] = field(default_factory=list)  # each seed's fitness
+    cache_hits: int = 0  # genomes scored from memory (a plan met again), not simulated
 
     @property
     def feasible(self) -> bool:
@@ -113,17 +114,23 @@ def _clone(ind: Genome) -> Genome:
 
 
 def mutate_window(ind: Genome, width: int, indpb: float) -> tuple[Genome]:
-    """DEAP's uniform integer mutation on ``width`` consecutive genes at a random place.
+    """DEAP's uniform integer mutation, as a step, on ``width`` consecutive genes.
 
-    `tools.mutUniformInt` draws a random number per gene in Python, ~0.1 us each: over a GPT-2
-    XL genome (484 tensors) that is most of a generation's cost. Applied to a window (tensors are
-    in production order, so a window is a layer or two) it costs O(width) and changes a few
-    neighbouring tensors, the moves that trade one tensor's action against its neighbours'.
+    `tools.mutUniformInt` picks the genes (each with probability ``indpb``) and draws a step of
+    1 or 2 for each; the gene moves by that step modulo 3, so a picked gene always changes action
+    (a plain redraw keeps it a third of the time, and a mutant equal to its parent is a wasted
+    evaluation). The window is placed at random: tensors are in production order, so it covers a
+    layer or two, and it costs O(width) Python steps instead of O(tensors) (~0.1 us per gene,
+    most of a generation's cost over a GPT-2 XL genome of 484 tensors).
     """
     start = random.randrange(len(ind) - width + 1)
-    window = ind[start : start + width]  # an array slice is a copy; write it back below
-    tools.mutUniformInt(window, low=0, up=2, indpb=indpb)
-    ind[start : start + width] = window
+    step = [0] * width
+    tools.mutUniformInt(step, low=1, up=2, indpb=indpb)
+    if any(step):
+        window = ind[start : start + width]
+        ind[start : start + width] = array.array(
+            "b", [(a + d) % 3 for a, d in zip(window, step, strict=True)]
+        )
     return (ind,)
 
 
@@ -134,36 +141,48 @@ def make_toolbox(n_genes: int, config: SearchConfig) -> base.Toolbox:
     tb.register("individual", tools.initRepeat, creator.SlackswapGenome, tb.gene, n_genes)
     tb.register("clone", _clone)
     tb.register("mate", tools.cxTwoPoint)
-    width = config.mutation_window
-    if width <= 0 or width >= n_genes:
-        tb.register("mutate", tools.mutUniformInt, low=0, up=2, indpb=config.indpb)
-    else:
-        # Same expected number of genes redrawn as indpb over the whole genome.
-        indpb = min(1.0, config.indpb * n_genes / width)
-        tb.register("mutate", mutate_window, width=width, indpb=indpb)
+    width = config.mutation_window if 0 < config.mutation_window < n_genes else n_genes
+    # Same expected number of genes changed as indpb over the whole genome.
+    indpb = min(1.0, config.indpb * n_genes / max(width, 1))
+    tb.register("mutate", mutate_window, width=width, indpb=indpb)
     tb.register("select", tools.selTournament, tournsize=config.tournsize)
     return tb
 
 
 def vary(offspring: list[Genome], tb: base.Toolbox, cxpb: float, mutpb: float) -> list[Genome]:
-    """`algorithms.varAnd` with copy-on-write: a parent is cloned only when it is changed.
+    """`algorithms.varAnd` (pairs crossed with probability cxpb, then each genome mutated with
+    probability mutpb) that never re-scores a genome it did not change.
 
-    ``offspring`` holds references from selection (the same genome may appear twice); a genome
-    with a valid fitness is a parent and is cloned before crossover or mutation touches it, a
-    child made in this call is changed in place. Same random draws, same result as varAnd.
+    ``offspring`` holds references from selection (the same genome may appear twice). A parent is
+    cloned only when it is changed; a pair of equal parents is not crossed (the children would be
+    copies); a child equal to a parent, or a mutant equal to its original, keeps that fitness
+    instead of being scored again. In a converging population these copies are most of what
+    varAnd would send to the simulator.
     """
     off = list(offspring)
     for i in range(1, len(off), 2):
         if random.random() < cxpb:
-            a, b = tb.mate(tb.clone(off[i - 1]), tb.clone(off[i]))
-            del a.fitness.values, b.fitness.values
+            p, q = off[i - 1], off[i]
+            if p is q or p == q:
+                continue
+            a, b = tb.mate(tb.clone(p), tb.clone(q))
+            for child in (a, b):
+                if child == p:
+                    child.fitness.values = p.fitness.values
+                elif child == q:
+                    child.fitness.values = q.fitness.values
+                else:
+                    del child.fitness.values
             off[i - 1], off[i] = a, b
     for i in range(len(off)):
         if random.random() < mutpb:
-            x = off[i] if not off[i].fitness.valid else tb.clone(off[i])
-            (x,) = tb.mutate(x)
-            del x.fitness.values
-            off[i] = x
+            x = off[i]
+            y = tb.clone(x) if x.fitness.valid else x
+            (y,) = tb.mutate(y)
+            if y is not x and y == x:
+                continue  # the mutation drew no gene
+            del y.fitness.values
+            off[i] = y
     return off
 
 
@@ -196,14 +215,32 @@ def initial_population(
     return pop, n_seeds
 
 
+#: Plans remembered by the evaluator (two generations of this many each; ~0.6 kB a plan on
+#: GPT-2 XL), so a plan met again soon is looked up instead of simulated again.
+CACHE_PLANS = 20_000
+
+
 class _Evaluator:
-    """Repairs, scores and counts a list of genomes in one batch call."""
+    """Repairs, scores and counts a list of genomes in one batch call.
+
+    ``evaluations`` counts plans the batch function scored: distinct plans, because a plan
+    scored recently (see `CACHE_PLANS`) or twice in one batch is simulated once; ``cache_hits``
+    counts the genomes given a remembered score instead.
+    """
 
     def __init__(self, n_genes: int, fitness: BatchFitness, repair: BatchRepair | None) -> None:
         self.n_genes = n_genes
         self.fitness = fitness
         self.repair = repair
         self.evaluations = 0
+        self.cache_hits = 0
+        self._new: dict[bytes, tuple[float, float]] = {}
+        self._old: dict[bytes, tuple[float, float]] = {}
+
+    def _remember(self, key: bytes, value: tuple[float, float]) -> None:
+        if len(self._new) >= CACHE_PLANS:
+            self._old, self._new = self._new, {}
+        self._new[key] = value
 
     def __call__(self, inds: list[Genome], *, repair: bool = True) -> None:
         if not inds:
@@ -212,13 +249,32 @@ class _Evaluator:
         mat = mat.copy()  # frombuffer over bytes is read-only; the repair writes in place
         if self.repair is not None and repair:
             changed = self.repair(mat)
-            for i in np.flatnonzero(changed):
+            for r in np.flatnonzero(changed).tolist():
                 # Lamarckian: the repaired plan replaces the genome, so children inherit it.
-                memoryview(inds[i])[:] = memoryview(mat[i])
-        infeas, step = self.fitness(mat)
-        for ind, f, s in zip(inds, infeas.tolist(), step.tolist(), strict=True):
-            ind.fitness.values = (f, s)
-        self.evaluations += len(inds)
+                memoryview(inds[r])[:] = memoryview(mat[r])
+        todo: dict[bytes, list[Genome]] = {}
+        rows: list[int] = []
+        for i, ind in enumerate(inds):
+            key = ind.tobytes()
+            known = self._new.get(key) or self._old.get(key)
+            if known is not None:
+                ind.fitness.values = known
+                self.cache_hits += 1
+            elif key in todo:
+                todo[key].append(ind)
+                self.cache_hits += 1
+            else:
+                todo[key] = [ind]
+                rows.append(i)
+        if not rows:
+            return
+        infeas, step = self.fitness(mat[rows] if len(rows) < len(inds) else mat)
+        for (key, group), f, s in zip(todo.items(), infeas.tolist(), step.tolist(), strict=True):
+            value = (f, s)
+            for ind in group:
+                ind.fitness.values = value
+            self._remember(key, value)
+        self.evaluations += len(rows)
 
 
 def search(
@@ -300,4 +356,5 @@ def search(
         elapsed_s=elapsed,
         history=history,
         initial=[(float(a), float(b)) for a, b in initial],
+        cache_hits=evaluator.cache_hits,
     )

@@ -189,8 +189,7 @@ class GeneticSearch(Solver):
             repair=repair,
             start=t0,
         )
-        info = _info(res, seeds)
-        info["seeding_s"] = seeding_s
+        info = _info(res, seeds, seeding_s)
         plan = None
         if res.feasible and res.best is not None:
             plan = Plan(instance, res.best, runtime=self.runtime)
@@ -208,12 +207,17 @@ class GeneticSearch(Solver):
         )
 
 
-def _info(res: SearchResult, seeds: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
+def _info(
+    res: SearchResult, seeds: list[tuple[str, np.ndarray]], seeding_s: float
+) -> dict[str, Any]:
+    search_s = res.elapsed_s - seeding_s
     return {
         "generations": res.generations,
         "stop": res.stop,
-        "search_s": res.elapsed_s,
-        "plans_per_s": res.evaluations / res.elapsed_s if res.elapsed_s > 0 else None,
+        "seeding_s": seeding_s,
+        "search_s": search_s,
+        "plans_per_s": res.evaluations / search_s if search_s > 0 else None,
+        "cache_hits": res.cache_hits,
         "seed_step_s": {
             name: (f[1] if f[0] == 0.0 else None)
             for (name, _), f in zip(seeds, res.initial, strict=True)
