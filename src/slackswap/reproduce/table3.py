@@ -1,0 +1,191 @@
+"""``slackswap reproduce table3``: SlackSwap, its ablations, the genetic search, planning time.
+
+Every cell prints the paper's throughput (% of ideal) beside the toolkit's on the A100 / PCIe 4.0
+catalog instances, with the deviation; the tolerance is 2.5 points. The genetic-search columns
+run the registry's ``ga`` / ``ga-random`` solvers for ``--ga-seconds`` per cell (the paper: 45 s;
+the default 0 skips them so the report takes seconds). Planning time is the median wall time of
+``--repeats`` SlackSwap plans per case after one warm-up (compiled kernels loaded), against the
+paper's Python timings and the issue's 10 ms target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from slackswap.reproduce._cells import Cell
+
+TOLERANCE_POINTS = 2.5
+PLAN_TARGET_MS = 10.0
+
+#: (model, budget fraction) -> SlackSwap, swap-first, recompute-only, barriers, GA seeded,
+#: GA random (None: no feasible plan in 45 s), plan ms (the paper's Python planner).
+PAPER: dict[tuple[str, float], tuple[float, float, float, float, float, float | None, float]] = {
+    ("bert-large", 0.5): (96.3, 94.7, 93.1, 59.1, 96.4, 94.5, 67),
+    ("bert-large", 0.2): (87.2, 85.4, 84.2, 55.5, 87.3, None, 83),
+    ("gpt2-xl", 0.5): (97.6, 96.6, 93.5, 62.2, 97.6, 95.1, 119),
+    ("gpt2-xl", 0.2): (88.1, 85.7, 84.1, 56.3, 88.3, None, 168),
+    ("llama-7b", 0.5): (99.6, 99.5, 91.5, 66.9, 99.6, 99.6, 78),
+    ("llama-7b", 0.2): (93.4, 85.5, 82.7, 61.7, 93.8, None, 95),
+}
+COLUMNS = (
+    ("slackswap", "SlackSwap"),
+    ("swap-first", "swap-first"),
+    ("recompute-only", "recompute-only"),
+    ("barriers", "barriers"),
+    ("ga", "GA seeded"),
+    ("ga-random", "GA random"),
+)
+
+WHY = {
+    "barriers": (
+        "the toolkit's 'barriers' runtime synchronises on op_layer, which the workload models set "
+        "to the transformer block (the unit vDNN offloads and prefetches); a block's offloads then "
+        "overlap that block's own compute and only the excess over it is exposed (the forward "
+        "stall is the copy time beyond each block's compute; the one-block-ahead prefetch hides "
+        "most of the backward). The paper's 32-37-point loss means nearly all of the plan's link "
+        "time was exposed in both passes, which a finer synchronisation unit (every operator a "
+        "layer) reproduces; see `reproduce table3 --explain-barriers`. We keep the block, the "
+        "granularity the workload models define for every vDNN-style runtime, and do not retune "
+        "it for one ablation."
+    ),
+    "ga": (
+        "the genetic search depends on its wall-clock budget and on the machine: the toolkit's "
+        "simulator scores plans far faster than the paper's (thousands per second instead of "
+        "150-310), so a given --ga-seconds explores more; with --ga-seconds below 45 it explores "
+        "less than the paper's search per plan scored in the paper's time"
+    ),
+    "ga-random": (
+        "a search from random plans rarely finds a feasible plan at 20% in the paper's 45 s; "
+        "with a simulator tens of times faster the toolkit's search scores many more plans in the "
+        "same time and may find one (or, given fewer seconds, none at 50%)"
+    ),
+}
+
+
+def _run_cell(solver: str, model: str, frac: float, ga_seconds: float) -> float | None:
+    from slackswap.solvers import run
+
+    limit = ga_seconds if solver in ("ga", "ga-random") else None
+    rec = run(solver, model, frac, time_limit=limit, seed=0, find_min_budget=False)
+    return None if rec.throughput is None else rec.throughput * 100
+
+
+def plan_ms(model: str, frac: float, repeats: int) -> float:
+    """Median wall time (ms) of SlackSwap's solve (all repair rounds) after one warm-up."""
+    from slackswap.instances.catalog import load
+    from slackswap.plan import Budget
+    from slackswap.solvers import REGISTRY
+
+    inst = load(model)
+    solver = REGISTRY["slackswap"].make()
+    budget = Budget.fraction(frac)
+    solver.solve(inst, budget, time_limit=None, seed=0)
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        solver.solve(inst, budget, time_limit=None, seed=0)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def table3_cells(ga_seconds: float = 0.0, repeats: int = 5) -> list[Cell]:
+    """The throughput cells (and, with ``repeats``, the planning-time cells)."""
+    cells = []
+    for (model, frac), paper in PAPER.items():
+        row = f"{model} {frac * 100:.0f}%"
+        for k, (solver, label) in enumerate(COLUMNS):
+            if solver in ("ga", "ga-random") and ga_seconds <= 0:
+                continue
+            got = _run_cell(solver, model, frac, ga_seconds)
+            why = WHY.get(solver, "")
+            cells.append(Cell(row, label, paper[k], got, "% of ideal", TOLERANCE_POINTS, why=why))
+        if repeats > 0:
+            ms = plan_ms(model, frac, repeats)
+            cells.append(
+                Cell(row, "plan ms", paper[6], ms, "ms", why=_plan_why(ms),
+                     verdict=ms < PLAN_TARGET_MS)
+            )  # fmt: skip
+    return cells
+
+
+def _plan_why(ms: float) -> str:
+    verdict = "meets" if ms < PLAN_TARGET_MS else "MISSES"
+    return (
+        f"the paper times a Python planner; the toolkit compiles both passes (numba) and the "
+        f"event model, so its planning time is not meant to match; the cell is judged against "
+        f"the issue's {PLAN_TARGET_MS:g} ms target, which it {verdict}"
+    )
+
+
+def explain_barriers() -> list[dict[str, Any]]:
+    """SlackSwap's plan under barriers with op_layer = block (the models) and = every operator."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from slackswap.instances.catalog import load
+    from slackswap.simulator import simulate
+    from slackswap.solvers import run
+
+    out = []
+    for (model, frac), paper in PAPER.items():
+        inst = load(model)
+        rec = run("slackswap", inst, frac, find_min_budget=False)
+        if rec.plan is None:
+            continue
+        per_op = replace(inst, op_layer=np.arange(inst.n_ops, dtype=np.int32))
+        row: dict[str, Any] = {"case": f"{model} {frac * 100:.0f}%", "paper": paper[3]}
+        for label, target in (("block", inst), ("operator", per_op)):
+            sim = simulate(target, rec.plan.actions, frac, runtime="barriers")
+            row[label] = sim.throughput * 100 if sim.feasible else None
+        out.append(row)
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ga-seconds",
+        type=float,
+        default=0.0,
+        help="seconds per genetic-search cell (the paper: 45); 0 skips the GA columns",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=5, help="timed plans per case for plan ms (0 skips)"
+    )
+    p.add_argument(
+        "--explain-barriers",
+        action="store_true",
+        help="also replay SlackSwap's plans under barriers synchronised per block and per op",
+    )
+    p.add_argument("--json", action="store_true", help="cells as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from slackswap.commands.common import format_table, print_json
+    from slackswap.reproduce._cells import print_table
+
+    cells = table3_cells(ga_seconds=args.ga_seconds, repeats=args.repeats)
+    barriers = explain_barriers() if args.explain_barriers else None
+    if args.json:
+        out: dict[str, Any] = {"cells": [c.as_dict() for c in cells]}
+        if barriers is not None:
+            out["barriers_by_granularity"] = barriers
+        print_json(out)
+        return 0
+    title = (
+        "Table 3 (A100, PCIe 4.0): throughput in % of ideal, tolerance "
+        f"{TOLERANCE_POINTS:g} points; plan ms: median of {args.repeats} SlackSwap plans"
+    )
+    print_table(cells, digits=2, title=title)
+    if barriers is not None:
+        print("\nbarriers: SlackSwap's plan synchronised per block (the models) vs per operator")
+        table = [(r["case"], r["paper"], _pct(r["block"]), _pct(r["operator"])) for r in barriers]
+        print(format_table(table, ("case", "paper", "per block", "per operator")))
+    return 0
+
+
+def _pct(v: float | None) -> str:
+    return "none" if v is None else f"{v:.2f}"
