@@ -55,6 +55,7 @@ INT_COLUMNS = frozenset(
 TIMING_COLUMNS = ("plan_s", "wall_s")
 
 SUFFIXES = (".csv", ".parquet", ".pq")
+MAX_TEXT = 600  # characters of an error or reason kept in a row (compiler errors run to pages)
 
 
 def _kind(path: Path) -> str:
@@ -75,6 +76,8 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
             v = None
         elif isinstance(v, str):  # CSV cannot tell "" from missing: "" is missing everywhere
             v = v.replace("\r", " ").replace("\n", " ") or None
+            if v is not None and k in ("error", "reason") and len(v) > MAX_TEXT:
+                v = v[: MAX_TEXT - 3] + "..."
         elif isinstance(v, np.generic):
             v = v.item()
             if isinstance(v, float) and not math.isfinite(v):

@@ -1,0 +1,319 @@
+"""Figures drawn from a results table: Fig. 4, Table 2 as bars, Fig. 6, gap heat map, plan time.
+
+Every function takes a results DataFrame (`run_sweep` / `read_results`) and returns a
+matplotlib `Figure` built without pyplot (no global state, any backend); `save` writes it as
+PNG and SVG. Units on the axes: % of the no-swap peak P, % of the ideal step, ms, GB, GB/s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+#: Fixed colours so a policy looks the same in every figure (SlackSwap in black).
+_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
+)  # fmt: skip
+_KNOWN = (
+    "vdnn", "superneurons", "swapadvisor", "checkpoint", "swap-first", "recompute-only",
+    "barriers", "offload-sync", "offload-overlap", "cpsat", "milp", "ga", "ga-random",
+)  # fmt: skip
+
+
+def solver_style(solver: str, others: Sequence[str] = ()) -> dict[str, Any]:
+    """Colour, line width and marker for a solver label (stable across figures)."""
+    base = solver.split("(", 1)[0]
+    if base == "slackswap":
+        return {"color": "black", "linewidth": 2.4, "marker": "o", "zorder": 10}
+    if base in _KNOWN:
+        i = _KNOWN.index(base)
+    else:
+        extra = [s for s in others if s.split("(", 1)[0] not in (*_KNOWN, "slackswap")]
+        i = len(_KNOWN) + (extra.index(solver) if solver in extra else 0)
+    markers = "s^vDP*Xph<>d"
+    return {"color": _PALETTE[i % len(_PALETTE)], "linewidth": 1.4, "marker": markers[i % 12]}
+
+
+def save(
+    fig: Figure, directory: str | Path, name: str, formats: Sequence[str] = ("png", "svg")
+) -> list[Path]:
+    """Write ``fig`` as ``DIR/NAME.png`` and ``DIR/NAME.svg``; returns the paths."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for fmt in formats:
+        p = d / f"{name}.{fmt}"
+        fig.savefig(p, format=fmt, dpi=130, bbox_inches="tight")
+        out.append(p)
+    return out
+
+
+def _grid(
+    n: int, ncols: int = 2, size: tuple[float, float] = (5.2, 3.6)
+) -> tuple[Figure, list[Any]]:
+    ncols = max(1, min(ncols, n))
+    nrows = max(1, math.ceil(n / ncols))
+    fig = Figure(figsize=(size[0] * ncols, size[1] * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def _best(df: pd.DataFrame) -> pd.DataFrame:
+    """Best run over seeds per (instance, budget, solver), via the gap table."""
+    from slackswap.analysis.gaps import gaps
+
+    return gaps(df)
+
+
+def _solvers(df: pd.DataFrame) -> list[str]:
+    from slackswap.analysis.gaps import solver_order
+
+    return solver_order(df["solver"])
+
+
+def _legend(fig: Figure, axes: list[Any]) -> None:
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(
+            list(handles.values()), list(handles), loc="outside lower center",
+            ncols=min(6, len(handles)), frameon=False, fontsize="small",
+        )  # fmt: skip
+
+
+def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
+    """Fig. 4: throughput (% of ideal) against the budget (% of P), one panel per instance."""
+    g = _best(df)
+    instances = list(dict.fromkeys(g["instance"]))
+    solvers = _solvers(g)
+    fig, axes = _grid(len(instances))
+    for ax, inst in zip(axes, instances, strict=True):
+        sub = g[g["instance"] == inst]
+        for solver in solvers:
+            s = sub[sub["solver"] == solver].sort_values("budget_fraction")
+            if s.empty:
+                continue
+            ax.plot(
+                100 * s["budget_fraction"], 100 * s["throughput"], label=solver,
+                markersize=4, **solver_style(solver, solvers),
+            )  # fmt: skip
+        ax.set_title(str(inst), fontsize="medium")
+        ax.set_xlabel("memory budget (% of no-swap peak P)")
+        ax.set_ylabel("throughput (% of ideal)")
+        lo, hi = 100 * g["budget_fraction"].min(), 100 * g["budget_fraction"].max()
+        pad = max(2.0, 0.04 * (hi - lo))
+        ax.set_xlim(hi + pad, lo - pad)  # every panel spans the whole sweep, largest budget left
+        ax.set_ylim(bottom=0, top=105)
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    fig.suptitle(title or "Throughput against memory budget (missing points: no plan fits)")
+    return fig
+
+
+def nearest_budget(df: pd.DataFrame, budget: float) -> float:
+    """The budget fraction in ``df`` closest to ``budget``."""
+    b = df["budget_fraction"].dropna().round(6).unique()
+    if len(b) == 0:
+        raise ValueError("no budgets in the results")
+    return float(b[np.argmin(np.abs(b - budget))])
+
+
+def time_breakdown(df: pd.DataFrame, budget: float = 0.4) -> Figure:
+    """Table 2 as stacked bars: step time per policy split into compute, recompute and stalls.
+
+    Bars are multiples of the ideal step at the budget nearest ``budget``; a policy without a
+    plan there is marked "no plan".
+    """
+    b = nearest_budget(df, budget)
+    at = df[df["budget_fraction"].round(6) == b]
+    instances = list(dict.fromkeys(at["instance"]))
+    parts = (
+        ("compute (ideal)", "#9ecae1"), ("recompute", "#fd8d3c"),
+        ("forward stall", "#d62728"), ("backward stall", "#7b4173"), ("other", "#bdbdbd"),
+    )  # fmt: skip
+    fig, axes = _grid(len(instances), ncols=2, size=(6.0, 3.8))
+    for ax, inst in zip(axes, instances, strict=True):
+        sub = at[at["instance"] == inst]
+        solvers = _solvers(sub)
+        ok = sub[sub["step_s"].notna()].sort_values("step_s").drop_duplicates("solver")
+        rows = {str(r.solver): r for r in ok.itertuples(index=False)}
+        x = np.arange(len(solvers))
+        bottom = np.zeros(len(solvers))
+        for name, colour in parts:
+            vals = np.zeros(len(solvers))
+            for i, s in enumerate(solvers):
+                r = rows.get(s)
+                if r is None:
+                    continue
+                ideal = float(r.ideal_s)
+                comp = {
+                    "compute (ideal)": 1.0,
+                    "recompute": _f(r.recompute_s) / ideal,
+                    "forward stall": _f(r.fwd_stall_s) / ideal,
+                    "backward stall": _f(r.bwd_stall_s) / ideal,
+                }
+                comp["other"] = max(0.0, float(r.step_s) / ideal - sum(comp.values()))
+                vals[i] = comp[name]
+            ax.bar(x, vals, bottom=bottom, color=colour, label=name, width=0.7)
+            bottom += vals
+        top = max(1.2, float(bottom.max()) * 1.1)
+        for i, s in enumerate(solvers):
+            if s in rows:
+                ax.text(i, bottom[i], f"{bottom[i]:.2f}", ha="center", va="bottom", fontsize=7)
+            else:
+                ax.text(i, 0.04 * top, "no plan", ha="center", va="bottom", rotation=90, fontsize=8)
+        ax.set_ylim(0, top)
+        ax.set_xticks(x, solvers, rotation=35, ha="right", fontsize="small")
+        ax.set_ylabel("step time (x ideal step)")
+        ax.set_title(f"{inst} at {100 * b:g}% of P", fontsize="medium")
+        ax.grid(axis="y", alpha=0.3)
+    _legend(fig, axes[:1])
+    fig.suptitle("Where the time goes (Table 2)")
+    return fig
+
+
+def _f(x: Any) -> float:
+    return 0.0 if x is None or pd.isna(x) else float(x)
+
+
+def gap_heatmap(df: pd.DataFrame) -> Figure:
+    """Gap to the best known plan (%), solver x budget, one panel per instance."""
+    g = _best(df)
+    instances = list(dict.fromkeys(g["instance"]))
+    fig, axes = _grid(len(instances), ncols=2, size=(6.4, 4.0))
+    image = None
+    for ax, inst in zip(axes, instances, strict=True):
+        sub = g[g["instance"] == inst]
+        solvers = _solvers(sub)
+        budgets = sorted(sub["budget_fraction"].unique(), reverse=True)
+        m = np.full((len(solvers), len(budgets)), np.nan)
+        for r in sub.itertuples(index=False):
+            m[solvers.index(str(r.solver)), budgets.index(r.budget_fraction)] = 100 * _nan(
+                r.gap_to_best
+            )
+        cmap = _cmap()
+        image = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0, vmax=max(
+            5.0, float(np.nanpercentile(m, 95)) if np.isfinite(m).any() else 5.0), aspect="auto")  # fmt: skip
+        for i in range(m.shape[0]):
+            for j in range(m.shape[1]):
+                txt = "-" if np.isnan(m[i, j]) else f"{m[i, j]:.0f}"
+                ax.text(j, i, txt, ha="center", va="center", fontsize=6)
+        ax.set_xticks(range(len(budgets)), [f"{100 * b:g}" for b in budgets], fontsize="small")
+        ax.set_yticks(range(len(solvers)), solvers, fontsize="small")
+        ax.set_xlabel("memory budget (% of P)")
+        ax.set_title(str(inst), fontsize="medium")
+    if image is not None:
+        fig.colorbar(image, ax=axes, label="gap to best known plan (%)  [- : no plan]")
+    fig.suptitle("Optimality gap to the best known plan")
+    return fig
+
+
+def _nan(x: Any) -> float:
+    return float("nan") if x is None or pd.isna(x) else float(x)
+
+
+def _cmap() -> Any:
+    import matplotlib as mpl
+
+    return mpl.colormaps["viridis_r"].with_extremes(bad="#e0e0e0")
+
+
+def plan_time_vs_size(df: pd.DataFrame) -> Figure:
+    """Planning time (ms, log) against instance size (saved tensors, log), every run."""
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.subplots()
+    solvers = _solvers(df)
+    for solver in solvers:
+        s = df[(df["solver"] == solver) & df["plan_s"].notna()]
+        if s.empty:
+            continue
+        st = solver_style(solver, solvers)
+        ax.scatter(
+            s["n_tensors"].astype(float), 1e3 * s["plan_s"], label=solver, s=14, alpha=0.7,
+            color=st["color"], marker=st["marker"],
+        )  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("instance size (saved tensors)")
+    ax.set_ylabel("planning time (ms)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize="small", ncols=2)
+    ax.set_title("Planning time against instance size")
+    return fig
+
+
+#: Columns a sensitivity figure may sweep, with axis labels and scales.
+SENSITIVITY = {
+    "link_bw_Bps": ("link bandwidth per direction (GB/s)", 1e-9, "log"),
+    "seq": ("sequence length (tokens)", 1.0, "log"),
+}
+
+
+def has_sensitivity(df: pd.DataFrame, by: str) -> bool:
+    """True when some model and budget were run at two or more values of ``by``."""
+    if by not in df or df[by].isna().all():
+        return False
+    counts = df.dropna(subset=[by]).groupby(["model", df["budget_fraction"].round(6)])[by]
+    return bool((counts.nunique() > 1).any())
+
+
+def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slackswap") -> Figure:
+    """Fig. 6: throughput against link bandwidth or sequence length, per model and budget.
+
+    A second panel per case shows what ``focus`` (SlackSwap) does: GB swapped and recomputed
+    against link bandwidth, or the hideable fraction f (Eq. 1) against sequence length.
+    """
+    label, scale, xscale = SENSITIVITY[by]
+    d = df.dropna(subset=[by]).copy()
+    d["_b"] = d["budget_fraction"].round(6)
+    cases = [key for key, grp in d.groupby(["model", "_b"], sort=False) if grp[by].nunique() > 1]
+    fig = Figure(figsize=(11.0, 3.8 * max(1, len(cases))), layout="constrained")
+    axes = fig.subplots(max(1, len(cases)), 2, squeeze=False)
+    for (model, b), (ax, ax2) in zip(cases, axes, strict=False):
+        grp = d[(d["model"] == model) & (d["_b"] == b)]
+        solvers = _solvers(grp)
+        best = grp[grp["step_s"].notna()].sort_values("step_s").drop_duplicates(["solver", by])
+        for solver in solvers:
+            s = best[best["solver"] == solver].sort_values(by)
+            if s.empty:
+                continue
+            ax.plot(
+                scale * s[by].astype(float), 100 * s["throughput"], label=solver, markersize=4,
+                **solver_style(solver, solvers),
+            )  # fmt: skip
+        ax.set_xscale(xscale)
+        ax.set_xlabel(label)
+        ax.set_ylabel("throughput (% of ideal)")
+        ax.set_title(f"{model} at {100 * b:g}% of P", fontsize="medium")
+        ax.grid(alpha=0.3, which="both")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="x-small", ncols=2)
+        f = best[best["solver"].str.split("(").str[0] == focus].sort_values(by)
+        x = scale * f[by].astype(float)
+        if by == "link_bw_Bps":
+            ax2.plot(x, f["swap_bytes"] / 1e9, marker="o", color="#1f77b4", label="swapped")
+            ax2.plot(x, f["recompute_bytes"] / 1e9, marker="s", color="#fd8d3c", label="recomputed")
+            ax2.set_ylabel(f"{focus} plan (GB)")
+        else:
+            fr = grp.drop_duplicates(by).sort_values(by)
+            ax2.plot(scale * fr[by].astype(float), 100 * fr["hideable_fraction"], marker="o",
+                     color="#2ca02c", label="hideable fraction f (Eq. 1)")  # fmt: skip
+            ax2.set_ylabel("f (% of saved bytes)")
+        ax2.set_xscale(xscale)
+        ax2.set_xlabel(label)
+        ax2.grid(alpha=0.3, which="both")
+        ax2.legend(fontsize="small")
+    what = "link bandwidth" if by == "link_bw_Bps" else "sequence length"
+    fig.suptitle(f"Sensitivity to {what} (Fig. 6)")
+    return fig

@@ -1,0 +1,161 @@
+"""Write every figure a results table supports (PNG and SVG) into one directory.
+
+From the rows alone: throughput against budget (Fig. 4), where the time goes (Table 2 bars),
+the gap heat map, planning time against instance size, and the sensitivity figures (Fig. 6)
+when the results sweep link bandwidth or sequence length. With ``rerun=True`` it also reruns
+one case to draw its plan (Fig. 3) and the timelines of two policies (Fig. 5); that needs an
+instance that can be rebuilt (catalog name, file or model-grid point) and a registered solver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from slackswap.analysis import figures as F
+from slackswap.analysis import planfigs as PF
+
+PREFERRED = ("slackswap", "vdnn", "superneurons", "swapadvisor", "checkpoint")
+
+
+@dataclass
+class Report:
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # figures skipped, and why
+
+
+def write_report(
+    results: pd.DataFrame | str | os.PathLike[str],
+    directory: str | os.PathLike[str],
+    *,
+    breakdown_budget: float = 0.4,
+    plan_budget: float = 0.3,
+    timeline_budget: float = 0.5,
+    instance: str | None = None,
+    rerun: bool = True,
+    formats: tuple[str, ...] = ("png", "svg"),
+) -> Report:
+    """Draw the figures into ``directory``; returns the files written and notes on skips."""
+    from slackswap.analysis.results import read_results
+
+    df = results if isinstance(results, pd.DataFrame) else read_results(results)
+    rep = Report()
+    if df.empty:
+        rep.notes.append("no rows: nothing to draw")
+        return rep
+    d = Path(directory)
+
+    def emit(fig: Any, name: str) -> None:
+        rep.files.extend(F.save(fig, d, name, formats))
+
+    emit(F.throughput_vs_budget(df), "throughput_vs_budget")
+    if df["step_s"].notna().any():
+        emit(F.time_breakdown(df, breakdown_budget), "time_breakdown")
+    else:
+        rep.notes.append("time_breakdown: no feasible run")
+    emit(F.gap_heatmap(df), "gap_heatmap")
+    emit(F.plan_time_vs_size(df), "plan_time_vs_size")
+    for by, name in (("link_bw_Bps", "sensitivity_link"), ("seq", "sensitivity_seq")):
+        if F.has_sensitivity(df, by):
+            emit(F.sensitivity(df, by), name)
+        else:
+            rep.notes.append(f"{name}: the results do not sweep {by}")
+    if rerun:
+        _rerun_figures(df, rep, emit, plan_budget, timeline_budget, instance)
+    return rep
+
+
+def _pick_instance(df: pd.DataFrame, wanted: str | None) -> str | None:
+    rebuildable = df[df["instance_spec"].fillna("{}") != "{}"]
+    names = list(dict.fromkeys(rebuildable["instance"]))
+    if wanted is not None:
+        return wanted if wanted in names else None
+    for pref in ("gpt2-xl",):
+        if pref in names:
+            return pref
+    return names[0] if names else None
+
+
+def _solver_rows(sub: pd.DataFrame, budget: float, k: int) -> list[pd.Series]:
+    """Up to ``k`` feasible rows at the budget nearest ``budget`` that has any, preferred first."""
+    ok = sub[sub["step_s"].notna()]
+    if ok.empty:
+        return []
+    b = F.nearest_budget(ok, budget)
+    at = ok[ok["budget_fraction"].round(6) == b]
+    at = at.sort_values("step_s").drop_duplicates("solver")
+    names = [str(s) for s in at["solver"]]
+    order = [n for p in PREFERRED for n in names if n == p] + [
+        n for n in names if n not in PREFERRED
+    ]
+    return [at[at["solver"] == n].iloc[0] for n in order[:k]]
+
+
+def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:
+    """Rerun one results row: (instance, RunRecord, SimResult with a timeline if asked)."""
+    from slackswap.analysis.jobs import resolve_spec
+    from slackswap.plan import Budget
+    from slackswap.simulator import simulate
+    from slackswap.solvers.base import run
+
+    inst = resolve_spec(json.loads(str(row["instance_spec"])))
+    budget = Budget.parse(str(row["budget"])) if pd.notna(row["budget"]) else float(
+        row["budget_fraction"]
+    )  # fmt: skip
+    opts = json.loads(str(row["solver_options"])) if pd.notna(row["solver_options"]) else {}
+    tl = row["time_limit_s"]
+    rec = run(
+        str(row["solver_name"]),
+        inst,
+        budget,
+        time_limit=None if pd.isna(tl) else float(tl),
+        seed=int(row["seed"]),
+        options=opts or None,
+        find_min_budget=False,
+    )
+    sim = None
+    if timeline and rec.plan is not None:
+        sim = simulate(inst, rec.plan, budget, timeline=True)
+    return inst, rec, sim
+
+
+def _rerun_figures(
+    df: pd.DataFrame,
+    rep: Report,
+    emit: Any,
+    plan_budget: float,
+    timeline_budget: float,
+    wanted: str | None,
+) -> None:
+    name = _pick_instance(df, wanted)
+    if name is None:
+        rep.notes.append("plan and timeline: no instance in the results can be rebuilt")
+        return
+    sub = df[(df["instance"] == name) & df["solver_name"].notna()]
+    rows = _solver_rows(sub, plan_budget, 1)
+    if rows:
+        inst, rec, _ = rerun_row(rows[0])
+        if rec.plan is not None:
+            title = (f"{rec.solver} plan for {name} at {100 * rec.budget_fraction:.0f}% of P "
+                     f"(throughput {100 * (rec.throughput or 0):.1f}%)")  # fmt: skip
+            emit(PF.plan_by_recompute_cost(inst, rec.plan, title), "plan_by_recompute_cost")
+        else:
+            rep.notes.append(f"plan: {rec.solver} found no plan on rerun ({rec.status})")
+    else:
+        rep.notes.append(f"plan: no feasible run on {name}")
+    runs = []
+    for row in _solver_rows(sub, timeline_budget, 2):
+        inst, rec, sim = rerun_row(row, timeline=True)
+        if sim is not None and sim.feasible:
+            runs.append((str(rec.solver), sim))
+    if runs:
+        b = F.nearest_budget(sub[sub["step_s"].notna()], timeline_budget)
+        emit(PF.timeline(inst, runs, f"One training step of {name} at {100 * b:g}% of P"),
+             "timeline")  # fmt: skip
+    else:
+        rep.notes.append(f"timeline: no feasible run on {name}")

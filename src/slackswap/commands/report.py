@@ -1,0 +1,65 @@
+"""``slackswap report RESULTS -o DIR``: the gap table and every figure the results support."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from slackswap.problem import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="gap table and figures (PNG, SVG) from a results file",
+        description=(
+            "Print the gap table of a results file (best known plan, best bound, each solver's "
+            "gaps) and, with -o DIR, draw the figures into DIR."
+        ),
+    )
+    p.add_argument("results", metavar="RESULTS", help="results file (.csv or .parquet)")
+    p.add_argument("-o", "--output", metavar="DIR", help="directory for the figures")
+    p.add_argument(
+        "--breakdown-budget", type=float, default=0.4, metavar="F",
+        help="budget (fraction of P) of the time-breakdown bars (default 0.4)",
+    )  # fmt: skip
+    p.add_argument(
+        "--instance",
+        help="instance of the plan and timeline figures (default: gpt2-xl, else first)",
+    )
+    p.add_argument(
+        "--no-rerun", action="store_true",
+        help="skip the plan and timeline figures (they rerun one case)",
+    )  # fmt: skip
+    p.add_argument("--format", default="png,svg", help="image formats (default png,svg)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from slackswap.analysis.gaps import format_gaps, gaps
+    from slackswap.analysis.results import read_results
+
+    df = read_results(args.results)
+    print(format_gaps(gaps(df)))
+    if not args.output:
+        return 0
+    formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
+    bad = [f for f in formats if f not in ("png", "svg", "pdf")]
+    if bad or not formats:
+        raise UserError(f"--format: {bad[0] if bad else args.format!r} is not png, svg or pdf")
+    if not 0 < args.breakdown_budget <= 1.5:
+        raise UserError(f"--breakdown-budget must be a fraction of P, got {args.breakdown_budget}")
+    from slackswap.analysis.report import write_report
+
+    rep = write_report(
+        df,
+        args.output,
+        breakdown_budget=args.breakdown_budget,
+        instance=args.instance,
+        rerun=not args.no_rerun,
+        formats=formats,
+    )
+    for note in rep.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {len(rep.files)} files to {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,248 @@
+"""``slackswap reproduce fig4``: throughput against memory budget for every policy (Fig. 4).
+
+Runs the paper's sweep (BERT-Large, GPT-2 XL, Llama-7B, VGG-16 on the A100 with PCIe 4.0;
+budgets 100% to 10% of P in steps of 10%, plus 15%; every heuristic policy and ablation in the
+registry) through the batch runner, prints the paper's stated facts beside the toolkit's numbers,
+and draws the figure. Results go to ``DIR/fig4.csv`` (``--resume`` continues a cut run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
+
+WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
+TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
+BUDGETS = ("1", "0.9", "0.8", "0.7", "0.6", "0.5", "0.4", "0.3", "0.2", "0.15", "0.1")
+BASELINES = ("vdnn", "superneurons", "swapadvisor", "checkpoint")
+ABLATIONS = ("swap-first", "recompute-only", "barriers")
+TOL = 0.025  # throughput facts hold within 2.5 points (the issue's Table 3 tolerance)
+
+
+def heuristic_solvers() -> list[str]:
+    """Every registered policy that is neither exact nor a time-limited search."""
+    from slackswap.solvers.base import REGISTRY
+
+    return [e.name for e in REGISTRY if not e.tags.exact and not e.tags.uses_time_limit]
+
+
+def fig4_sweep(
+    workloads: tuple[str, ...] = WORKLOADS,
+    solvers: list[str] | None = None,
+    budgets: tuple[str, ...] = BUDGETS,
+    min_budget: bool = False,
+) -> Any:
+    from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_arg
+
+    names = solvers or heuristic_solvers()
+    return Sweep(
+        instances=[ref_from_arg(w) for w in workloads],
+        budgets=list(budgets),
+        solvers=[SolverSpec.of(n) for n in names],
+        seeds=[0],
+        find_min_budget=min_budget,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", default="reproduce-fig4", metavar="DIR",
+                   help="directory for fig4.csv and the figure (default reproduce-fig4)")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel jobs (default 2)")
+    p.add_argument("--backend", choices=("joblib", "dask"), default="joblib")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    p.add_argument("--solvers", help="comma-separated (default: every heuristic policy)")
+    p.add_argument("--resume", action="store_true", help="continue DIR/fig4.csv")
+    p.add_argument("--min-budget", action="store_true",
+                   help="bisect the smallest feasible budget of infeasible runs (slower)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the facts as JSON")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+
+
+def main(args: argparse.Namespace) -> int:
+    from slackswap.analysis import figures as F
+    from slackswap.analysis.runner import run_sweep
+
+    workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+    solvers = [s.strip() for s in args.solvers.split(",")] if args.solvers else None
+    sweep = fig4_sweep(workloads, solvers, min_budget=args.min_budget)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    df = run_sweep(
+        sweep, results=out / "fig4.csv", resume=args.resume, jobs=args.jobs,
+        backend=args.backend, scheduler=args.scheduler, progress=args.progress,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    facts = fig4_facts(df)
+    files = F.save(F.throughput_vs_budget(df, "Fig. 4: throughput against memory budget"),
+                   out, "fig4")  # fmt: skip
+    if args.json:
+        print(json.dumps([f.as_dict() for f in facts], indent=1))
+    else:
+        print(render(facts, "Fig. 4 (A100, PCIe 4.0): the paper's facts and the toolkit's"))
+    failed = int(df["status"].isin(["error", "timeout"]).sum())
+    print(
+        f"sweep: {len(df)} jobs ({failed} failed) in {wall:.1f} s with --jobs {args.jobs}; "
+        f"results {out / 'fig4.csv'}; figure {', '.join(str(f) for f in files)}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _thr(t: pd.DataFrame, inst: str, b: float, solver: str) -> float:
+    try:
+        v = t.loc[(inst, b), solver]
+    except KeyError:
+        return float("nan")
+    return float(v) if pd.notna(v) else float("nan")
+
+
+def _within(values: list[float], lo: float, hi: float, tol: float = TOL) -> bool | None:
+    if not values:
+        return None
+    return all(np.isfinite(v) and lo - tol <= v <= hi + tol for v in values)
+
+
+class _Checker:
+    """Builds facts over cells (instance, budget, solver) of one results table."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self.df = df
+        self.t = best_table(df)
+
+    def values(self, cells: list[tuple[str, float, str]]) -> list[float]:
+        return [_thr(self.t, *c) for c in cells]
+
+    def why(self, cells: list[tuple[str, float, str]], note: str = "") -> str:
+        missing = [c for c in cells if not np.isfinite(_thr(self.t, *c))]
+        parts = [note] if note else []
+        if missing:
+            parts.append("no plan: " + no_plan_reasons(self.df, missing))
+        return "; ".join(parts)
+
+    def range_fact(
+        self, what: str, cells: list[tuple[str, float, str]], lo: float, hi: float,
+        paper: str | None = None, tol: float = TOL, note: str = "",
+    ) -> Fact:  # fmt: skip
+        vals = self.values(cells)
+        return Fact(what, paper or f"{100 * lo:.1f}-{100 * hi:.1f}%", span(vals),
+                    _within(vals, lo, hi, tol), self.why(cells, note))  # fmt: skip
+
+    def each_fact(
+        self, what: str, cells: list[tuple[str, float, str]], paper: list[float], tol: float = TOL,
+        digits: int = 1, note: str = "",
+    ) -> Fact:  # fmt: skip
+        vals = self.values(cells)
+        ok = all(np.isfinite(v) and abs(v - p) <= tol for v, p in zip(vals, paper, strict=True))
+        return Fact(what, " / ".join(pct(p, digits) for p in paper),
+                    " / ".join(pct(v, digits) for v in vals), ok, self.why(cells, note))  # fmt: skip
+
+
+def fig4_facts(df: pd.DataFrame) -> list[Fact]:
+    """The paper's Fig. 4 statements checked against a results table of the Fig. 4 sweep.
+
+    Throughput facts hold within 2.5 points of the paper's value or range unless stated.
+    """
+    ck = _Checker(df)
+    t = ck.t
+    solvers = list(t.columns)
+    insts = list(dict.fromkeys(i for i, _ in t.index))
+    trans = [w for w in TRANSFORMERS if w in insts]
+    base = [b for b in BASELINES if b in solvers]
+    if "slackswap" not in solvers:
+        return [
+            Fact("SlackSwap in the sweep", "yes", "no", None, "run with --solvers slackswap,...")
+        ]
+    facts: list[Fact] = []
+
+    # SlackSwap is the top curve, or within 0.2 points of it, everywhere
+    rivals = [s for s in solvers if s != "slackswap" and s not in ABLATIONS]
+    worse, lost = [], []
+    for inst, b in t.index:
+        mine = _thr(t, inst, b, "slackswap")
+        others = {s: _thr(t, inst, b, s) for s in rivals}
+        who = max(others, key=lambda s: np.nan_to_num(others[s], nan=-1.0)) if others else None
+        if who is None or not np.isfinite(others[who]):
+            continue
+        if not np.isfinite(mine) or mine < others[who] - 0.002:
+            worse.append(f"{inst} {100 * b:g}%: {pct(mine)} vs {who} {pct(others[who])}")
+            lost.append((inst, b, "slackswap"))
+    shown = "; ".join(worse[:3]) + (f" (+{len(worse) - 3} more)" if len(worse) > 3 else "")
+    facts.append(Fact("SlackSwap top curve or within 0.2 points (all budgets, workloads)",
+                      "top or tied everywhere", shown or "everywhere", not worse,
+                      ck.why(lost, "another policy's plan is faster in the simulator" if worse
+                             else "")))  # fmt: skip
+
+    # SlackSwap's levels and its lead over the best baseline
+    paper_50 = {"bert-large": 0.963, "gpt2-xl": 0.976, "llama-7b": 0.996}
+    facts.append(ck.each_fact("SlackSwap at 50% (" + " / ".join(trans) + ")",
+                              [(w, 0.5, "slackswap") for w in trans], [paper_50[w] for w in trans]))  # fmt: skip
+    for b, lead in ((0.5, (1.10, 1.11)), (0.3, (1.07, 1.16))):
+        ratios = []
+        for w in trans:
+            best_base = np.nanmax([_thr(t, w, b, s) for s in base] or [np.nan])
+            ratios.append(_thr(t, w, b, "slackswap") / best_base if best_base > 0 else np.nan)
+        facts.append(Fact(f"SlackSwap / best baseline at {100 * b:g}% (transformers)",
+                          f"{lead[0]:.2f}-{lead[1]:.2f}x", span(ratios, 2, "x"),
+                          _within(ratios, *lead, tol=0.03), "holds within 0.03x"))  # fmt: skip
+    for b, lo, hi in ((0.3, 0.897, 0.970), (0.1, 0.797, 0.873)):
+        facts.append(ck.range_fact(f"SlackSwap at {100 * b:g}% (transformers)",
+                                   [(w, b, "slackswap") for w in trans], lo, hi))  # fmt: skip
+
+    # the baselines on GPT-2 XL at half memory
+    if "gpt2-xl" in insts:
+        paper = {"vdnn": 0.36, "superneurons": 0.66, "swapadvisor": 0.43}
+        have = [s for s in paper if s in solvers]
+        facts.append(ck.each_fact("GPT-2 XL at 50%: " + " / ".join(have),
+                                  [("gpt2-xl", 0.5, s) for s in have], [paper[s] for s in have],
+                                  tol=0.05, digits=0, note="tolerance 5 points"))  # fmt: skip
+
+    # matching the ideal down to 90% (70% for Llama)
+    for s in ("slackswap", "swapadvisor"):
+        if s in solvers:
+            cells = [(w, b, s) for w in trans for b in (1.0, 0.9, 0.8, 0.7)
+                     if b >= (0.7 if w == "llama-7b" else 0.9)]  # fmt: skip
+            facts.append(ck.range_fact(f"{s} matches the ideal down to 90% (Llama: 70%)", cells,
+                                       0.995, 1.0, ">= 99.5%", tol=0.0))  # fmt: skip
+
+    # SuperNeurons, vDNN, Checkpoint
+    if "superneurons" in solvers:
+        cells = [(w, b, "superneurons") for w in trans for b in (1.0, 0.9, 0.8, 0.7)]
+        facts.append(ck.range_fact("SuperNeurons down to 70% (transformers)", cells, 0.96, 1.0,
+                                   "96-99%"))  # fmt: skip
+    if "vdnn" in solvers:
+        budgets = sorted({x for _, x in t.index}, reverse=True)
+        cells = [(w, b, "vdnn") for w in trans for b in budgets
+                 if np.isfinite(v := _thr(t, w, b, "vdnn")) and v < 0.999]  # fmt: skip
+        facts.append(ck.range_fact("vDNN once any offload starts (transformers)", cells, 0.26,
+                                   0.74, tol=0.05, note="tolerance 5 points"))  # fmt: skip
+    if "checkpoint" in solvers:
+        facts.append(ck.range_fact("Checkpoint at 15% (transformers)",
+                                   [(w, 0.15, "checkpoint") for w in trans], 0.80, 0.82))  # fmt: skip
+        at10 = ck.values([(w, 0.1, "checkpoint") for w in trans])
+        facts.append(Fact("Checkpoint at 10% (transformers)", "no plan", span(at10),
+                          all(not np.isfinite(v) for v in at10)))  # fmt: skip
+
+    # VGG-16
+    if "vgg16" in insts:
+        cells = [("vgg16", b, "slackswap") for b in (1.0, 0.9, 0.8, 0.7)]
+        facts.append(ck.range_fact("VGG-16: SlackSwap down to 70% (65% is not in the grid)",
+                                   cells, 0.95, 1.0, "95-100% down to 65%", tol=0.0))  # fmt: skip
+        for s in ("vdnn", "checkpoint"):
+            if s in solvers:
+                at70, at60 = _thr(t, "vgg16", 0.7, s), _thr(t, "vgg16", 0.6, s)
+                facts.append(Fact(f"VGG-16: {s} stops fitting below 70%",
+                                  "plan at 70%, none at 60%", f"{pct(at70)} at 70%, {pct(at60)} at 60%",
+                                  bool(np.isfinite(at70) and not np.isfinite(at60)),
+                                  ck.why([("vgg16", 0.7, s)])))  # fmt: skip
+    return facts
