@@ -32,7 +32,7 @@ import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._memory import RECOMP, SWAP, static_arrays
+from slackswap.solvers._memory import KEEP, RECOMP, SWAP, need_ops, static_arrays
 from slackswap.solvers._passes import PassResult, plan_passes
 from slackswap.solvers.base import Solution, Solver, Tags, register
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 PLANNER_RUNTIME = "barrier-free"
 #: Stalls shorter than this (seconds) are float noise of the event model, not waits.
 STALL_TOL_S = 1e-9
+#: Replays the last-resort oversubscribed plan may take when no round fits.
+OVERSUBSCRIBE_TRIES = 3
 
 
 @dataclass
@@ -70,7 +72,9 @@ class SlackSwap(Solver):
     Options: ``order`` of Pass 1's candidates (``"rho"``: decreasing recompute cost per byte;
     ``"production"``: production order, the swap-first ablation); ``pass1`` (False: recompute
     only); ``guard`` g, the share of the forward pass the offloads leave free; ``max_rounds`` of
-    validation and repair; ``runtime`` the returned plan is for.
+    validation and repair; ``runtime`` the returned plan is for; ``oversubscribe``: when no
+    round fits, try the last-resort plan that leans on the runtime's eviction (see
+    `_RepairSearch._oversubscribe`; not in the paper).
     """
 
     key = "slackswap"
@@ -84,12 +88,14 @@ class SlackSwap(Solver):
         guard: float = 0.02,
         max_rounds: int = 6,
         runtime: str = PLANNER_RUNTIME,
+        oversubscribe: bool = True,
     ) -> None:
         self.order = order
         self.pass1 = pass1
         self.guard = guard
         self.max_rounds = max_rounds
         self.runtime = runtime
+        self.oversubscribe = oversubscribe
 
     # ---------------------------------------------------------------------------------------
     def solve(
@@ -114,6 +120,9 @@ class SlackSwap(Solver):
             )
         else:
             info["reason"] = "no replayed plan fit the budget in the event model"
+        last = [r for r in search.rounds if r.note.startswith("out of memory") and not r.fits]
+        if last:
+            info["reason"] += f"; the last-resort oversubscribed plan failed too ({last[-1].note})"
         return Solution(plan=None, info=info)
 
 
@@ -212,6 +221,59 @@ class _RepairSearch:
                 break
         if self.best is None and not no_swap_done and self._room():
             self._replay(False)  # the swap plan never fit: the plan with no swaps may
+        if self.best is None and with_swaps and self.solver.oversubscribe:
+            self._oversubscribe()
+
+    def _oversubscribe(self) -> None:
+        """Last resort when no plan fits: swap what stays resident where memory runs out.
+
+        Beyond Algorithm 1 (a toolkit extension). The planner's model returns a tensor once, at
+        its first backward reader, and keeps it to its last; a tensor read at operators i - 1
+        and i + 1 but not i can only leave memory at i through the runtime's eviction, which
+        applies to swapped tensors. So, starting from the plan Pass 2 gave up on: every tensor
+        resident at the failing operator and not read there becomes a swap, and the plan is
+        replayed; a replay that still fails names the next operator to treat.
+        """
+        from slackswap.simulator import simulate
+
+        res = plan_passes(
+            self.sa, self.m_bytes, int(self.instance.peak_bytes), order=self.solver.order,
+            pass1=True, guard=self.guard, excluded=self.excluded, forced_recomp=self.forced,
+        )  # fmt: skip
+        x = res.actions.copy()
+        sa, i = self.sa, res.fail_op
+        ptr, idx = self.instance.op_reads_csr
+        for _ in range(OVERSUBSCRIBE_TRIES):
+            if i < 0:
+                sim = simulate(self.instance, x, self.budget, runtime=PLANNER_RUNTIME)
+                i = sim.fail_op
+                if sim.feasible or i < 0:
+                    break
+            need = need_ops(x, sa.fbr, sa.fbr, sa.prod, sa.rb_ptr, sa.rb_idx)
+            resident = np.where(
+                x == KEEP,
+                (sa.prod <= i) & (i <= sa.lbr),
+                ((sa.prod <= i) & (i <= sa.lfr)) | ((need <= i) & (i <= sa.lbr)),
+            )
+            move = resident & (x != SWAP)
+            move[idx[ptr[i] : ptr[i + 1]]] = False
+            if not move.any():
+                break
+            x[move] = SWAP
+            sim = simulate(self.instance, x, self.budget, runtime=PLANNER_RUNTIME)
+            size = sa.size
+            self.rounds.append(
+                Round(
+                    self.m_bytes, self.guard, True, False, bool(sim.feasible), float(sim.step_s),
+                    float(sim.fwd_stall_s + sim.bwd_stall_s) if sim.feasible else float("inf"),
+                    int(size[x == SWAP].sum()), int(size[x == RECOMP].sum()),
+                    sim.reason or "oversubscribed: runtime eviction covers what the model cannot",
+                )
+            )  # fmt: skip
+            if sim.feasible:
+                self.best = (float(sim.step_s), x.copy())
+                break
+            i = sim.fail_op
 
     def _repair(self, res: PassResult, sim: SimResult) -> bool:
         """Recompute or un-swap each swapped tensor whose prefetch held up compute."""
