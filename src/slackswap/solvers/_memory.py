@@ -18,7 +18,7 @@ static arrays come from the ideal schedule (every operator back to back, no stal
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -54,6 +54,7 @@ class StaticArrays:
     rb_idx: np.ndarray
     release_op_end_s: np.ndarray  # end time of each backward operator, seconds
     release_cum: np.ndarray  # bytes released by the end of each backward operator (all tensors)
+    memo: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
 
 _CACHE: weakref.WeakKeyDictionary[Instance, StaticArrays] = weakref.WeakKeyDictionary()

@@ -43,6 +43,52 @@ _BIG = np.int64(1) << 62
 
 
 @njit(cache=True, nogil=True)
+def _fifo_fits(order, n, ins, pos, produced_s, copy_s, limit):  # type: ignore[no-untyped-def]
+    """End of the FIFO chain with ``ins`` at ``pos``, or inf once some copy ends past ``limit``
+    (ends only grow along the chain)."""
+    e = 0.0
+    k = 0
+    for j in range(n + 1):
+        if j == pos:
+            u = ins
+        else:
+            u = order[k]
+            k += 1
+        r = produced_s[u]
+        e = (e if e > r else r) + copy_s[u]
+        if e > limit:
+            return np.inf
+    return e
+
+
+@njit(cache=True, nogil=True)
+def _edf_fits(  # type: ignore[no-untyped-def]
+    order, n, ins, pos, e0, cum0, deadline_s, copy_s, size, release_end_s, release_cum
+):
+    """EdfH2D from position ``pos`` on, given the schedule state before it (end ``e0``, bytes
+    ``cum0``): True when every copy from there meets its deadline."""
+    e = e0
+    cum = cum0
+    k = pos
+    n_rel = release_cum.shape[0]
+    for j in range(pos, n + 1):
+        if j == pos:
+            u = ins
+        else:
+            u = order[k]
+            k += 1
+        cum += size[u]
+        r = np.searchsorted(release_cum, cum)
+        if r >= n_rel:
+            return False
+        t_mem = release_end_s[r]
+        e = (e if e > t_mem else t_mem) + copy_s[u]
+        if e > deadline_s[u] + _EPS:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def pass1_kernel(  # type: ignore[no-untyped-def]
     cand,
     deficit,
@@ -59,30 +105,37 @@ def pass1_kernel(  # type: ignore[no-untyped-def]
     h2d_start,
     h2d_end,
 ):
-    """Pass 1 over ``cand`` (priority order); marks ``swap_out`` and writes the final schedules."""
+    """Pass 1 over ``cand`` (priority order); marks ``swap_out`` and writes the final schedules.
+
+    Shortcuts that change no decision: inserting t into a FIFO chain delays its end by at most
+    max(end, r_t) + copy_t - end, so a chain bound that stays within the limit passes without
+    walking the chain; the EDF check restarts from the stored schedule state at t's position.
+    """
     n_c = cand.shape[0]
-    n_t = size.shape[0]
     fifo = np.empty(n_c, dtype=np.int64)
     edf = np.empty(n_c, dtype=np.int64)
-    s_end = np.empty(n_t)
-    s_start = np.empty(n_t)
-    s_end2 = np.empty(n_t)
+    edf_e = np.empty(n_c + 1)  # schedule end after the first k copies (deadline order)
+    edf_cum = np.zeros(n_c + 1, dtype=np.int64)  # bytes of the first k copies
+    edf_e[0] = forward_s
+    limit = fifo_limit_s + _EPS
     n = 0
     total = np.int64(0)
-    busy = 0.0  # link seconds the set needs; a quick necessary test before the full chain
+    bound = 0.0  # an upper bound on the FIFO chain's end (exact after each full walk)
     for c in range(n_c):
         if total >= deficit:
             break
         t = cand[c]
-        if busy + copy_s[t] > fifo_limit_s + _EPS:
-            continue
+        r_t = produced_s[t]
+        new_bound = (bound if bound > r_t else r_t) + copy_s[t]
         pf = key_position(fifo, n, produced_s, t)
-        if fifo_end(fifo, n, t, pf, produced_s, copy_s, s_end) > fifo_limit_s + _EPS:
-            continue
+        if new_bound > limit:
+            new_bound = _fifo_fits(fifo, n, t, pf, produced_s, copy_s, limit)
+            if new_bound > limit:
+                continue
         pe = key_position(edf, n, deadline_s, t)
-        if not edf_ok(
-            edf, n, t, pe, deadline_s, copy_s, size, forward_s, release_end_s, release_cum,
-            s_start, s_end2,
+        if not _edf_fits(
+            edf, n, t, pe, edf_e[pe], edf_cum[pe], deadline_s, copy_s, size, release_end_s,
+            release_cum,
         ):  # fmt: skip
             continue
         for j in range(n, pf, -1):
@@ -92,8 +145,15 @@ def pass1_kernel(  # type: ignore[no-untyped-def]
             edf[j] = edf[j - 1]
         edf[pe] = t
         n += 1
+        for k in range(pe, n):  # refresh the stored EDF state from t's position on
+            u = edf[k]
+            cum = edf_cum[k] + size[u]
+            edf_cum[k + 1] = cum
+            t_mem = release_end_s[np.searchsorted(release_cum, cum)]
+            e = edf_e[k]
+            edf_e[k + 1] = (e if e > t_mem else t_mem) + copy_s[u]
+        bound = new_bound
         total += size[t]
-        busy += copy_s[t]
         swap_out[t] = True
     fifo_end(fifo, n, -1, 0, produced_s, copy_s, d2h_end)
     edf_ok(
@@ -332,20 +392,27 @@ class PassResult(NamedTuple):
 
 
 def candidate_order(sa: StaticArrays, order: str) -> np.ndarray:
-    """Pass 1's candidates (r_t < T_F < d_t, s_t > 0) in priority order.
+    """Pass 1's candidates (r_t < T_F < d_t, s_t > 0) in priority order (memoised, read-only).
 
     ``"rho"``: decreasing c_t / s_t (block inputs, rho = inf, first), ties by production order;
     ``"production"``: production order (the swap-first ablation).
     """
+    key = f"candidates:{order}"
+    if key in sa.memo:
+        return sa.memo[key]
     idx = np.arange(len(sa.size), dtype=np.int64)
     ok = (sa.produced_s < sa.forward_s) & (sa.deadline_s > sa.forward_s) & (sa.size > 0)
     idx = idx[ok]
     if order == "rho":
         rho = sa.cost[idx] / sa.size[idx]
-        return idx[np.lexsort((idx, sa.prod[idx], -rho))]
-    if order == "production":
-        return idx[np.lexsort((idx, sa.produced_s[idx]))]
-    raise ValueError(f"unknown candidate order {order!r} (rho or production)")
+        out = idx[np.lexsort((idx, sa.prod[idx], -rho))]
+    elif order == "production":
+        out = idx[np.lexsort((idx, sa.produced_s[idx]))]
+    else:
+        raise ValueError(f"unknown candidate order {order!r} (rho or production)")
+    out.setflags(write=False)
+    sa.memo[key] = out
+    return out
 
 
 def plan_passes(
