@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from slackswap.analysis.gaps import format_gaps, gaps
+from slackswap.analysis.gapanalysis import format_gaps, gaps
 from slackswap.analysis.results import COLUMNS, rows_to_frame
 
 
@@ -73,3 +73,10 @@ def test_gap_table_text() -> None:
 
 def test_empty_results() -> None:
     assert gaps(rows_to_frame([])).empty
+
+
+def test_package_level_gaps_is_the_function() -> None:
+    import slackswap.analysis as analysis
+    import slackswap.analysis.figures  # noqa: F401 - imports the gap module too
+
+    assert callable(analysis.gaps) and analysis.gaps is gaps

@@ -105,7 +105,7 @@ def test_empty_results_draw_nothing(tmp_path) -> None:
 
 
 def test_gap_table_sorted_in_paper_order() -> None:
-    from slackswap.analysis.gaps import solver_order
+    from slackswap.analysis.gapanalysis import solver_order
 
     assert solver_order(["zeta", "vdnn", "ga(pop=4)", "slackswap", "vdnn"]) == [
         "slackswap", "vdnn", "ga(pop=4)", "zeta",

@@ -27,8 +27,8 @@ _LAZY = {
     "run_sweep": "slackswap.analysis.runner:run_sweep",
     "read_results": "slackswap.analysis.results:read_results",
     "ResultsWriter": "slackswap.analysis.results:ResultsWriter",
-    "gaps": "slackswap.analysis.gaps:gaps",
-    "format_gaps": "slackswap.analysis.gaps:format_gaps",
+    "gaps": "slackswap.analysis.gapanalysis:gaps",
+    "format_gaps": "slackswap.analysis.gapanalysis:format_gaps",
     "write_report": "slackswap.analysis.report:write_report",
 }
 

@@ -47,7 +47,7 @@ def render(facts: Sequence[Fact], title: str = "") -> str:
 
 def best_table(df: pd.DataFrame) -> pd.DataFrame:
     """Throughput (fraction, NaN when no plan) indexed by (instance, budget), one column per solver."""
-    from slackswap.analysis.gaps import gaps
+    from slackswap.analysis.gapanalysis import gaps
 
     g = gaps(df)
     t = g.pivot_table(

@@ -69,15 +69,30 @@ def _grid(
 
 def _best(df: pd.DataFrame) -> pd.DataFrame:
     """Best run over seeds per (instance, budget, solver), via the gap table."""
-    from slackswap.analysis.gaps import gaps
+    from slackswap.analysis.gapanalysis import gaps
 
     return gaps(df)
 
 
 def _solvers(df: pd.DataFrame) -> list[str]:
-    from slackswap.analysis.gaps import solver_order
+    from slackswap.analysis.gapanalysis import solver_order
 
     return solver_order(df["solver"])
+
+
+def _plain_log_ticks(axis: Any, values: Any) -> None:
+    """Ticks at the swept values, written plainly (12, 25, 200; not 2 x 10^1)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    v = sorted({float(x) for x in values if np.isfinite(x) and x > 0})
+    if not v:
+        return
+    if len(v) > 10:
+        v = v[:: math.ceil(len(v) / 10)]
+    axis.set_major_locator(FixedLocator(v))
+    axis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+    axis.set_minor_locator(NullLocator())
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _legend(fig: Figure, axes: list[Any]) -> None:
@@ -234,17 +249,22 @@ def plan_time_vs_size(df: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.subplots()
     solvers = _solvers(df)
-    for solver in solvers:
+    for k, solver in enumerate(solvers):
         s = df[(df["solver"] == solver) & df["plan_s"].notna()]
         if s.empty:
             continue
         st = solver_style(solver, solvers)
+        # a small fixed offset per solver keeps markers at one size from hiding each other
+        nudge = 1.0 + 0.12 * (k - (len(solvers) - 1) / 2) / max(1, len(solvers))
         ax.scatter(
-            s["n_tensors"].astype(float), 1e3 * s["plan_s"], label=solver, s=14, alpha=0.7,
-            color=st["color"], marker=st["marker"],
+            s["n_tensors"].astype(float) * nudge, 1e3 * s["plan_s"], label=solver, s=14,
+            alpha=0.7, color=st["color"], marker=st["marker"],
         )  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
     ax.set_xlabel("instance size (saved tensors)")
     ax.set_ylabel("planning time (ms)")
     ax.grid(alpha=0.3, which="both")
@@ -293,6 +313,7 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
                 **solver_style(solver, solvers),
             )  # fmt: skip
         ax.set_xscale(xscale)
+        _plain_log_ticks(ax.xaxis, scale * grp[by].astype(float).unique())
         ax.set_xlabel(label)
         ax.set_ylabel("throughput (% of ideal)")
         ax.set_title(f"{model} at {100 * b:g}% of P", fontsize="medium")
@@ -311,6 +332,7 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
                      color="#2ca02c", label="hideable fraction f (Eq. 1)")  # fmt: skip
             ax2.set_ylabel("f (% of saved bytes)")
         ax2.set_xscale(xscale)
+        _plain_log_ticks(ax2.xaxis, scale * grp[by].astype(float).unique())
         ax2.set_xlabel(label)
         ax2.grid(alpha=0.3, which="both")
         ax2.legend(fontsize="small")
