@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.analysis.gaps import format_gaps, gaps
+    from slackswap.analysis.gapanalysis import format_gaps, gaps
     from slackswap.analysis.results import read_results
 
     df = read_results(args.results)
