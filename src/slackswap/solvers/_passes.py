@@ -320,9 +320,17 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
     rb_ptr,
     rb_idx,
     transient,
+    rho_order,
 ):
-    """Pass 2 in place on ``x``; returns (fits, first over-budget op, max overflow bytes)."""
+    """Pass 2 in place on ``x``; returns (fits, first over-budget op, max overflow bytes).
+
+    ``rho_order``: the tensors with finite cost and positive size by (c_t / s_t, index).
+    """
     n_t = x.shape[0]
+    max_size = np.int64(0)
+    for t in range(n_t):
+        if size[t] > max_size:
+            max_size = size[t]
     need = need_ops(x, back, fbr, prod, rb_ptr, rb_idx)
     dep_need = np.full(n_t, _BIG, dtype=np.int64)
     for u in range(n_t):
@@ -339,21 +347,30 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
         if i < 0:
             return True, -1, np.int64(0)
         excess = m[0, 1] - budget
+        # C: resident at op i, unused until after i, and freed at i if recomputed. With every
+        # candidate covering min(s, E) = s (E >= the largest tensor) the score is rho_t and the
+        # first candidate in (rho, index) order is the argmin; otherwise scan all (ties to the
+        # lower index either way). The test is written out in both loops: numba does not inline
+        # a helper taking these arrays, and the call costs more than the test.
         best = -1
+        fast = excess >= max_size
+        n_scan = rho_order.shape[0] if fast else n_t
         best_score = np.inf
-        for t in range(n_t):
-            if x[t] == 2 or not np.isfinite(cost[t]) or size[t] <= 0:
-                continue
-            if lfr[t] >= i:
+        for k in range(n_scan):
+            t = rho_order[k] if fast else k
+            if x[t] == 2 or lfr[t] >= i or size[t] <= 0 or not np.isfinite(cost[t]):
                 continue
             nr = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
             if x[t] == 0:
                 if nr <= i:
                     continue
             else:
-                b = _back_start(t, need, fwd_end)
+                b = need[t] if need[t] > fwd_end[t] + 1 else fwd_end[t] + 1
                 if not (i <= fwd_end[t] or (b <= i and i < nr)):
                     continue
+            if fast:
+                best = t
+                break
             score = cost[t] / (size[t] if size[t] < excess else excess)
             if score < best_score:
                 best_score = score
@@ -415,6 +432,16 @@ def candidate_order(sa: StaticArrays, order: str) -> np.ndarray:
     return out
 
 
+def rho_order(sa: StaticArrays) -> np.ndarray:
+    """Tensors with finite recompute cost and positive size by (c_t / s_t, index); memoised."""
+    if "rho_order" not in sa.memo:
+        idx = np.flatnonzero(np.isfinite(sa.cost) & (sa.size > 0)).astype(np.int64)
+        out = idx[np.lexsort((idx, sa.cost[idx] / sa.size[idx]))]
+        out.setflags(write=False)
+        sa.memo["rho_order"] = out
+    return sa.memo["rho_order"]
+
+
 def plan_passes(
     sa: StaticArrays,
     budget_bytes: int,
@@ -461,7 +488,7 @@ def plan_passes(
     back = sa.fbr.copy()
     fits, fail_op, overflow = pass2_kernel(
         x, fwd_end, back, np.int64(budget_bytes), sa.prod, sa.lfr, sa.fbr, sa.lbr, sa.size,
-        sa.cost, sa.block_rank, sa.rb_ptr, sa.rb_idx, sa.transient,
+        sa.cost, sa.block_rank, sa.rb_ptr, sa.rb_idx, sa.transient, rho_order(sa),
     )  # fmt: skip
     return PassResult(x, bool(fits), int(fail_op), int(overflow), d2h_end, h2d_start)
 
