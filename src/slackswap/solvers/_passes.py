@@ -19,6 +19,24 @@ frees it between its last forward reader and its need operator, and pulls its re
 swapped rebuild inputs earlier (rebuild chains). The profile lives in a max segment tree with
 lazy range adds, so a step costs O(n_tensors) for the candidate scan plus O(log n_ops) per range
 update, over-budget search and peak.
+
+Decisions where the paper is open (paper-notes, "ambiguous"):
+
+- Candidates of Pass 1: every saved tensor with r_t < T_F < d_t and s_t > 0 (the filter holds
+  for all but the tensors the last forward operator produces). Ties in rho (all block inputs
+  have rho = inf) go to the earlier-produced tensor.
+- EdfH2D credits memory when any saved tensor's last backward reader ends, kept or swapped
+  (a swapped tensor's own prefetch already charged its bytes); recomputed tensors free what
+  their rebuild took, so they are not credited. In Pass 1 nothing is recomputed yet.
+- The memory profile counts a swapped tensor from its first backward use (or from an earlier
+  rebuild that reads it), as the paper writes, not from the start of its prefetch; the
+  runtime admits prefetches only when memory allows, and the repair rounds absorb the rest.
+  A swapped tensor leaves memory when its FifoD2H copy ends (operator during which it ends)
+  and its last forward reader is done.
+- E is the largest excess over the whole profile, i the first over-budget operator (as in
+  Algorithm 1); only keep and swap tensors are candidates (recomp is final).
+- "Earliest remaining block" of the fallback: the block whose first tensor is produced first,
+  among blocks with a finite-cost tensor not yet recomputed.
 """
 
 from __future__ import annotations
