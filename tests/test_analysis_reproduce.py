@@ -42,7 +42,7 @@ def test_fig4_facts_hold_on_the_papers_numbers() -> None:
     facts = {f.what: f for f in fig4_facts(rows_to_frame(paper_like()))}
     assert facts["SlackSwap top curve or within 0.2 points (all budgets, workloads)"].holds
     assert facts["SlackSwap at 50% (bert-large / gpt2-xl / llama-7b)"].holds
-    assert facts["SlackSwap / best baseline at 50% (transformers)"].holds
+    assert facts["SlackSwap / best baseline at 50% (transformers; +-0.03x)"].holds
     assert facts["Checkpoint at 10% (transformers)"].holds
     assert facts["Checkpoint at 15% (transformers)"].holds
     assert facts["swapadvisor matches the ideal down to 90% (Llama: 70%)"].holds
