@@ -111,7 +111,7 @@ def test_returned_plan_matches_the_claim(small) -> None:  # type: ignore[no-unty
 
 @pytest.mark.parametrize(
     "opts",
-    [{"pop_size": 1}, {"cxpb": 1.5}, {"mutpb": -0.1}, {"indpb": 0.0}, {"elite": 64},
+    [{"pop_size": 1}, {"cxpb": 1.5}, {"mutpb": -0.1}, {"indpb": 0.0}, {"elite": 128},
      {"tournsize": 0}, {"max_evaluations": -1}, {"n_jobs": 0}, {"mutation_window": -2}],
 )  # fmt: skip
 def test_bad_options_are_user_errors(small, opts) -> None:  # type: ignore[no-untyped-def]

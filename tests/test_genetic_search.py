@@ -252,3 +252,18 @@ def test_window_mutation_changes_only_a_window() -> None:
         g = genome(np.arange(N_GENES) % 3)
         (g,) = mutate_window(g, width=N_GENES, indpb=1.0)  # every gene picked: every gene moves
         assert np.all(np.frombuffer(bytes(g), dtype=np.int8) != np.arange(N_GENES) % 3)
+
+
+def test_clone_is_an_exact_independent_copy() -> None:
+    from slackswap.solvers._ga_search import _clone, genome
+
+    a = genome(TARGET)
+    a.fitness.values = (0.5, 2.0)
+    b = _clone(a)
+    assert b == a and b is not a and type(b) is type(a)
+    assert b.fitness.values == (0.5, 2.0) and b.fitness.valid and b.fitness == a.fitness
+    b[0] = (b[0] + 1) % 3
+    del b.fitness.values
+    assert a.fitness.values == (0.5, 2.0) and bytes(a) == TARGET.tobytes()
+    c = _clone(b)
+    assert not c.fitness.valid
