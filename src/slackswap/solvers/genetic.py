@@ -21,6 +21,13 @@ lowest recompute cost per freed byte is recomputed (Pass 2's rule), or the large
 when none can be rebuilt. It is what lets the random start reach feasible plans at 20% of P; with
 ``repair=False`` the search is the paper's plain GA.
 
+Operators (`_ga_search`): DEAP's tournament selection, two-point crossover and uniform integer
+mutation (as a step on a window of consecutive tensors), hall-of-fame elitism. ``evaluations``
+counts distinct plans the simulator scored: a plan met again (a child equal to a parent, or one
+seen in the last few generations) takes its remembered score and is not counted; the Solution's
+``history`` is (seconds since the solve began, evaluations, best feasible step seconds) at every
+improvement and at the end, and ``info`` says how the run stopped and how each seed scored.
+
 Stops (between generations): ``max_evaluations`` (plans scored), ``max_generations``, and the
 time limit, which counts the seeding too; with none of them, `DEFAULT_GENERATIONS`. Runs stopped
 by an evaluation or generation limit are exactly reproducible from the seed; a run stopped by the
