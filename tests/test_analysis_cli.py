@@ -115,7 +115,7 @@ def test_killed_sweep_resumes_with_every_job_once(tmp_path, suffix: str) -> None
     log = tmp_path / "solves.log"
     argv = [
         sys.executable, str(script), "compare", "vgg16", "--budgets", "1.0:0.1:-0.1",
-        "--solvers", "toy-keep", "--option", "toy-keep.delay_s=0.15", "--seeds", "0,1,2",
+        "--solvers", "toy-keep", "--option", "toy-keep.delay_s=0.08", "--seeds", "0,1,2",
         "-o", str(results), "--no-progress", "--no-min-budget",
     ]  # fmt: skip
     env = {**os.environ, "SLACKSWAP_TOY_LOG": str(log)}
@@ -139,7 +139,8 @@ def test_killed_sweep_resumes_with_every_job_once(tmp_path, suffix: str) -> None
     assert len(df) == 30 and df["job_id"].is_unique
     keys = set(zip(df["budget"], df["seed"], strict=True))
     assert keys == {(f"{b / 10:g}", s) for b in range(1, 11) for s in range(3)}
-    # every job solved once, plus at most the one in flight when the kill came
+    # every job solved once, plus at most the one in flight when the kill came, plus one
+    # untimed warm-up solve in each of the two processes
     solves = log.read_text().splitlines()
-    assert 30 <= len(solves) <= 31
+    assert 30 <= len(solves) - 2 <= 31
     assert {r["job_id"] for r in partial} <= set(df["job_id"])

@@ -14,6 +14,12 @@ that never comes back; the *wall-clock guard* here does, so the sweep goes on:
 
 Either way the row is ``timeout`` with the reason in ``error``. Any other failure around the
 solve (an instance that fails to load, a scoring error) is an ``error`` row.
+
+Warm-up: the first call of a compiled (numba) function in a fresh process loads it from the
+cache, which takes a second or two and would land in the first job's planning time. So before its
+first timed job, each worker runs each solver that does not search against a time limit once on
+that job, untimed and unrecorded. Time-limited searches and exact solvers are not warmed (that
+would cost their whole time limit); their first job in a worker carries the loading time.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from slackswap.problem import Instance
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.
 _INSTANCES: dict[tuple[str, str], Instance] = {}
+# Solvers (by label) this process has already run once (see the warm-up above).
+_WARM: set[str] = set()
 
 
 class JobTimeout(BaseException):
@@ -97,19 +105,35 @@ def _run_job(job: Job, instance: Instance | None) -> dict[str, Any]:
 
     inst = worker_instance(job.instance, instance)
     solver: Any = job.solver.obj if job.solver.obj is not None else job.solver.name
+    options = dict(job.solver.options) or None
+    if job.solver.label not in _WARM:
+        _WARM.add(job.solver.label)
+        if not _uses_time_limit(job):
+            run(solver, inst, job.budget, time_limit=job.time_limit, seed=job.seed,
+                options=options, find_min_budget=False)  # fmt: skip
     rec = run(
         solver,
         inst,
         job.budget,
         time_limit=job.time_limit,
         seed=job.seed,
-        options=dict(job.solver.options) or None,
+        options=options,
         find_min_budget=job.find_min_budget,
     )
     row = rec.to_row()
     if job.solver.obj is None:
         row["solver"] = job.solver.label  # the label the job key uses (options spelled out)
     return row
+
+
+def _uses_time_limit(job: Job) -> bool:
+    from slackswap.solvers.base import REGISTRY
+
+    if job.solver.obj is not None:
+        tags = type(job.solver.obj).tags
+    else:
+        tags = REGISTRY[job.solver.name].tags
+    return bool(tags.uses_time_limit or tags.exact)
 
 
 def _in_thread(job: Job, instance: Instance | None, seconds: float, t0: float) -> dict[str, Any]:
