@@ -18,7 +18,8 @@ Example (TOML; the YAML form has the same keys)::
     layers = 4
 
 ``solvers`` may also be a table of name -> options. Relative instance paths are looked up
-beside the sweep file first.
+beside the sweep file first; a relative ``output`` is written beside the sweep file. Options given
+on the ``compare`` command line override the file's.
 """
 
 from __future__ import annotations

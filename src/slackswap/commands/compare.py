@@ -43,7 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line and job")
     p.add_argument("-o", "--output", metavar="FILE", help="results file (.csv or .parquet)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel jobs (default 1)")
-    p.add_argument("--backend", choices=("joblib", "dask"), default="joblib")
+    p.add_argument(
+        "--backend",
+        choices=("joblib", "dask"),
+        default="joblib",
+        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
+    )
     p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786)")
     p.add_argument("--resume", action="store_true", help="skip jobs already in the results file")
     p.add_argument("--sweep", metavar="FILE", help="a sweep file (.toml or .yaml)")
@@ -54,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", action="store_true", default=None, help="always show the bar")
-    prog.add_argument("--no-progress", dest="progress", action="store_false")
+    prog.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
     p.set_defaults(func=main)
 
 

@@ -57,7 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig6", metavar="DIR",
                    help="directory for fig6.csv and the figures (default reproduce-fig6)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel jobs (default 2)")
-    p.add_argument("--backend", choices=("joblib", "dask"), default="joblib")
+    p.add_argument(
+        "--backend",
+        choices=("joblib", "dask"),
+        default="joblib",
+        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
+    )
     p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address")
     p.add_argument("--solvers", default=",".join(SOLVERS), help="comma-separated")
     p.add_argument("--layers", type=int, help="shrink both models to this many layers (quick look)")
