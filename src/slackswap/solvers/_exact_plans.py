@@ -1,0 +1,247 @@
+"""Plans for the exact solvers: round a fractional solution, repair it, improve it in the simulator.
+
+Every plan here is judged by the simulator (barrier-free runtime): rounding proposes, repair
+recomputes the cheapest tensors (seconds per byte freed at the failing operator) until the
+simulator says the plan fits, and a local search moves one tensor (or swaps the roles of two)
+while the simulated step improves.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget
+from slackswap.problem import Instance
+from slackswap.simulator import SimResult, simulate, simulate_many
+
+#: Rounding thresholds tried on a fractional solution (share of a tensor recomputed / swapped).
+_THRESHOLDS = (0.5, 0.3, 0.1, 0.7, 0.9, 1e-6)
+
+
+class Scorer:
+    """Scores plans in the simulator at one budget, counting evaluations against a work budget.
+
+    ``max_evaluations`` (None: unlimited) makes a search deterministic: it stops after that many
+    plans whatever the clock says (the clock still stops it first on a slow machine).
+    """
+
+    def __init__(self, instance: Instance, budget_bytes: int, max_evaluations: int | None = None):
+        self.instance = instance
+        self.budget = Budget.bytes(budget_bytes)
+        self.evaluations = 0
+        self.max_evaluations = max_evaluations
+
+    @property
+    def exhausted(self) -> bool:
+        return self.max_evaluations is not None and self.evaluations >= self.max_evaluations
+
+    def many(self, acts2d: np.ndarray) -> np.ndarray:
+        """Simulated step of each plan, seconds (inf when it does not fit or over the budget)."""
+        n = len(acts2d)
+        if n == 0:
+            return np.zeros(0)
+        out = np.full(n, np.inf)
+        if self.max_evaluations is not None:
+            n = max(0, min(n, self.max_evaluations - self.evaluations))
+            if n == 0:
+                return out
+        self.evaluations += n
+        acts = np.ascontiguousarray(acts2d[:n], dtype=np.int8)
+        res = simulate_many(self.instance, acts, self.budget)
+        out[:n] = np.where(res.feasible, res.step_s, np.inf)
+        return out
+
+    def one(self, acts: np.ndarray) -> SimResult:
+        self.evaluations += 1
+        return simulate(self.instance, acts, self.budget)
+
+
+def valid_actions(instance: Instance, acts: np.ndarray) -> np.ndarray:
+    """``acts`` with every RECOMP of a tensor that nothing rebuilds turned into SWAP."""
+    out = np.asarray(acts, dtype=np.int8).copy()
+    out[(out == RECOMP) & ~np.isfinite(instance.tensor_recompute_s)] = SWAP
+    return out
+
+
+def round_candidates(instance: Instance, s: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Plans from a fractional (swap share s, recompute share r) solution, one per threshold."""
+    out = []
+    for th in _THRESHOLDS:
+        a = np.zeros(instance.n_tensors, dtype=np.int8)
+        a[s >= th] = SWAP
+        a[(r >= th) & (r >= s)] = RECOMP
+        out.append(valid_actions(instance, a))
+    keep = 1.0 - s - r
+    a = np.argmax(np.stack([keep, s, r]), axis=0).astype(np.int8)
+    out.append(valid_actions(instance, a))
+    return np.unique(np.stack(out), axis=0)
+
+
+def repair(
+    scorer: Scorer, acts: np.ndarray, deadline: float, max_steps: int = 10_000
+) -> np.ndarray | None:
+    """Recompute (else swap) the cheapest tensor that would free memory at the failing operator.
+
+    Repeats until the simulator accepts the plan; None when nothing is left to change.
+    """
+    inst = scorer.instance
+    a = valid_actions(inst, acts)
+    cost = inst.tensor_recompute_s
+    size = inst.tensor_bytes.astype(float)
+    lfr, fb = inst.tensor_last_fwd_reader, inst.tensor_first_bwd_reader
+    for _ in range(max_steps):
+        res = scorer.one(a)
+        if res.feasible:
+            return a
+        if time.perf_counter() > deadline or res.fail_op < 0 or scorer.exhausted:
+            return None
+        f = res.fail_op
+        # tensors idle at f (last forward reader before it, first backward reader after it)
+        idle = (lfr < f) & (fb > f)
+        cand = np.flatnonzero(idle & (a != RECOMP) & np.isfinite(cost))
+        if cand.size:
+            over = max(float(res.overflow_bytes), 1.0)
+            score = cost[cand] / np.minimum(size[cand], over)
+            a[cand[np.argmin(score)]] = RECOMP
+            continue
+        cand = np.flatnonzero(idle & (a == KEEP))
+        if cand.size:
+            a[cand[np.argmax(size[cand])]] = SWAP
+            continue
+        return None
+    return None
+
+
+def local_search(
+    scorer: Scorer, acts: np.ndarray, step: float, deadline: float
+) -> tuple[np.ndarray, float, bool]:
+    """Best-improvement search over single-tensor moves, then pair exchanges, in the simulator.
+
+    Returns the best plan, its simulated step (seconds) and whether the search ended in a local
+    optimum (rather than on the clock or the work budget). Deterministic under a work budget.
+    """
+    inst = scorer.instance
+    n = inst.n_tensors
+    finite = np.isfinite(inst.tensor_recompute_s)
+    a = acts.copy()
+    best = step
+    while time.perf_counter() < deadline and not scorer.exhausted:
+        moves = []
+        for t in range(n):
+            for v in (KEEP, SWAP, RECOMP):
+                if v != a[t] and (v != RECOMP or finite[t]):
+                    moves.append((t, v))
+        cand = np.repeat(a[None, :], len(moves), axis=0)
+        for k, (t, v) in enumerate(moves):
+            cand[k, t] = v
+        steps = scorer.many(cand)
+        order = np.argsort(steps, kind="stable")
+        if steps[order[0]] < best * (1 - 1e-12):
+            # apply the improving moves greedily, each checked in the simulator
+            applied = False
+            for k in order:
+                if steps[k] >= best * (1 - 1e-12):
+                    break
+                t, v = moves[k]
+                trial = a.copy()
+                trial[t] = v
+                st = float(scorer.many(trial[None, :])[0])
+                if st < best * (1 - 1e-12):
+                    a, best, applied = trial, st, True
+                if time.perf_counter() > deadline or scorer.exhausted:
+                    break
+            if applied:
+                continue
+        pair = _pair_exchange(scorer, a, best, deadline)
+        if pair is None:
+            stopped = time.perf_counter() > deadline or scorer.exhausted
+            return a, best, not stopped
+        a, best = pair
+    return a, best, False
+
+
+def _pair_exchange(
+    scorer: Scorer, a: np.ndarray, best: float, deadline: float, width: int = 40
+) -> tuple[np.ndarray, float] | None:
+    """Move one tensor to a cheaper action and another to a dearer one, in one step."""
+    inst = scorer.instance
+    finite = np.isfinite(inst.tensor_recompute_s)
+    cost = np.where(finite, inst.tensor_recompute_s, np.inf)
+    size = inst.tensor_bytes.astype(float)
+    # relieve: recomputed or swapped tensors going back to keep (most expensive first);
+    # burden: kept tensors recomputed (cheapest per byte first) or swapped (largest first)
+    rel = np.flatnonzero(a != KEEP)
+    rel = rel[np.argsort(-np.where(a[rel] == RECOMP, cost[rel], 0.0), kind="stable")][:width]
+    bur_r = np.flatnonzero((a == KEEP) & finite)
+    bur_r = bur_r[np.argsort(cost[bur_r] / size[bur_r], kind="stable")][:width]
+    bur_s = np.flatnonzero(a == KEEP)
+    bur_s = bur_s[np.argsort(-size[bur_s], kind="stable")][:width]
+    moves: list[tuple[int, int, int, int]] = []
+    for t in rel.tolist():
+        moves += [(t, KEEP, u, RECOMP) for u in bur_r.tolist()]
+        moves += [(t, KEEP, u, SWAP) for u in bur_s.tolist()]
+        if a[t] == RECOMP:
+            moves.append((t, SWAP, -1, KEEP))
+    if not moves or time.perf_counter() > deadline or scorer.exhausted:
+        return None
+    cand = np.repeat(a[None, :], len(moves), axis=0)
+    for k, (t, v, u, w) in enumerate(moves):
+        cand[k, t] = v
+        if u >= 0:
+            cand[k, u] = w
+    steps = scorer.many(cand)
+    k = int(np.argmin(steps))
+    if steps[k] < best * (1 - 1e-12):
+        return cand[k].copy(), float(steps[k])
+    return None
+
+
+def best_plan(
+    scorer: Scorer, starts: list[np.ndarray], deadline: float, search: bool = True
+) -> tuple[np.ndarray | None, float, bool]:
+    """Repair each start, keep the fastest, then improve it by local search until ``deadline``.
+
+    Returns (plan or None, simulated step in seconds, whether the search converged).
+    """
+    best_a: np.ndarray | None = None
+    best = np.inf
+    seen: set[bytes] = set()
+    for a0 in starts:
+        key = np.asarray(a0, dtype=np.int8).tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        a = repair(scorer, a0, deadline)
+        if a is None:
+            continue
+        st = float(scorer.many(a[None, :])[0])
+        if st < best:
+            best, best_a = st, a
+    converged = True
+    if best_a is not None and search:
+        best_a, best, converged = local_search(scorer, best_a, best, deadline)
+    return best_a, best, converged
+
+
+def hint_plans(
+    instance: Instance, budget: Budget, hint: str, seconds_left: float
+) -> list[np.ndarray]:
+    """Plans from another registered solver to start from (``hint="none"``: no hint).
+
+    The hint solver runs only with enough time left (its first call may compile).
+    """
+    if hint in ("", "none") or seconds_left < 2.0:
+        return []
+    from slackswap.solvers.base import REGISTRY, Solution
+
+    if hint not in REGISTRY:
+        return []
+    entry = REGISTRY[hint]
+    try:
+        out = entry.make().solve(instance, budget, time_limit=seconds_left / 2, seed=0)
+    except Exception:  # a failing hint is no plan, not a failed solve
+        return []
+    plan = out.plan if isinstance(out, Solution) else out
+    return [] if plan is None else [np.asarray(plan.actions, dtype=np.int8)]

@@ -1,0 +1,131 @@
+"""The executed validity argument: feasible simulator runs are solutions of both relaxations.
+
+Each feasible run (keep, swap, recomp, stalls, evictions) is mapped onto the variables of the
+linear relaxation (`BoundModel.embed_run`) and of the CP-SAT model (`CpPlanModel.embed_run`);
+no constraint of either may be violated, so neither optimum can exceed the simulator's optimum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import small_instances
+
+from slackswap.instances.catalog import build_model, load
+from slackswap.plan import Budget
+from slackswap.problem import Instance
+from slackswap.simulator import simulate, simulate_many
+from slackswap.solvers._exact_cp import CpPlanModel
+from slackswap.solvers._exact_lp import BoundModel
+
+
+def random_plan(inst: Instance, rng: np.random.Generator) -> np.ndarray:
+    p = rng.dirichlet([1.0, 1.0, 1.0])
+    a = rng.choice(3, size=inst.n_tensors, p=p).astype(np.int8)
+    a[(a == 2) & ~np.isfinite(inst.tensor_recompute_s)] = 1
+    return a
+
+
+def tight_budget(inst: Instance, acts: np.ndarray, rng: np.random.Generator) -> int:
+    """A budget between the plan's keep-free floor and its peak at an ample budget."""
+    ample = simulate(inst, acts, Budget.fraction(1.0))
+    return max(1, int(ample.peak_bytes * rng.uniform(0.65, 1.0)))
+
+
+def check_run(inst: Instance, acts: np.ndarray, budget: int, cp: bool = True) -> bool:
+    """Simulate; for a feasible run assert both embeddings satisfy their models."""
+    res = simulate(inst, acts, Budget.bytes(budget), timeline=True)
+    if not res.feasible:
+        return False
+    lp = BoundModel(inst, budget)
+    x = lp.embed_run(acts, res.timeline)
+    assert lp.violations(x) == [], (inst.name, acts.tolist(), budget)
+    if cp:
+        model = CpPlanModel(inst, budget, horizon_s=res.step_s)
+        assert model.check_values(model.embed_run(acts, res.timeline)), (inst.name, acts.tolist())
+    return True
+
+
+@settings(max_examples=40)
+@given(small_instances(max_layers=5), st.integers(0, 2**32 - 1))
+def test_random_runs_embed_in_both_models(inst: Instance, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        acts = random_plan(inst, rng)
+        check_run(inst, acts, tight_budget(inst, acts, rng))
+
+
+@pytest.mark.parametrize(
+    "inst",
+    [
+        build_model("gpt2-xl", layers=2, seq=256, batch=2),
+        build_model("llama-7b", layers=2, seq=512, batch=1),
+        build_model("bert-large", layers=1, seq=128, batch=2),
+    ],
+    ids=lambda i: i.name,
+)
+def test_catalog_runs_embed(inst: Instance) -> None:
+    rng = np.random.default_rng(7)
+    feasible = evicted = 0
+    for k in range(60):
+        acts = random_plan(inst, rng)
+        budget = tight_budget(inst, acts, rng)
+        if check_run(inst, acts, budget, cp=k % 4 == 0):
+            feasible += 1
+            evicted += simulate(inst, acts, Budget.bytes(budget)).evictions > 0
+    assert feasible >= 15
+    assert evicted >= 1  # the embedding handles evictions and second prefetches
+
+
+def test_vgg16_runs_embed() -> None:
+    inst = load("vgg16")
+    rng = np.random.default_rng(3)
+    assert sum(check_run(inst, random_plan(inst, rng), int(f * inst.peak_bytes), cp=False)
+               for f in (0.95, 0.9, 0.85, 0.8, 0.75, 0.7) for _ in range(4)) >= 6  # fmt: skip
+
+
+def test_bound_below_every_feasible_run() -> None:
+    inst = build_model("gpt2-xl", layers=2, seq=256, batch=2)
+    rng = np.random.default_rng(11)
+    acts = np.stack([random_plan(inst, rng) for _ in range(300)])
+    seen_bound = seen_proof = False
+    for frac in (0.9, 0.6, 0.45, 0.3):
+        budget = int(frac * inst.peak_bytes)
+        bound = BoundModel(inst, budget).solve(time_limit=20)
+        res = simulate_many(inst, acts, Budget.bytes(budget))
+        if bound.status == "infeasible":  # a proof: no plan may fit
+            assert not res.feasible.any()
+            seen_proof = True
+            continue
+        assert bound.bound_s is not None
+        if res.feasible.any():
+            assert bound.bound_s <= res.step_s[res.feasible].min() * (1 + 1e-9)
+            seen_bound = True
+    assert seen_bound and seen_proof
+
+
+def test_plan_value_is_a_claim_below_the_simulated_step() -> None:
+    inst = build_model("llama-7b", layers=2, seq=512, batch=1)
+    rng = np.random.default_rng(5)
+    checked = 0
+    for _ in range(30):
+        acts = random_plan(inst, rng)
+        budget = tight_budget(inst, acts, rng)
+        res = simulate(inst, acts, Budget.bytes(budget))
+        if not res.feasible:
+            continue
+        model = BoundModel(inst, budget)
+        model.solve(time_limit=10)
+        claim = model.plan_value(acts)
+        assert claim is not None and claim <= res.step_s * (1 + 1e-9)
+        checked += 1
+    assert checked >= 5
+
+
+def test_infeasible_budget_has_a_reason() -> None:
+    inst = load("vgg16")
+    res = BoundModel(inst, int(0.5 * inst.peak_bytes)).solve()
+    assert res.status == "infeasible" and res.bound_s is None
+    assert "s0.c1.conv.bwd" in res.info["reason"]
