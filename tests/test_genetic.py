@@ -170,3 +170,26 @@ def test_seed_plans_skip_failures_searches_and_dynamic_policies(small, monkeypat
     assert [name for name, _ in seeds] == ["slackswap", "t-keep"]
     assert np.array_equal(seeds[1][1], np.zeros(small.n_tensors, dtype=np.int8))
     assert all(a.dtype == np.int8 and a.shape == (small.n_tensors,) for _, a in seeds)
+
+
+def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    scored: list[np.ndarray] = []
+    real = ga_module._batch_fitness
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        fitness = real(*args, **kwargs)
+
+        def wrapped(actions: np.ndarray):  # type: ignore[no-untyped-def]
+            scored.append(actions.copy())
+            return fitness(actions)
+
+        return wrapped
+
+    monkeypatch.setattr(ga_module, "_batch_fitness", spy)
+    unrebuildable = ~np.isfinite(small.tensor_recompute_s)
+    assert unrebuildable.any()
+    rec = run("ga-random", small, 0.5, seed=0, options={"repair": False, "max_generations": 5})
+    plans = np.vstack(scored)
+    assert not ((plans == 2) & unrebuildable).any()
+    assert (plans[:, ~unrebuildable] == 2).any()  # recomp is still drawn where it is allowed
+    assert rec.status in (Status.FEASIBLE, Status.INFEASIBLE)

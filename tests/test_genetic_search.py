@@ -245,13 +245,16 @@ def test_window_mutation_changes_only_a_window() -> None:
     with deap_random(0):
         for _ in range(50):
             g = genome(np.zeros(N_GENES, dtype=np.int8))
-            (g,) = mutate_window(g, width=6, indpb=0.5)
+            (g,) = mutate_window(g, width=6, indpb=0.5, arity=[3] * N_GENES)
             changed = np.flatnonzero(np.frombuffer(bytes(g), dtype=np.int8))
             assert len(g) == N_GENES
             assert changed.size == 0 or changed.max() - changed.min() < 6
-        g = genome(np.arange(N_GENES) % 3)
-        (g,) = mutate_window(g, width=N_GENES, indpb=1.0)  # every gene picked: every gene moves
-        assert np.all(np.frombuffer(bytes(g), dtype=np.int8) != np.arange(N_GENES) % 3)
+        arity = [2 if i % 4 == 0 else 3 for i in range(N_GENES)]
+        start = np.array([i % m for i, m in enumerate(arity)], dtype=np.int8)
+        g = genome(start)
+        (g,) = mutate_window(g, width=N_GENES, indpb=1.0, arity=arity)  # every gene moves
+        got = np.frombuffer(bytes(g), dtype=np.int8)
+        assert np.all(got != start) and np.all(got < np.array(arity))
 
 
 def test_clone_is_an_exact_independent_copy() -> None:
@@ -267,3 +270,18 @@ def test_clone_is_an_exact_independent_copy() -> None:
     assert a.fitness.values == (0.5, 2.0) and bytes(a) == TARGET.tobytes()
     c = _clone(b)
     assert not c.fitness.valid
+
+
+def test_genes_stay_within_their_arity() -> None:
+    arity = np.where(np.arange(N_GENES) % 3 == 0, 2, 3)
+    seen: list[np.ndarray] = []
+
+    def fit(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(actions.copy())
+        return Placeholder()(actions)
+
+    search(N_GENES, fit, SearchConfig(pop_size=16, max_generations=40), seed=0, arity=arity)
+    allowed = np.vstack(seen) < arity
+    assert allowed.all()
+    with pytest.raises(ValueError, match="arity"):
+        search(N_GENES, fit, SearchConfig(max_generations=1), seed=0, arity=[3, 2])

@@ -30,9 +30,10 @@ import array
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -119,38 +120,55 @@ def _clone(ind: Genome) -> Genome:
 _FITNESS = creator.SlackswapPlanFitness
 
 
-def mutate_window(ind: Genome, width: int, indpb: float) -> tuple[Genome]:
+def mutate_window(ind: Genome, width: int, indpb: float, arity: Sequence[int]) -> tuple[Genome]:
     """DEAP's uniform integer mutation, as a step, on ``width`` consecutive genes.
 
-    `tools.mutUniformInt` picks the genes (each with probability ``indpb``) and draws a step of
-    1 or 2 for each; the gene moves by that step modulo 3, so a picked gene always changes action
-    (a plain redraw keeps it a third of the time, and a mutant equal to its parent is a wasted
-    evaluation). The window is placed at random: tensors are in production order, so it covers a
-    layer or two, and it costs O(width) Python steps instead of O(tensors) (~0.1 us per gene,
-    most of a generation's cost over a GPT-2 XL genome of 484 tensors).
+    Gene t takes ``arity[t]`` values (3: keep, swap, recomp; 2: keep, swap for a tensor nothing
+    can rebuild). `tools.mutUniformInt` picks the genes (each with probability ``indpb``) and
+    draws a step in 1..arity-1 for each; the gene moves by that step modulo its arity, so a picked
+    gene always changes action (a plain redraw keeps it a third of the time, and a mutant equal to
+    its parent is a wasted evaluation). The window is placed at random: tensors are in production
+    order, so it covers a layer or two, and it costs O(width) Python steps instead of O(tensors)
+    (~0.1 us per gene, most of a generation's cost over a GPT-2 XL genome of 484 tensors).
     """
     start = random.randrange(len(ind) - width + 1)
+    mods = arity[start : start + width]
     step = [0] * width
-    tools.mutUniformInt(step, low=1, up=2, indpb=indpb)
+    tools.mutUniformInt(step, low=1, up=[m - 1 for m in mods], indpb=indpb)
     if any(step):
         window = ind[start : start + width]
         ind[start : start + width] = array.array(
-            "b", [(a + d) % 3 for a, d in zip(window, step, strict=True)]
+            "b", [(a + d) % m for a, d, m in zip(window, step, mods, strict=True)]
         )
     return (ind,)
 
 
-def make_toolbox(n_genes: int, config: SearchConfig) -> base.Toolbox:
-    """DEAP toolbox: random genomes, clone, two-point crossover, uniform mutation, tournament."""
+def _random_genes(arity: Sequence[int]) -> Iterator[int]:
+    return (random.randrange(m) for m in arity)
+
+
+def make_toolbox(
+    n_genes: int, config: SearchConfig, arity: Sequence[int] | None = None
+) -> base.Toolbox:
+    """DEAP toolbox: random genomes, clone, two-point crossover, uniform mutation, tournament.
+
+    ``arity[t]`` is the number of actions gene t may take (default 3 for every gene): genes
+    drawn at random and mutated stay in that range, and crossover keeps every gene in place, so
+    the search never leaves the space of plans it is given.
+    """
+    ar = [3] * n_genes if arity is None else [int(m) for m in arity]
+    if len(ar) != n_genes or any(m not in (2, 3) for m in ar):
+        raise ValueError("arity must give 2 or 3 for every gene")
     tb = base.Toolbox()
-    tb.register("gene", random.randint, 0, 2)
-    tb.register("individual", tools.initRepeat, creator.SlackswapGenome, tb.gene, n_genes)
+    tb.register(
+        "individual", tools.initIterate, creator.SlackswapGenome, partial(_random_genes, ar)
+    )
     tb.register("clone", _clone)
     tb.register("mate", tools.cxTwoPoint)
     width = config.mutation_window if 0 < config.mutation_window < n_genes else n_genes
     # Same expected number of genes changed as indpb over the whole genome.
     indpb = min(1.0, config.indpb * n_genes / max(width, 1))
-    tb.register("mutate", mutate_window, width=width, indpb=indpb)
+    tb.register("mutate", mutate_window, width=width, indpb=indpb, arity=ar)
     tb.register("select", tools.selTournament, tournsize=config.tournsize)
     return tb
 
@@ -290,12 +308,14 @@ def search(
     *,
     seed: int,
     seeds: Sequence[np.ndarray] = (),
+    arity: Sequence[int] | None = None,
     repair: BatchRepair | None = None,
     start: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> SearchResult:
-    """Run the generational loop until a stop rule fires; ``start`` is the clock reading the
-    time limit counts from (default: now), so a caller's set-up time counts against it."""
+    """Run the generational loop until a stop rule fires. ``arity`` bounds each gene (see
+    `make_toolbox`); ``start`` is the clock reading the time limit counts from (default: now), so
+    a caller's set-up time counts against it."""
     t0 = clock() if start is None else start
     limits = (config.max_evaluations, config.max_generations, config.time_limit_s)
     max_gen = config.max_generations
@@ -304,7 +324,7 @@ def search(
     evaluator = _Evaluator(n_genes, fitness, repair)
     history: list[tuple[float, int, float]] = []
     with deap_random(seed):
-        tb = make_toolbox(n_genes, config)
+        tb = make_toolbox(n_genes, config, arity)
         hof = tools.HallOfFame(max(1, config.elite))
         pop, n_seeds = initial_population(tb, seeds, config.pop_size)
         # Seeds are scored as given, never repaired, so the best plan can't be worse than any.

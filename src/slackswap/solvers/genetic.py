@@ -9,17 +9,23 @@ The paper bounds SlackSwap's gap with such a search (POET's search space, SwapAd
   never worse than SlackSwap's plan in the simulator.
 - ``ga-random``: uniform random genomes, as SwapAdvisor's search starts.
 
+Search space: a plan is one action per saved tensor, and ``recomp`` only for tensors some
+operator chain can rebuild (finite recompute cost, the paper's c_t < inf): random genomes and
+mutations draw a block input from keep / swap only, so the search never scores a plan the
+simulator rejects as invalid (without this nearly every random genome of a transformer
+recomputes some block input, and such plans carry no memory signal to climb).
+
 Fitness is the simulator's population entry point (`simulate_many`, barrier-free runtime by
 default): minimise (infeasibility, step seconds) lexicographically, where infeasibility is 0 for a
 plan that simulates, the overflow of the budget as a share of the budget otherwise, and infinity
-for a plan that recomputes a tensor nothing can rebuild.
+for a plan that recomputes a tensor nothing can rebuild (only a seed could be one).
 
 Repair (``repair=True``, both variants): before scoring, each new genome is repaired in place
-(Lamarckian) by `_ga_repair`: recomp on an unrebuildable tensor becomes swap, and while the
-planner's static memory profile exceeds the budget, the kept tensor idle at the peak with the
-lowest recompute cost per freed byte is recomputed (Pass 2's rule), or the largest one swapped
-when none can be rebuilt. It is what lets the random start reach feasible plans at 20% of P; with
-``repair=False`` the search is the paper's plain GA.
+(Lamarckian) by `_ga_repair`: while the planner's static memory profile exceeds the budget, the
+kept tensor idle at the peak with the lowest recompute cost per freed byte is recomputed (Pass
+2's rule), or the largest one swapped when none can be rebuilt. It is what lets the random start reach feasible plans at 20% of P; with
+``repair=False`` the search is the paper's plain GA, climbing out of infeasibility on the overflow
+alone.
 
 Operators (`_ga_search`): DEAP's tournament selection, two-point crossover and uniform integer
 mutation (as a step on a window of consecutive tensors), hall-of-fame elitism. ``evaluations``
@@ -193,6 +199,7 @@ class GeneticSearch(Solver):
             config,
             seed=seed,
             seeds=[a for _, a in seeds],
+            arity=np.where(np.isfinite(instance.tensor_recompute_s), 3, 2).tolist(),
             repair=repair,
             start=t0,
         )
