@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,22 +61,42 @@ if TYPE_CHECKING:
 _RECOMP = 2
 
 
-def _batch_fitness(instance: Instance, budget: Budget, runtime: str, n_jobs: int) -> BatchFitness:
-    """The simulator's population entry point as a (infeasibility, step seconds) function."""
+def _batch_fitness(
+    instance: Instance, budget: Budget, runtime: str, pool: ThreadPoolExecutor | None, n_jobs: int
+) -> BatchFitness:
+    """The simulator's population entry point as a (infeasibility, step seconds) function.
+
+    With a ``pool`` the population is split over its threads, each calling `simulate_many` on its
+    share (the compiled kernel releases the GIL). The pool lives for the whole search:
+    ``simulate_many(n_jobs=2)`` would start two threads per call, and on a loaded machine a
+    thread start costs milliseconds, a large share of a generation.
+    """
     from slackswap.simulator import simulate_many
 
     budget_bytes = float(budget.bytes_for(instance))
     unrebuildable = ~np.isfinite(instance.tensor_recompute_s)
 
+    def sim(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        res = simulate_many(instance, actions, budget, runtime=runtime, n_jobs=1)
+        return res.feasible, res.overflow_bytes, res.step_s
+
     def fitness(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        res = simulate_many(instance, actions, budget, runtime=runtime, n_jobs=n_jobs)
-        feasible = np.asarray(res.feasible, dtype=bool)
-        over = np.asarray(res.overflow_bytes, dtype=np.float64) / max(budget_bytes, 1.0)
+        if pool is None or len(actions) < 2 * n_jobs:
+            parts = [sim(actions)]
+        else:
+            bounds = np.linspace(0, len(actions), n_jobs + 1).astype(int).tolist()
+            futs = [
+                pool.submit(sim, actions[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+            ]
+            parts = [f.result() for f in futs]
+        feasible = np.concatenate([p[0] for p in parts]).astype(bool)
+        over = np.concatenate([p[1] for p in parts]).astype(np.float64) / max(budget_bytes, 1.0)
+        step_s = np.concatenate([p[2] for p in parts]).astype(np.float64)
         invalid = ((actions == _RECOMP) & unrebuildable).any(axis=1)
         # A tiny floor keeps an infeasible plan that reports no overflow behind every feasible one.
         infeas = np.where(invalid, math.inf, np.maximum(np.nan_to_num(over, nan=math.inf), 1e-12))
         infeas = np.where(feasible, 0.0, infeas)
-        step = np.where(feasible, np.asarray(res.step_s, dtype=np.float64), math.inf)
+        step = np.where(feasible, step_s, math.inf)
         return infeas, step
 
     return fitness
@@ -114,7 +135,7 @@ class GeneticSearch(Solver):
         cxpb: float = 0.8,
         mutpb: float = 1.0,
         indpb: float | None = None,
-        mutation_window: int = 32,
+        mutation_window: int = 16,
         elite: int = 2,
         tournsize: int = 3,
         repair: bool = True,
@@ -193,16 +214,21 @@ class GeneticSearch(Solver):
             time_limit_s=time_limit,
         )
         repair = Repair(instance, budget.bytes_for(instance)) if self.repair else None
-        res = search(
-            n,
-            _batch_fitness(instance, budget, self.runtime, self.n_jobs),
-            config,
-            seed=seed,
-            seeds=[a for _, a in seeds],
-            arity=np.where(np.isfinite(instance.tensor_recompute_s), 3, 2).tolist(),
-            repair=repair,
-            start=t0,
-        )
+        pool = ThreadPoolExecutor(self.n_jobs) if self.n_jobs > 1 else None
+        try:
+            res = search(
+                n,
+                _batch_fitness(instance, budget, self.runtime, pool, self.n_jobs),
+                config,
+                seed=seed,
+                seeds=[a for _, a in seeds],
+                arity=np.where(np.isfinite(instance.tensor_recompute_s), 3, 2).tolist(),
+                repair=repair,
+                start=t0,
+            )
+        finally:
+            if pool is not None:
+                pool.shutdown()
         info = _info(res, seeds, seeding_s)
         plan = None
         if res.feasible and res.best is not None:
