@@ -193,3 +193,11 @@ def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> 
     assert not ((plans == 2) & unrebuildable).any()
     assert (plans[:, ~unrebuildable] == 2).any()  # recomp is still drawn where it is allowed
     assert rec.status in (Status.FEASIBLE, Status.INFEASIBLE)
+
+
+def test_threads_change_speed_never_the_result(small) -> None:  # type: ignore[no-untyped-def]
+    one = run("ga", small, 0.3, seed=2, options={"max_evaluations": 500, "n_jobs": 1})
+    two = run("ga", small, 0.3, seed=2, options={"max_evaluations": 500, "n_jobs": 2})
+    assert one.plan is not None and one.plan == two.plan
+    assert one.evaluations == two.evaluations and one.step_s == two.step_s
+    assert [h[1:] for h in one.history] == [h[1:] for h in two.history]
