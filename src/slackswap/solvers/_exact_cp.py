@@ -363,13 +363,14 @@ class CpPlanModel:
             solver.parameters.max_deterministic_time = max(0.01, float(deterministic_s))
         code = solver.solve(mdl)
         wall = time.perf_counter() - t0
+        det = float(solver.deterministic_time)
         u = self.tick_s
         if code == cp_model.INFEASIBLE:
             bound = (extra + 1) * u if extra is not None else None
-            return CpResult("infeasible", None, None, bound, wall)
+            return CpResult("infeasible", None, None, bound, wall, {"det_s": det})
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             bound = solver.best_objective_bound * u if solver.best_objective_bound > 0 else None
-            return CpResult("unknown", None, None, bound, wall)
+            return CpResult("unknown", None, None, bound, wall, {"det_s": det})
         acts = np.zeros(self.instance.n_tensors, dtype=np.int8)
         for t in range(self.instance.n_tensors):
             if solver.boolean_value(self.s[t]):
@@ -383,5 +384,8 @@ class CpPlanModel:
             solver.objective_value * u,
             solver.best_objective_bound * u,
             wall,
-            info={"offloaded": [t for t in range(len(acts)) if solver.boolean_value(self.off[t])]},
+            info={
+                "det_s": det,
+                "offloaded": [t for t in range(len(acts)) if solver.boolean_value(self.off[t])],
+            },
         )

@@ -16,6 +16,9 @@ from slackswap.plan import KEEP, RECOMP, SWAP, Budget
 from slackswap.problem import Instance
 from slackswap.simulator import SimResult, simulate, simulate_many
 
+#: Instances with at most this many tensors get the whole pair neighbourhood in local search.
+FULL_PAIRS = 40
+
 #: Rounding thresholds tried on a fractional solution (share of a tensor recomputed / swapped).
 _THRESHOLDS = (0.5, 0.3, 0.1, 0.7, 0.9, 1e-6)
 
@@ -102,9 +105,12 @@ def repair(
         idle = (lfr < f) & (fb > f)
         cand = np.flatnonzero(idle & (a != RECOMP) & np.isfinite(cost))
         if cand.size:
+            # cheapest seconds per byte first, as many as cover the overflow (one simulation
+            # per batch rather than per tensor)
             over = max(float(res.overflow_bytes), 1.0)
-            score = cost[cand] / np.minimum(size[cand], over)
-            a[cand[np.argmin(score)]] = RECOMP
+            order = cand[np.argsort(cost[cand] / np.minimum(size[cand], over), kind="stable")]
+            take = int(np.searchsorted(np.cumsum(size[order]), over)) + 1
+            a[order[:take]] = RECOMP
             continue
         cand = np.flatnonzero(idle & (a == KEEP))
         if cand.size:
@@ -168,6 +174,8 @@ def _pair_exchange(
     """Move one tensor to a cheaper action and another to a dearer one, in one step."""
     inst = scorer.instance
     finite = np.isfinite(inst.tensor_recompute_s)
+    if inst.n_tensors <= FULL_PAIRS:
+        return _all_pairs(scorer, a, best, deadline, finite)
     cost = np.where(finite, inst.tensor_recompute_s, np.inf)
     size = inst.tensor_bytes.astype(float)
     # relieve: recomputed or swapped tensors going back to keep (most expensive first);
@@ -198,13 +206,47 @@ def _pair_exchange(
     return None
 
 
+def _all_pairs(
+    scorer: Scorer, a: np.ndarray, best: float, deadline: float, finite: np.ndarray
+) -> tuple[np.ndarray, float] | None:
+    """The whole two-tensor neighbourhood (every pair, every other action of each)."""
+    n = len(a)
+    cand = []
+    for t in range(n):
+        for u in range(t + 1, n):
+            for v in (KEEP, SWAP, RECOMP):
+                if v == a[t] or (v == RECOMP and not finite[t]):
+                    continue
+                for w in (KEEP, SWAP, RECOMP):
+                    if w == a[u] or (w == RECOMP and not finite[u]):
+                        continue
+                    c = a.copy()
+                    c[t], c[u] = v, w
+                    cand.append(c)
+    if not cand or time.perf_counter() > deadline or scorer.exhausted:
+        return None
+    plans = np.stack(cand)
+    steps = scorer.many(plans)
+    k = int(np.argmin(steps))
+    if steps[k] < best * (1 - 1e-12):
+        return plans[k].copy(), float(steps[k])
+    return None
+
+
 def best_plan(
-    scorer: Scorer, starts: list[np.ndarray], deadline: float, search: bool = True
+    scorer: Scorer,
+    starts: list[np.ndarray],
+    deadline: float,
+    search: bool = True,
+    repair_deadline: float | None = None,
 ) -> tuple[np.ndarray | None, float, bool]:
     """Repair each start, keep the fastest, then improve it by local search until ``deadline``.
 
-    Returns (plan or None, simulated step in seconds, whether the search converged).
+    Repairs may run until ``repair_deadline`` (default ``deadline``): a plan that fits matters
+    more than a better one. Returns (plan or None, simulated step in seconds, whether the
+    search converged).
     """
+    fix_by = deadline if repair_deadline is None else repair_deadline
     best_a: np.ndarray | None = None
     best = np.inf
     seen: set[bytes] = set()
@@ -213,7 +255,7 @@ def best_plan(
         if key in seen:
             continue
         seen.add(key)
-        a = repair(scorer, a0, deadline)
+        a = repair(scorer, a0, fix_by if best_a is None else deadline)
         if a is None:
             continue
         st = float(scorer.many(a[None, :])[0])
@@ -245,3 +287,40 @@ def hint_plans(
         return []
     plan = out.plan if isinstance(out, Solution) else out
     return [] if plan is None else [np.asarray(plan.actions, dtype=np.int8)]
+
+
+def iterated_local_search(
+    scorer: Scorer,
+    acts: np.ndarray,
+    step: float,
+    deadline: float,
+    seed: int,
+    kick: int = 4,
+) -> tuple[np.ndarray, float]:
+    """Perturb ``kick`` random tensors of the incumbent, search locally, keep what is faster.
+
+    Escapes the local optima of `local_search` on small instances, where the best plan can lie
+    four moves away behind infeasible or slower intermediate plans. Seeded: reproducible under
+    a work budget.
+    """
+    rng = np.random.default_rng(seed)
+    finite = np.isfinite(scorer.instance.tensor_recompute_s)
+    n = len(acts)
+    best_a, best = acts.copy(), step
+    while time.perf_counter() < deadline and not scorer.exhausted:
+        trial = best_a.copy()
+        for t in rng.choice(n, size=min(kick, n), replace=False):
+            options = [
+                v for v in (KEEP, SWAP, RECOMP) if v != trial[t] and (v != RECOMP or finite[t])
+            ]
+            trial[t] = options[int(rng.integers(len(options)))]
+        st = float(scorer.many(trial[None, :])[0])
+        if not np.isfinite(st):
+            fixed = repair(scorer, trial, deadline, max_steps=20)
+            if fixed is None:
+                continue
+            trial, st = fixed, float(scorer.many(fixed[None, :])[0])
+        trial, st, _ = local_search(scorer, trial, st, deadline)
+        if st < best * (1 - 1e-12):
+            best_a, best = trial, st
+    return best_a, best

@@ -1,0 +1,278 @@
+"""``cpsat``: the CP-SAT interval model (OR-Tools), exact on small instances, LNS on big ones.
+
+The model is `slackswap.solvers._exact_cp.CpPlanModel` (its docstring lists the constraints and
+the relaxations that keep its optimum at or below the simulator's optimum). Plans are judged by
+the simulator only, so the model's value for a plan is a claim, and the search is a loop:
+
+- small instances (at most ``exact_tensors`` saved tensors): solve the model, simulate its plan,
+  improve the plan by local search in the simulator, exclude the plan (a no-good) and solve
+  again with the objective capped below the best simulated step. When the capped model has no
+  solution, no plan can beat the incumbent (up to ``tolerance``): the incumbent is optimal and
+  the cap is the proven bound. When time runs out first, the bound is the least of the
+  incumbent and the last solve's proven bound;
+- big instances: large-neighbourhood search from the best of the relaxation's rounded plans and
+  the hinted solver's plan (``hint``, SlackSwap by default), each repaired and improved by local
+  search in the simulator: free the actions of the tensors of ``lns_blocks`` consecutive
+  blocks, fix the rest (and the operators before the window), hint CP-SAT with the incumbent's
+  simulated run mapped onto the model (a complete, feasible solution), keep a proposal only if
+  the simulator says it is faster. The bound
+  reported there is the linear relaxation's (`slackswap.solvers._exact_lp`), since CP-SAT's own
+  bound on a full instance is close to the ideal step.
+
+CP-SAT runs with a deterministic time limit (and one worker by default), so a fixed seed and
+work budget (``max_evaluations``) give the same plan; the wall-clock limit is a safety net.
+
+Status: ``optimal`` when the no-good loop closed; ``timeout`` when the time limit ended the
+search first (the incumbent and the best bound are returned); ``feasible`` when the search
+ended on its own (the neighbourhood search made a full pass without improvement, or the work
+budget was spent).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from slackswap.plan import Budget, Plan
+from slackswap.problem import Instance
+from slackswap.solvers._exact_cp import CpPlanModel
+from slackswap.solvers._exact_lp import BoundModel
+from slackswap.solvers._exact_plans import (
+    Scorer,
+    best_plan,
+    hint_plans,
+    iterated_local_search,
+    local_search,
+    round_candidates,
+)
+from slackswap.solvers.base import Solution, Solver, Tags, register
+
+MARGIN = 0.08
+
+
+@register("cpsat")
+class CpSat(Solver):
+    """CP-SAT interval model: exact on small instances, neighbourhood search on big ones."""
+
+    key = "cpsat"
+    tags = Tags(exact=True, deterministic=True, needs=("ortools",), uses_time_limit=True)
+
+    def __init__(
+        self,
+        *,
+        exact_tensors: int = 24,
+        hint: str = "slackswap",
+        lns_blocks: int = 2,
+        lns_seconds: float = 2.0,
+        workers: int = 1,
+        tolerance: float = 1e-4,
+        max_evaluations: int | None = None,
+        default_time_limit: float = 60.0,
+    ):
+        self.exact_tensors = exact_tensors
+        self.hint = hint
+        self.lns_blocks = lns_blocks
+        self.lns_seconds = lns_seconds
+        self.workers = workers
+        self.tolerance = tolerance
+        self.max_evaluations = max_evaluations
+        self.default_time_limit = default_time_limit
+
+    def solve(
+        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+    ) -> Solution:
+        t0 = time.perf_counter()
+        limit = float(time_limit if time_limit is not None else self.default_time_limit)
+        stop = t0 + limit * (1.0 - MARGIN)
+        M = budget.bytes_for(instance)
+        scorer = Scorer(instance, M, self.max_evaluations)
+        # the relaxation: a bound, an infeasibility proof, and rounded plans to start from
+        lp_model = BoundModel(instance, M)
+        lp = lp_model.solve(time_limit=max(0.05, 0.25 * limit))
+        if lp.status == "infeasible":
+            reason = "the relaxation proves no plan fits: " + str(lp.info.get("reason"))
+            return Solution(
+                None, lower_bound_s=math.inf, proven_infeasible=True, info={"reason": reason}
+            )
+        lp_bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
+        starts = list(round_candidates(instance, lp.s, lp.r)) if lp.bound_s is not None else []
+        starts.append(np.zeros(instance.n_tensors, dtype=np.int8))  # keep all, then repair
+        if self.hint not in ("", "none"):
+            starts += hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+        share = 0.3 if instance.n_tensors <= self.exact_tensors else 0.4
+        acts, step, _ = best_plan(scorer, starts, t0 + share * limit, repair_deadline=stop)
+        if instance.n_tensors <= self.exact_tensors:
+            return self._exact(instance, M, scorer, acts, step, lp_bound, stop, seed, limit)
+        return self._lns(instance, M, scorer, acts, step, lp_bound, stop, seed, limit)
+
+    # ----- small instances: the no-good loop --------------------------------------------------
+    def _exact(
+        self,
+        inst: Instance,
+        M: int,
+        scorer: Scorer,
+        acts: np.ndarray | None,
+        step: float,
+        lp_bound: float,
+        stop: float,
+        seed: int,
+        limit: float,
+    ) -> Solution:
+        cp = CpPlanModel(
+            inst, M, horizon_s=step if math.isfinite(step) else None, ticks_per_op=100_000
+        )
+        excluded: set[bytes] = set()
+
+        def exclude(plan: np.ndarray) -> None:
+            key = plan.tobytes()
+            if key not in excluded:
+                excluded.add(key)
+                cp.add_no_good(plan)
+
+        if acts is not None:
+            exclude(acts)
+        proven = False
+        cp_lb = 0.0  # no plan left in the model is modelled (hence simulated) faster
+        claim = None
+        rounds = 0
+        # CP-SAT's work is metered in deterministic seconds, so the loop ends at the same
+        # point on any machine (the wall clock is only a safety net)
+        work = 0.35 * limit
+        cp_stop = stop - 0.3 * limit  # the wall-clock share of the loop: the rest polishes
+        while time.perf_counter() < cp_stop and not scorer.exhausted and work > 0.005:
+            cap = step * (1 - self.tolerance) if math.isfinite(step) else None
+            res = cp.solve(
+                time_limit=cp_stop - time.perf_counter(),
+                seed=seed,
+                workers=self.workers,
+                hint=None,  # the incumbent is excluded: its values would only mislead
+                cap_s=cap,
+                deterministic_s=work,
+            )
+            work -= float(res.info.get("det_s", work))
+            rounds += 1
+            if res.status == "infeasible":
+                if cap is not None:  # every plan not yet simulated models slower than the cap
+                    cp_lb = res.bound_s if res.bound_s is not None else cp_lb
+                    proven = True
+                break
+            if res.bound_s is not None:
+                cp_lb = res.bound_s
+            if res.actions is None:
+                break
+            cand = res.actions
+            exclude(cand)
+            st = float(scorer.many(cand[None, :])[0])
+            if math.isfinite(st):
+                better, st, _ = local_search(scorer, cand, st, stop)
+                exclude(better)
+                cand = better
+            if st < step:
+                acts, step, claim = cand, st, res.objective_s
+        if acts is not None and not proven:
+            # CP-SAT's proposals are relaxed plans: polish the incumbent in the simulator with
+            # perturbation restarts for what time is left
+            acts, step = iterated_local_search(scorer, acts, step, stop, seed)
+        info = {"mode": "exact", "cp_rounds": rounds, "evaluations": scorer.evaluations}
+        if acts is None:
+            info["reason"] = "CP-SAT found no plan that fits"
+            return Solution(None, lower_bound_s=lp_bound, timed_out=not proven, info=info)
+        bound = min(step, max(lp_bound, min(step, cp_lb)))
+        return Solution(
+            Plan(inst, acts),
+            lower_bound_s=bound,
+            claimed_step_s=claim if claim is not None and acts is not None else None,
+            proven_optimal=proven,
+            timed_out=not proven and not scorer.exhausted,
+            evaluations=scorer.evaluations,
+            info=info,
+        )
+
+    @staticmethod
+    def _hint_values(cp: CpPlanModel, inst: Instance, M: int, acts: np.ndarray) -> dict:
+        """The model's values for the simulated run of ``acts``: a complete, feasible hint."""
+        from slackswap.simulator import simulate
+
+        sim = simulate(inst, acts, Budget.bytes(M), timeline=True)
+        return cp.embed_run(acts, sim.timeline)
+
+    # ----- big instances: large-neighbourhood search ------------------------------------------
+    def _lns(
+        self,
+        inst: Instance,
+        M: int,
+        scorer: Scorer,
+        acts: np.ndarray | None,
+        step: float,
+        lp_bound: float,
+        stop: float,
+        seed: int,
+        limit: float,
+    ) -> Solution:
+        info: dict[str, object] = {"mode": "lns"}
+        if acts is None:
+            info["reason"] = "no hinted or rounded plan fits: nothing to improve"
+            return Solution(None, lower_bound_s=lp_bound, timed_out=True, info=info)
+        # building the model costs about a millisecond per operator and tensor: skip the search
+        # when that would not leave a neighbourhood's worth of time
+        if stop - time.perf_counter() < 2e-3 * (inst.n_ops + inst.n_tensors) + 0.5:
+            info["reason"] = "no time left for the neighbourhood search"
+            return Solution(
+                Plan(inst, acts),
+                lower_bound_s=min(lp_bound, step),
+                timed_out=True,
+                evaluations=scorer.evaluations,
+                info=info,
+            )
+        cp = CpPlanModel(inst, M, horizon_s=step)
+        hint = self._hint_values(cp, inst, M, acts)
+        blocks = np.unique(inst.tensor_block)
+        windows = [blocks[i : i + self.lns_blocks] for i in range(len(blocks))]
+        tried = accepted = since_improve = 0
+        claim = None
+        converged = False
+        work = 0.5 * limit  # deterministic seconds of CP-SAT, as in the exact loop
+        while time.perf_counter() < stop and not scorer.exhausted and work > 0.005:
+            window = windows[tried % len(windows)]
+            free = np.isin(inst.tensor_block, window)
+            mdl = cp.model.clone()
+            cp.fix(mdl, np.flatnonzero(~free), acts)
+            # nothing before the window's first producer can change: pin those operators
+            first = int(inst.tensor_producer[free].min()) if free.any() else 0
+            for i in range(first):
+                mdl.add(cp.start[i] == hint[cp.start[i]])
+            per = min(work, self.lns_seconds)
+            res = cp.solve(
+                time_limit=min(stop - time.perf_counter(), 0.8 * per),
+                seed=seed,
+                workers=self.workers,
+                model=mdl,
+                hint_values=hint,
+                deterministic_s=per,
+            )
+            work -= float(res.info.get("det_s", per))
+            tried += 1
+            improved = False
+            if res.actions is not None and not np.array_equal(res.actions, acts):
+                st = float(scorer.many(res.actions[None, :])[0])
+                if st < step:
+                    acts, step, claim, improved = res.actions, st, res.objective_s, True
+                    accepted += 1
+                    hint = self._hint_values(cp, inst, M, acts)
+            since_improve = 0 if improved else since_improve + 1
+            if since_improve >= len(windows):
+                converged = True
+                break
+        info.update(
+            {"lns_tried": tried, "lns_accepted": accepted, "evaluations": scorer.evaluations}
+        )
+        return Solution(
+            Plan(inst, acts),
+            lower_bound_s=min(lp_bound, step),
+            claimed_step_s=claim,
+            timed_out=not converged and not scorer.exhausted,
+            evaluations=scorer.evaluations,
+            info=info,
+        )

@@ -1,0 +1,124 @@
+"""``milp``: a certified lower bound from the linear relaxation (HiGHS) and plans rounded from it.
+
+The bound engine is `slackswap.solvers._exact_lp.BoundModel` (read its docstring for every
+constraint and for the relaxations that keep the bound valid for the simulator's optimum). Plans
+come from rounding the relaxation's solution (and SlackSwap's plan as a hint), repairing each in
+the simulator (recompute the cheapest idle tensor at the failing operator until it fits) and a
+local search in the simulator; the binary version (HiGHS branch and bound) runs on what time is
+left, and its solution is one more start.
+
+The `Solution` carries ``lower_bound_s`` (always set when the relaxation ran: the ideal step at
+worst, ``inf`` for a budget the relaxation proves infeasible) and ``claimed_step_s``, the
+relaxation's value with the returned plan's actions fixed: a claim the tests hold against the
+simulator (it may never exceed the simulated step).
+
+Status: ``timeout`` when the clock stopped the row generation or the local search before it
+converged (a spent work budget, ``max_evaluations``, is not a timeout); the binary version is
+opportunistic ("when time allows") and never makes a timeout. ``optimal`` when the plan's
+simulated step equals the bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from slackswap.plan import Budget, Plan
+from slackswap.problem import Instance
+from slackswap.solvers._exact_lp import BoundModel
+from slackswap.solvers._exact_plans import Scorer, best_plan, hint_plans, round_candidates
+from slackswap.solvers.base import Solution, Solver, Tags, register
+
+#: Share of the time limit kept free for the runner and the final bookkeeping.
+MARGIN = 0.08
+
+
+@register("milp")
+class Milp(Solver):
+    """Linear relaxation over operator boundaries (HiGHS): certified bound, rounded plans."""
+
+    key = "milp"
+    tags = Tags(exact=True, deterministic=True, needs=("scipy",), uses_time_limit=True)
+
+    def __init__(
+        self,
+        *,
+        integral: bool = True,
+        hint: str = "slackswap",
+        search: bool = True,
+        max_evaluations: int | None = None,
+        default_time_limit: float = 60.0,
+    ):
+        self.integral = integral
+        self.hint = hint
+        self.search = search
+        self.max_evaluations = max_evaluations
+        self.default_time_limit = default_time_limit
+
+    def solve(
+        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+    ) -> Solution:
+        t0 = time.perf_counter()
+        limit = float(time_limit if time_limit is not None else self.default_time_limit)
+        stop = t0 + limit * (1.0 - MARGIN)
+        M = budget.bytes_for(instance)
+        model = BoundModel(instance, M)
+        lp = model.solve(time_limit=max(0.05, 0.4 * limit))
+        info: dict[str, object] = {
+            "lp_status": lp.status,
+            "lp_rounds": lp.rounds,
+            "lp_rows": lp.rows,
+            "lp_s": lp.seconds,
+        }
+        if lp.status == "infeasible":
+            info["reason"] = "the relaxation proves no plan fits: " + str(lp.info.get("reason"))
+            return Solution(None, lower_bound_s=math.inf, proven_infeasible=True, info=info)
+        bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
+        timed_out = lp.status in ("timeout", "partial")
+        scorer = Scorer(instance, M, self.max_evaluations)
+        starts = list(round_candidates(instance, lp.s, lp.r)) if lp.bound_s is not None else []
+        starts.append(np.zeros(instance.n_tensors, dtype=np.int8))  # keep all, then repair
+        starts += hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+        # leave room for the binary version and the claim on what is left
+        search_stop = stop - (0.25 * limit if self.integral else 0.05 * limit)
+        acts, step, converged = best_plan(
+            scorer, starts, search_stop, self.search, repair_deadline=stop
+        )
+        timed_out = timed_out or not (converged or scorer.exhausted)
+        claim, claimed_for = None, None
+        if acts is not None and stop - time.perf_counter() > 0.02 * limit:
+            claim, claimed_for = model.plan_value(acts, time_limit=stop - time.perf_counter()), acts
+        # the binary version is cut by the clock, so a run with a work budget skips it
+        run_milp = self.integral and self.max_evaluations is None
+        if run_milp and stop - time.perf_counter() > 0.1 * limit:
+            mres = model._milp(stop - time.perf_counter() - 0.05 * limit)
+            if mres is not None:
+                info["milp_status"] = mres.status
+                if mres.bound_s is not None and mres.bound_s > bound:
+                    bound = mres.bound_s
+                if mres.claimed_step_s is not None:
+                    more = list(round_candidates(instance, mres.s, mres.r))
+                    if acts is not None:
+                        more.append(acts)
+                    a2, st2, _ = best_plan(scorer, more, stop, self.search)
+                    if a2 is not None and st2 < step:
+                        acts, step = a2, st2
+        info["evaluations"] = scorer.evaluations
+        if acts is None:
+            info["reason"] = "no rounded or hinted plan could be repaired to fit the budget"
+            return Solution(None, lower_bound_s=bound, timed_out=timed_out, info=info)
+        if claimed_for is not acts:
+            left = stop - time.perf_counter()
+            claim = model.plan_value(acts, time_limit=left) if left > 0.02 * limit else None
+        bound = min(bound, step)  # the plan itself is a witness: no better bound can exceed it
+        return Solution(
+            Plan(instance, np.asarray(acts)),
+            lower_bound_s=bound,
+            claimed_step_s=claim if claim is not None and math.isfinite(claim) else None,
+            proven_optimal=step <= bound * (1 + 1e-9),
+            timed_out=timed_out,
+            evaluations=scorer.evaluations,
+            info=info,
+        )
