@@ -49,7 +49,7 @@ def check_actions(instance: Instance, actions: Any) -> np.ndarray:
     if bad.size:
         i = int(bad[0])
         raise PlanError(
-            f"actions[{i}] = {arr[i]!r} (tensor {instance.tensor_name[i]!r}): "
+            f"actions[{i}] = {arr[i].item()!r} (tensor {instance.tensor_name[i]!r}): "
             "must be 0 (keep), 1 (swap) or 2 (recomp)"
         )
     return np.ascontiguousarray(arr, dtype=np.int8)

@@ -30,10 +30,13 @@ memory + its bytes + the transient bytes of the next three operators not yet sta
 waits only for the swapped tensors the next operator or rebuild reads (stall: copy).
 Deadlock rule: when compute waits for a tensor still queued and the H2D engine is idle (the
 look-ahead refused the head), the head is admitted without the look-ahead, evicting if needed.
-When compute lacks memory (stall: memory) no H2D copy is admitted; in the forward pass it waits
-for in-flight D2H copies (they free buffers); in the backward pass it evicts device copies of
-swapped tensors that have a host copy and are not needed by the current operator, furthest next
-use first (queued again for H2D with that use as deadline), else waits for any copy in flight.
+When compute lacks memory (stall: memory) no H2D copy is admitted; compute waits for the D2H
+copy in flight (a finished offload frees a buffer no operator still needs); if none is in flight,
+in the backward pass it evicts device copies of swapped tensors that have a host copy and are not
+needed by the current operator, furthest next use first (queued again for H2D with that use as
+deadline; ties: the latest produced), else waits for the H2D copy in flight. The buffer of a
+swapped tensor whose last reader ends before its offload stays until the offload ends, so even a
+keep/swap plan at a budget of P may wait for memory. The deadlock rule above uses the same order.
 If nothing is in flight and nothing can be evicted the plan is infeasible: ``reason`` and
 ``fail_op`` name the first failure, the run continues over budget and ``overflow_bytes`` is the
 largest excess seen (so a search can rank infeasible plans); ``step_s`` is inf.
@@ -47,7 +50,7 @@ only when compute needs it; no look-ahead). Layers are ``op_layer``.
 
 Times. The step is ``ideal_s + delay``, where delay accumulates rebuild times and stalls: a plan
 that never waits gives ``step_s == ideal_s`` exactly. Copies still running after the last
-operator do not lengthen the step.
+operator do not lengthen the step (they still count in ``d2h_bytes`` / ``h2d_bytes``).
 """
 
 from slackswap.simulator.api import simulate, simulate_many

@@ -31,14 +31,7 @@ def _work(inst: Instance) -> K.Work:
     return cache[1]
 
 
-_NO_RECORD: K.Record | None = None
-
-
-def _no_record() -> K.Record:
-    global _NO_RECORD
-    if _NO_RECORD is None:
-        _NO_RECORD = K.new_record(0)
-    return _NO_RECORD
+_NO_RECORD = K.new_record(0)
 
 
 def _budget_bytes(inst: Instance, budget: Budget | float | str) -> int:
@@ -82,19 +75,39 @@ def _run(
     acts: np.ndarray,
     budget_bytes: int,
     runtime: str,
-    record: K.Record,
-    rec: bool,
+    record: np.ndarray,
     lo: int,
     hi: int,
     out_f: np.ndarray,
     out_i: np.ndarray,
 ) -> K.Work:
-    spec = get_runtime(runtime)
+    """Run plans lo..hi-1 through the kernel with this thread's scratch arrays."""
+    fw, hr, la = get_runtime(runtime).code()
     S = static_for(inst)
     W = _work(inst)
-    fw, hr, la = spec.code()
-    K.run_batch(S, acts, budget_bytes, fw, hr, la, W, record, rec, out_f, out_i, lo, hi)
+    W.i[K.I_REC] = 1 if record.shape[1] else 0
+    K.run_batch(
+        S.so, S.base, S.st, S.trec, S.idx, S.hw, S.n_fwd, acts, budget_bytes, fw, hr, la,
+        W.wt, W.fl, W.wo, W.f, W.i, record, out_f, out_i, lo, hi,
+    )  # fmt: skip
     return W
+
+
+def _timeline(rec: np.ndarray, nc: int, nk: int, nm: int) -> Timeline:
+    c, k, m = rec[K.LANE_COMPUTE, :nc], rec[K.LANE_COPY, :nk], rec[K.LANE_MEM, :nm]
+    return Timeline(
+        compute_start_s=c[:, 0].copy(),
+        compute_end_s=c[:, 1].copy(),
+        compute_kind=c[:, 2].astype(np.int64),
+        compute_op=c[:, 3].astype(np.int64),
+        compute_tensor=c[:, 4].astype(np.int64),
+        copy_engine=k[:, 2].astype(np.int64),
+        copy_tensor=k[:, 3].astype(np.int64),
+        copy_start_s=k[:, 0].copy(),
+        copy_end_s=k[:, 1].copy(),
+        mem_time_s=m[:, 0].copy(),
+        mem_bytes=m[:, 1].astype(np.int64),
+    )
 
 
 def simulate(
@@ -124,26 +137,13 @@ def simulate(
         cap = 4 * (instance.n_ops + 4 * instance.n_tensors) + 64
         while True:
             rec = K.new_record(cap)
-            W = _run(instance, acts2, b, runtime, rec, True, 0, 1, out_f, out_i)
-            if W.I[K.I_RECFULL] == 0:
+            W = _run(instance, acts2, b, runtime, rec, 0, 1, out_f, out_i)
+            if W.i[K.I_RECFULL] == 0:
                 break
             cap *= 4
-        nc, nk, nm = (int(W.I[k]) for k in (K.I_NC, K.I_NK, K.I_NM))
-        tl = Timeline(
-            compute_start_s=rec.comp_f[:nc, 0].copy(),
-            compute_end_s=rec.comp_f[:nc, 1].copy(),
-            compute_kind=rec.comp_i[:nc, 0].copy(),
-            compute_op=rec.comp_i[:nc, 1].copy(),
-            compute_tensor=rec.comp_i[:nc, 2].copy(),
-            copy_engine=rec.copy_i[:nk, 0].copy(),
-            copy_tensor=rec.copy_i[:nk, 1].copy(),
-            copy_start_s=rec.copy_f[:nk, 0].copy(),
-            copy_end_s=rec.copy_f[:nk, 1].copy(),
-            mem_time_s=rec.mem_f[:nm].copy(),
-            mem_bytes=rec.mem_i[:nm].copy(),
-        )
+        tl = _timeline(rec, *(int(W.i[K.I_NC + k]) for k in range(3)))
     else:
-        _run(instance, acts2, b, runtime, _no_record(), False, 0, 1, out_f, out_i)
+        _run(instance, acts2, b, runtime, _NO_RECORD, 0, 1, out_f, out_i)
     f, i = out_f[0], out_i[0]
     ideal = instance.ideal_step_s
     bad = bool(i[0])
@@ -186,7 +186,7 @@ def check_population(instance: Instance, actions_2d: Any) -> np.ndarray:
     if a.size and (a.min() < 0 or a.max() > 2):
         bad = np.argwhere((a < 0) | (a > 2))[0]
         raise PlanError(
-            f"actions_2d[{bad[0]}, {bad[1]}] = {a[bad[0], bad[1]]!r}: must be 0, 1 or 2"
+            f"actions_2d[{bad[0]}, {bad[1]}] = {a[bad[0], bad[1]].item()!r}: must be 0, 1 or 2"
         )
     out = np.ascontiguousarray(a, dtype=np.int8)
     return out if out.flags.writeable else out.copy()  # one kernel signature
@@ -214,15 +214,13 @@ def simulate_many(
     out_i = np.zeros((n, _N_OUT_I), dtype=np.int64)
     jobs = max(1, min(int(n_jobs), n))
     if jobs == 1:
-        _run(instance, acts, b, runtime, _no_record(), False, 0, n, out_f, out_i)
+        _run(instance, acts, b, runtime, _NO_RECORD, 0, n, out_f, out_i)
     else:
         static_for(instance)
         bounds = np.linspace(0, n, jobs + 1).astype(int)
         with ThreadPoolExecutor(jobs) as pool:
             futs = [
-                pool.submit(
-                    _run, instance, acts, b, runtime, _no_record(), False, lo, hi, out_f, out_i
-                )
+                pool.submit(_run, instance, acts, b, runtime, _NO_RECORD, lo, hi, out_f, out_i)
                 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
             ]
             for fut in futs:

@@ -1,0 +1,97 @@
+"""``slackswap simulate``: score one plan on one instance at one budget in the event model."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from slackswap.commands.common import format_table, load_instance_arg, print_json
+from slackswap.problem import UserError
+
+if TYPE_CHECKING:
+    from slackswap.simulator.result import SimResult
+
+GB = 1e9
+MS = 1e3
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from slackswap.simulator.runtimes import RUNTIMES
+
+    p = sub.add_parser(
+        "simulate",
+        help="simulate one plan at one budget (step time, stalls, copies, peak memory)",
+        description=(
+            "Simulate one training step of a plan in the event model. Exit status 0 when the "
+            "plan fits, 1 when it does not, 2 for bad input."
+        ),
+    )
+    p.add_argument("instance", help="instance file or catalog name (gpt2-xl, llama-7b@h100-pcie5)")
+    p.add_argument("plan", help="plan file (JSON, from `slackswap solve -o`), or keep-all")
+    p.add_argument(
+        "--budget", required=True, help="fraction of the peak P (0.5, 50%%) or bytes (11GB)"
+    )
+    p.add_argument(
+        "--runtime",
+        default=None,
+        help=f"runtime (default: the plan's): {', '.join(RUNTIMES)}",
+    )
+    p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=cmd_simulate)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from slackswap.plan import Budget, Plan
+    from slackswap.simulator import simulate
+    from slackswap.simulator.runtimes import get_runtime
+
+    inst = load_instance_arg(args.instance)
+    budget = Budget.parse(args.budget)
+    if args.plan == "keep-all":
+        plan = Plan.keep_all(inst)
+    else:
+        plan = Plan.load(args.plan, inst)
+    if args.runtime is not None:
+        get_runtime(args.runtime)
+    result = simulate(inst, plan, budget, runtime=args.runtime, timeline=bool(args.trace))
+    if args.trace:
+        from slackswap.simulator.trace import write_chrome_trace
+
+        try:
+            write_chrome_trace(args.trace, inst, result)
+        except OSError as exc:
+            raise UserError(f"--trace {args.trace}: cannot write ({exc.strerror})") from None
+    if args.json:
+        print_json({"instance": inst.name, "budget": str(budget), **result.to_dict()})
+    else:
+        print(_table(inst.name, str(budget), result))
+    return 0 if result.feasible else 1
+
+
+def _table(name: str, budget: str, r: SimResult) -> str:
+    rows = [
+        ("instance", name),
+        ("runtime", r.runtime),
+        ("budget", f"{budget} = {r.budget_bytes / GB:.3f} GB"),
+        ("feasible", "yes" if r.feasible else f"no: {r.reason}"),
+        ("step (ms)", f"{r.step_s * MS:.3f}" if r.feasible else "inf"),
+        ("ideal (ms)", f"{r.ideal_s * MS:.3f}"),
+        ("throughput (%)", f"{r.throughput * 100:.2f}"),
+        ("recompute (ms)", f"{r.recompute_s * MS:.3f}"),
+        (
+            "fwd stall (ms)",
+            f"{r.fwd_stall_s * MS:.3f} (copy {r.fwd_stall_copy_s * MS:.3f}, "
+            f"memory {r.fwd_stall_mem_s * MS:.3f})",
+        ),
+        (
+            "bwd stall (ms)",
+            f"{r.bwd_stall_s * MS:.3f} (copy {r.bwd_stall_copy_s * MS:.3f}, "
+            f"memory {r.bwd_stall_mem_s * MS:.3f})",
+        ),
+        ("D2H (GB)", f"{r.d2h_bytes / GB:.3f}"),
+        ("H2D (GB)", f"{r.h2d_bytes / GB:.3f}"),
+        ("evictions", str(r.evictions)),
+        ("peak (GB)", f"{r.peak_bytes / GB:.3f}"),
+    ]
+    return format_table(rows, ("metric", "value"))
