@@ -96,3 +96,19 @@ def test_reproduce_fig6_quick_run(tmp_path, capsys) -> None:
     assert "Llama-7B f at 2K -> 32K" in out
     for name in ("fig6a_link", "fig6b_seq"):
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
+def test_fig4_off_mark_cells_show_where_the_time_goes() -> None:
+    rows = paper_like()
+    for r in rows:
+        if (
+            r["instance"] == "bert-large"
+            and r["budget_fraction"] == 0.1
+            and r["solver"] == "slackswap"
+        ):
+            r.update(throughput=0.5, step_s=2.0, recompute_s=0.25, bwd_stall_s=0.75)
+    facts = {f.what: f for f in fig4_facts(rows_to_frame(rows))}
+    low = facts["SlackSwap at 10% (transformers)"]
+    assert low.holds is False
+    assert "bert-large 10% slackswap 50.0%: recompute 250.0 ms" in low.why
+    assert "backward stall 750.0 ms on an ideal step of 1000.0 ms" in low.why
