@@ -57,9 +57,9 @@ def test_infeasible_budget_is_proven() -> None:
 @pytest.mark.parametrize("name", ["milp", "cpsat"])
 def test_timeout_keeps_incumbent_and_bound(name: str) -> None:
     inst = load("gpt2-xl")
-    limit = 3.0
+    limit = 4.0
     rec = run(name, inst, 0.5, time_limit=limit, options={"hint": "none"})
-    assert rec.plan_s <= limit * 1.1
+    assert rec.plan_s <= limit * 1.1 + 0.25  # the runner's 10%, plus process noise
     assert rec.status in (Status.TIMEOUT, Status.FEASIBLE), rec.error
     # an incumbent (keep-all repaired at worst) and a bound (the ideal step at worst)
     assert rec.step_s is not None and rec.lower_bound_s is not None
@@ -90,8 +90,10 @@ def test_repair_makes_a_plan_fit_and_local_search_only_improves() -> None:
 
 def test_work_budget_makes_runs_repeatable() -> None:
     inst = gpt2_6()
-    opts = {"hint": "none", "max_evaluations": 300}
-    a = run("cpsat", inst, 0.5, time_limit=4.0, seed=1, options=opts)
-    b = run("cpsat", inst, 0.5, time_limit=4.0, seed=1, options=opts)
+    opts = {"hint": "none", "max_evaluations": 150}
+    # the work budget ends the search long before the clock would
+    a = run("cpsat", inst, 0.5, time_limit=20.0, seed=1, options=opts)
+    b = run("cpsat", inst, 0.5, time_limit=20.0, seed=1, options=opts)
     assert a.plan == b.plan and a.step_s == b.step_s
-    assert a.evaluations is not None and a.evaluations <= 300
+    assert a.evaluations is not None and a.evaluations <= 150
+    assert a.status is Status.FEASIBLE  # a spent work budget is not a timeout

@@ -32,7 +32,10 @@ test ``tests/test_exact_validity.py`` execute that argument):
 3. prefetch deadlines: bytes absent at S_j and first read at or before j' come back on one H2D
    engine within [S_j, S_j']; tensors freed in the forward pass come back no earlier than the
    end of the last forward operator (the H2D queue opens then, before any stall of the first
-   backward operator);
+   backward operator); and refetches: bytes absent at S_k (or freed in the forward pass) but
+   present again at S_j started their H2D copy in between, one at a time, so all but the one
+   still in flight (at most the largest tensor first read after k) moved by S_j. This keeps
+   large tensors from coming back "fluidly" (VGG-16's 0.8 GB activations);
 4. time: non-operator time is stalls (Z) plus rebuilds (Rt); every recomputed tensor is rebuilt
    once, at cost c_t, in the backward pass, before its first backward reader and not before the
    first backward reader of any tensor rebuilt from it (chains pull rebuilds earlier, never
@@ -70,7 +73,7 @@ class BoundResult:
     """One solve of the relaxation."""
 
     bound_s: float | None  # a lower bound on any plan's simulated step (None: no bound yet)
-    status: str  # "optimal", "partial" (lazy rows left), "infeasible", "timeout"
+    status: str  # "optimal"; "partial" (rows left, stalled); "timeout" (clock); "infeasible"
     integral: bool  # the binary version (MILP) was solved
     s: np.ndarray  # swap share per tensor
     r: np.ndarray  # recompute share per tensor
@@ -277,6 +280,13 @@ class BoundModel:
         self._static = rows
         self._lazy_keys: set[tuple[str, int, int]] = set()
         self._lazy = _Rows()
+        # largest tensor first read after each op nf-1 .. n-1 (the one copy that may still be
+        # in flight when a refetch window closes)
+        bm = np.zeros(self.nb + 2)
+        for t in range(nt):
+            k = int(fb[t]) - (nf - 1)  # tensor counts for sources k' < k
+            bm[k - 1] = max(bm[k - 1], b[t]) if k >= 1 else bm[0]
+        self.bmax_after = np.maximum.accumulate(bm[::-1])[::-1][: self.nb + 1]
         # window starts: producers of tensors (a window starting between producers is weaker)
         self.producers = np.unique(prod)
         # deadline points j' for prefetch rows: first backward readers
@@ -385,6 +395,16 @@ class BoundModel:
         slack = Wd[None, :] + bw * (Sd[None, :] - start[:, None]) - amount[:, None]
         slack[Dl[None, :] <= src[:, None]] = np.inf
         out.append(("pf", src, Dl, slack))
+        # refetch: bytes absent at the source and present again at S_j had their H2D start in
+        # between, one copy at a time: all but the last in flight are done by S_j
+        slack = (
+            bw * (Sj[None, :] - start[:, None])
+            + self.bmax_after[src - (nf - 1)][:, None]
+            - amount[:, None]
+            + Xj[None, :]
+        )
+        slack[jb[None, :] <= src[:, None]] = np.inf
+        out.append(("rf", src, jb, slack))
         return out
 
     def _violated(self, x: np.ndarray, per_row: int) -> list[tuple[str, int, int]]:
@@ -534,6 +554,23 @@ class BoundModel:
                     rhs,
                     1,
                 )
+            elif kind == "rf":  # amount_a - X_c - bw (T_c - T_start) <= bw (D_c - D_a') + b
+                if a == nf - 1:
+                    amount, start, d0 = self.F[nf - 1], nf - 1, self.D[nf]
+                else:
+                    amount, start, d0 = self.X[a - nf], a, self.D[a]
+                rhs = bw * (self.D[c] - d0) + self.bmax_after[a - (nf - 1)]
+                self._lazy.add(
+                    [
+                        (np.array([amount]), 1.0),
+                        (np.array([self.X[c - nf]]), -1.0),
+                        (np.array([self.T[c]]), -bw),
+                        (np.array([self.T[start]]), bw),
+                    ],
+                    -np.inf,
+                    rhs,
+                    1,
+                )
             else:  # amount_a - W_c - bw (T_c - T_start) <= bw (D_c - D_start)
                 if a == nf - 1:  # from the end of the forward pass: E_{nf-1} = D_nf + T_{nf-1}
                     amount, start = self.F[nf - 1], nf - 1
@@ -570,6 +607,8 @@ class BoundModel:
                 keys.append(("pf", j, int(self.deadlines[k])))
         for dl in self.deadlines:
             keys.append(("pf", self.nf - 1, int(dl)))
+        for j in range(self.nf, self.n):
+            keys.append(("rf", self.nf - 1, j))
         self._add_lazy(sorted(set(keys)))
 
     # ----- solving ---------------------------------------------------------------------------------
@@ -617,8 +656,10 @@ class BoundModel:
         integral: bool = False,
         max_rounds: int = 30,
         per_row: int = 2,
+        stall_rounds: int = 3,
     ) -> BoundResult:
-        """Solve the relaxation, adding violated window/deadline rows until none is left.
+        """Solve the relaxation, adding violated window/deadline rows until none is left, or
+        until ``stall_rounds`` rounds in a row leave the optimum where it was.
 
         With ``integral=True`` the LP rounds run first, then the binary version (HiGHS branch and
         bound) on the rows found, for what time is left; its dual bound is still valid.
@@ -641,9 +682,13 @@ class BoundModel:
         best: BoundResult | None = None
         rounds = 0
         x = None
+        history: list[float] = []
+        stalled = 0
+        clock = False
         while rounds < max_rounds:
             left = deadline - time.perf_counter()
             if left <= 0.05:
+                clock = True
                 break
             res = self._lp(left)
             rounds += 1
@@ -660,17 +705,24 @@ class BoundModel:
                     info={"reason": "the relaxation has no solution at this budget"},
                 )
             if res.status != 0 or res.x is None:
+                clock = True
                 break
             x = res.x
+            gained = best is None or float(res.fun) > history[-1] + 1e-9 * (1 + abs(history[-1]))
+            history.append(float(res.fun))
             best = self._result(x, float(res.fun), "optimal", False, rounds, t0)
             new = self._violated(x, per_row)
             if not new:
                 break
+            stalled = 0 if gained else stalled + 1
+            best.status = "partial"  # its point breaks rows: the bound holds, maybe weaker
+            if stalled >= stall_rounds:
+                break  # degenerate: new rows move the point, not the optimum
             self._add_lazy(new)
         if best is None:
             return BoundResult(None, "timeout", False, empty, empty, None, rounds=rounds)
-        if x is not None and self._violated(x, 1):
-            best.status = "partial"  # rows left unchecked: the bound is valid, maybe weaker
+        if clock and best.status == "partial":
+            best.status = "timeout"  # the clock, not convergence, ended the rounds
         if integral and deadline - time.perf_counter() > 0.2:
             mres = self._milp(deadline - time.perf_counter())
             if mres is not None:
@@ -708,40 +760,60 @@ class BoundModel:
             return None
         return self.instance.ideal_step_s + float(res.fun) * self.time_unit
 
-    def _milp(self, time_limit: float) -> BoundResult | None:
+    def _milp(
+        self, time_limit: float, per_row: int = 2, max_rounds: int = 30
+    ) -> BoundResult | None:
+        """The binary version, with the same lazy rows: solve, add the rows its point breaks,
+        solve again. Every dual bound along the way is valid (it has a subset of the rows)."""
         t0 = time.perf_counter()
-        a, lo, hi = self._matrices()
+        deadline = t0 + time_limit
         integrality = np.zeros(self.n_vars, dtype=np.int64)
         integrality[self.s] = 1
         integrality[self.r] = 1
-        res = milp(
-            self.c,
-            integrality=integrality,
-            bounds=Bounds(self.var_lb, self.var_ub),
-            constraints=LinearConstraint(a, lo, hi),
-            options={"time_limit": max(time_limit, 0.05), "presolve": True},
-        )
-        if res.status == 2:
-            empty = np.zeros(self.nt)
-            return BoundResult(
-                None, "infeasible", True, empty, empty, None, info={"reason": res.message}
+        best: BoundResult | None = None
+        for rounds in range(1, max_rounds + 1):
+            left = deadline - time.perf_counter()
+            if left <= 0.05:
+                break
+            a, lo, hi = self._matrices()
+            res = milp(
+                self.c,
+                integrality=integrality,
+                bounds=Bounds(self.var_lb, self.var_ub),
+                constraints=LinearConstraint(a, lo, hi),
+                options={"time_limit": left, "presolve": True},
             )
-        dual = getattr(res, "mip_dual_bound", None)
-        bound = None
-        if dual is not None and np.isfinite(dual):
-            bound = self.instance.ideal_step_s + float(dual) * self.time_unit
-        if res.x is None:
-            if bound is None:
-                return None
-            empty = np.zeros(self.nt)
-            return BoundResult(bound, "timeout", True, empty, empty, None)
-        out = self._result(
-            res.x, float(res.fun), "optimal" if res.status == 0 else "timeout", True, 0, t0
-        )
-        out.bound_s = bound if bound is not None else out.bound_s
-        if res.status != 0:
-            out.bound_s = bound
-        return out
+            if res.status == 2:
+                empty = np.zeros(self.nt)
+                return BoundResult(
+                    None, "infeasible", True, empty, empty, None, info={"reason": res.message}
+                )
+            dual = getattr(res, "mip_dual_bound", None)
+            bound = None
+            if dual is not None and np.isfinite(dual):
+                bound = self.instance.ideal_step_s + float(dual) * self.time_unit
+            if res.x is None:
+                if bound is not None and (best is None or (best.bound_s or 0) < bound):
+                    empty = np.zeros(self.nt)
+                    best = BoundResult(bound, "timeout", True, empty, empty, None, rounds=rounds)
+                break
+            out = self._result(
+                res.x, float(res.fun), "optimal" if res.status == 0 else "timeout", True, rounds, t0
+            )
+            if res.status == 0:
+                out.bound_s = max(out.bound_s or 0.0, bound or 0.0)
+            else:
+                out.bound_s = bound
+            if best is None or (out.bound_s or 0.0) >= (best.bound_s or 0.0):
+                best = out
+            if res.status != 0:
+                break
+            new = self._violated(res.x, per_row)
+            if not new:
+                return best
+            self._add_lazy(new)
+            best.status = "partial"  # its point broke rows: its bound holds, its plan may not
+        return best
 
     def _result(
         self, x: np.ndarray, fun: float, status: str, integral: bool, rounds: int, t0: float

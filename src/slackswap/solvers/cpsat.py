@@ -97,6 +97,17 @@ class CpSat(Solver):
                 None, lower_bound_s=math.inf, proven_infeasible=True, info={"reason": reason}
             )
         lp_bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
+        if instance.n_tensors <= self.exact_tensors and lp.bound_s is not None:
+            # the binary version is quick on small instances and much tighter where single
+            # tensors are large (its lazy rows then see whole copies)
+            mres = lp_model._milp(0.1 * limit)
+            if mres is not None and mres.status == "infeasible":
+                reason = "the binary relaxation proves no plan fits"
+                return Solution(
+                    None, lower_bound_s=math.inf, proven_infeasible=True, info={"reason": reason}
+                )
+            if mres is not None and mres.bound_s is not None:
+                lp_bound = max(lp_bound, mres.bound_s)
         starts = list(round_candidates(instance, lp.s, lp.r)) if lp.bound_s is not None else []
         starts.append(np.zeros(instance.n_tensors, dtype=np.int8))  # keep all, then repair
         if self.hint not in ("", "none"):

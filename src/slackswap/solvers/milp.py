@@ -76,7 +76,7 @@ class Milp(Solver):
             info["reason"] = "the relaxation proves no plan fits: " + str(lp.info.get("reason"))
             return Solution(None, lower_bound_s=math.inf, proven_infeasible=True, info=info)
         bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
-        timed_out = lp.status in ("timeout", "partial")
+        timed_out = lp.status == "timeout"
         scorer = Scorer(instance, M, self.max_evaluations)
         starts = list(round_candidates(instance, lp.s, lp.r)) if lp.bound_s is not None else []
         starts.append(np.zeros(instance.n_tensors, dtype=np.int8))  # keep all, then repair
