@@ -22,6 +22,7 @@ from slackswap.simulator.static import (
     O_LFR,
     O_NEXT_SEG_END,
     O_PROD,
+    O_PROD_BYTES,
     O_READS,
     O_SEG_END,
     O_SEG_FIRST,
@@ -45,17 +46,17 @@ KEEP, SWAP, RECOMP = 0, 1, 2
 BIG = np.int64(1) << 60
 
 # Rows of the per-tensor int64 work array `Work.wt`.
-W_REBUILD_AT = 0  # operator before which a recomp tensor is rebuilt
-W_NEED_AT = 1  # H2D deadline of a swapped tensor (first operator that needs it)
-W_RELEASE_AT = 2  # operator after which the tensor leaves the device
-W_RB_NEXT = 3  # linked lists: rebuilds / prefetch deadlines / releases bucketed by operator
-W_ND_NEXT = 4
-W_RL_NEXT = 5
+W_AT = 0  # first operator needing the tensor: rebuild point (recomp), H2D deadline (swap)
+W_RELEASE_AT = 1  # operator after which the tensor leaves the device
+W_NEXT = 2  # 2, 3, 4: bucket lists (by W_AT) of the kept / swapped / recomp tensors (row + action)
+W_RL_NEXT = 5  # bucket list of releases (by W_RELEASE_AT)
 W_FIFO = 6  # D2H queue, production order
 W_RQ = 7  # tensors evicted after a first use and queued again
 W_RQ_D = 8  # their new deadline (indexed by tensor)
 W_SWAPS = 9  # the plan's swapped tensors (eviction candidates), latest produced first
 N_WT = 10
+W_ND_NEXT = W_NEXT + SWAP
+W_RB_NEXT = W_NEXT + RECOMP
 # Rows of the per-tensor int8 flags `Work.fl`.
 L_RES = 0  # on the device
 L_HOST = 1  # host copy done
@@ -64,9 +65,10 @@ L_FREEOK = 3  # free the device buffer when the D2H copy ends
 L_INRQ = 4  # in the W_RQ list
 N_FL = 5
 # Rows of the per-operator heads `Work.wo`.
-B_RB = 0
-B_ND = 1
-B_RL = 2
+B_KEEP = KEEP  # (never read: lets the bucket push skip a branch on the action)
+B_ND = SWAP
+B_RB = RECOMP
+B_RL = 3
 
 # Float state `Work.f`.
 F_NOW = 0  # DMA clock, s
@@ -133,7 +135,7 @@ class Work(NamedTuple):
 
     wt: np.ndarray  # (N_WT, n_tensors) int64
     fl: np.ndarray  # (N_FL, n_tensors) int8
-    wo: np.ndarray  # (3, n_ops) int64
+    wo: np.ndarray  # (4, n_ops) int64
     f: np.ndarray  # (N_F,) float64
     i: np.ndarray  # (N_I,) int64
 
@@ -143,7 +145,7 @@ def new_work(n_ops: int, n_tensors: int) -> Work:
     return Work(
         wt=np.zeros((N_WT, t), dtype=np.int64),
         fl=np.zeros((N_FL, t), dtype=np.int8),
-        wo=np.full((3, max(n_ops, 1)), -1, dtype=np.int64),
+        wo=np.full((4, max(n_ops, 1)), -1, dtype=np.int64),
         f=np.zeros(N_F, dtype=np.float64),
         i=np.zeros(N_I, dtype=np.int64),
     )
@@ -360,7 +362,7 @@ def _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t):
 @_jit
 def _next_use(wt, fl, st, idx, act, u, j):
     """First operator >= j that needs u (a reader, or the rebuild of a pending consumer)."""
-    first = wt[W_NEED_AT, u]
+    first = wt[W_AT, u]
     if first > j:
         return first  # not used yet: every use lies at or after its deadline
     nu = BIG
@@ -372,7 +374,7 @@ def _next_use(wt, fl, st, idx, act, u, j):
     for p in range(st[T_RCONS, u], st[T_RCONS, u + 1]):
         v = idx[p]
         if act[v] == RECOMP and fl[L_RES, v] == 0:
-            k = wt[W_REBUILD_AT, v]
+            k = wt[W_AT, v]
             if k >= j and k < nu:
                 nu = k
     return nu
@@ -410,7 +412,7 @@ def _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, horizon):
         ns[I_NPEND] += 1
         if fl[L_INRQ, u] != 0:
             wt[W_RQ_D, u] = best_nu
-        elif best_nu == wt[W_NEED_AT, u]:
+        elif best_nu == wt[W_AT, u]:
             if best_nu <= ns[I_HP]:
                 ns[I_HP] = best_nu
                 ns[I_HQ] = wo[B_ND, best_nu]
@@ -508,42 +510,37 @@ def _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n):
     Returns the lowest tensor marked RECOMP without a finite recompute cost, or -1.
     """
     for k in range(nf, n):
-        wo[B_RB, k] = -1
         wo[B_ND, k] = -1
+        wo[B_RB, k] = -1
         wo[B_RL, k] = -1
     nt = act.shape[0]
     fl[:, :nt] = 0
     bad = -1
+    nswap = 0
     # Decreasing producer order: a rebuild consumer is seen before its inputs, and pushing at the
-    # front leaves each bucket in increasing producer order (chain inputs rebuild first).
+    # front leaves each bucket in increasing producer order (chain inputs rebuild first). Random
+    # plans make branches on the action unpredictable, hence the selects and row arithmetic.
     for k in range(nt):
         u = st[T_ORDER, k]
         r = st[T_FBR, u]
         rel = st[T_LBR, u]
         for p in range(st[T_RCONS, u], st[T_RCONS, u + 1]):
             v = idx[p]
-            if act[v] == RECOMP:
-                rv = wt[W_REBUILD_AT, v]
-                if rv < r:
-                    r = rv
-                if rv > rel:
-                    rel = rv
+            rv = wt[W_AT, v] if act[v] == RECOMP else r
+            r = min(r, rv)
+            rel = max(rel, rv)
+        wt[W_AT, u] = r
         wt[W_RELEASE_AT, u] = rel
         wt[W_RL_NEXT, u] = wo[B_RL, rel]
         wo[B_RL, rel] = u
         a = act[u]
-        if a == RECOMP:
-            if not np.isfinite(trec[u]) and (bad < 0 or u < bad):
-                bad = u
-            wt[W_REBUILD_AT, u] = r
-            wt[W_RB_NEXT, u] = wo[B_RB, r]
-            wo[B_RB, r] = u
-        elif a == SWAP:
-            wt[W_NEED_AT, u] = r
-            wt[W_ND_NEXT, u] = wo[B_ND, r]
-            wo[B_ND, r] = u
-            wt[W_SWAPS, ns[I_NSWAP]] = u
-            ns[I_NSWAP] += 1
+        wt[W_NEXT + a, u] = wo[a, r]
+        wo[a, r] = u
+        wt[W_SWAPS, nswap] = u
+        nswap += a == SWAP
+        if a == RECOMP and not np.isfinite(trec[u]) and (bad < 0 or u < bad):
+            bad = u
+    ns[I_NSWAP] = nswap
     return bad
 
 
@@ -651,22 +648,19 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
                 elif t1 > fs[F_NOW]:
                     fs[F_NOW] = t1
                 v = wt[W_RB_NEXT, v]
+            waited = False
             for p in range(so[O_READS, j], so[O_READS, j + 1]):
                 u = idx[p]
-                if act[u] == SWAP and fl[L_RES, u] == 0:
+                if fl[L_RES, u] == 0 and act[u] == SWAP:
                     _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, j)
-            _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
-        alloc = so[O_TRANS, j]
-        if fwd:
-            for p in range(so[O_PROD, j], so[O_PROD, j + 1]):
-                alloc += st[T_BYTES, idx[p]]
+                    waited = True
+            if waited:
+                _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
+        alloc = so[O_TRANS, j] + so[O_PROD_BYTES, j]
         if ns[I_USED] + alloc > budget:
             _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, alloc, j, fwd)
             _account(fs, ns, base, rec, j, F_FSM if fwd else F_BSM, K_STALL_MEM, -1)
         t0 = base[j] + fs[F_DELAY]
-        if fwd:
-            for p in range(so[O_PROD, j], so[O_PROD, j + 1]):
-                fl[L_RES, idx[p]] = 1
         _mem(ns, rec, alloc, t0)
         ns[I_NXT] = j + 1
         t1 = base[j + 1] + fs[F_DELAY]
@@ -680,18 +674,20 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
         if fwd:
             for p in range(so[O_PROD, j], so[O_PROD, j + 1]):
                 u = idx[p]
-                if act[u] == SWAP:
-                    wt[W_FIFO, ns[I_FT]] = u
-                    ns[I_FT] += 1
+                fl[L_RES, u] = 1
+                wt[W_FIFO, ns[I_FT]] = u
+                ns[I_FT] += act[u] == SWAP
             for p in range(so[O_LFR, j], so[O_LFR, j + 1]):
+                # recomp: free now; swap: free now if offloaded, else when the offload ends.
                 u = idx[p]
                 a = act[u]
-                if a == RECOMP or (a == SWAP and fl[L_HOST, u] != 0):
-                    if fl[L_RES, u] != 0:
-                        fl[L_RES, u] = 0
-                        _mem(ns, rec, -st[T_BYTES, u], t1)
-                elif a == SWAP:
-                    fl[L_FREEOK, u] = 1
+                host = np.int64(fl[L_HOST, u] != 0)
+                isswap = np.int64(a == SWAP)
+                res = np.int64(fl[L_RES, u])
+                free = (np.int64(a == RECOMP) | (isswap & host)) & res
+                fl[L_FREEOK, u] |= isswap & (1 - host)
+                fl[L_RES, u] = res - free
+                _mem(ns, rec, -st[T_BYTES, u] * free, t1)
             if ns[I_ENG] < 0 and ns[I_FH] < ns[I_FT]:
                 u = wt[W_FIFO, ns[I_FH]]
                 ns[I_FH] += 1

@@ -20,7 +20,8 @@ O_SEG_FIRST = 5  # 1 for the first backward operator of a layer segment
 O_SEG_END = 6  # last operator of the backward segment holding the operator
 O_NEXT_SEG_END = 7  # last operator of the following backward segment
 O_FWD_LAYER_START = 8  # 1 for a forward operator whose layer differs from the previous one
-N_SO = 9
+O_PROD_BYTES = 9  # bytes of the saved tensors the operator produces
+N_SO = 10
 
 # Rows of `Static.st` (per tensor, length n_tensors + 1).
 T_BYTES = 0
@@ -73,6 +74,7 @@ def build_static(inst: Instance) -> Static:
     so = np.zeros((N_SO, n + 1), dtype=i64)
     st = np.zeros((N_ST, nt + 1), dtype=i64)
     so[O_TRANS, :n] = inst.op_transient_bytes
+    np.add.at(so[O_PROD_BYTES], inst.tensor_producer.astype(i64), inst.tensor_bytes.astype(i64))
     np.cumsum(so[O_TRANS, :n], out=so[O_CUMTR, 1:])
     st[T_BYTES, :nt] = inst.tensor_bytes
     st[T_FBR, :nt] = inst.tensor_first_bwd_reader
