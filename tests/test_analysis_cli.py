@@ -107,7 +107,11 @@ with registered():
 """
 
 
-@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize(
+    "suffix",
+    # the Parquet journal is covered in-process by test_analysis_results; its kill run is slow
+    [".csv", pytest.param(".parquet", marks=pytest.mark.slow)],
+)
 def test_killed_sweep_resumes_with_every_job_once(tmp_path, suffix: str) -> None:
     script = tmp_path / "run.py"
     script.write_text(SCRIPT.format(tests=str(TESTS)))
