@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -60,10 +61,16 @@ def test_report_command_draws_every_figure(results: Path, tmp_path, capsys) -> N
         assert main(["report", str(results), "-o", str(out)]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].split()[:3] == ["instance", "budget", "solver"]
-    assert "wrote 16 files" in captured.err, captured.err
+    assert "wrote 17 files" in captured.err, captured.err
     for name in FIGURES:
         for suffix in (".png", ".svg"):
             check_image(out / f"{name}{suffix}")
+    traces = sorted(out.glob("timeline_*.trace.json"))
+    # at the budget nearest 50% that has a plan only toy-recompute fits: one timeline and trace
+    assert [t.name for t in traces] == ["timeline_toy-recompute_share_1_0.trace.json"]
+    for t in traces:
+        doc = json.loads(t.read_text())
+        assert {e["ph"] for e in doc["traceEvents"]} >= {"X", "C"}
 
 
 def test_report_without_reruns_or_sweeps(tmp_path) -> None:

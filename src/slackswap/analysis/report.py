@@ -3,7 +3,8 @@
 From the rows alone: throughput against budget (Fig. 4), where the time goes (Table 2 bars),
 the gap heat map, planning time against instance size, and the sensitivity figures (Fig. 6)
 when the results sweep link bandwidth or sequence length. With ``rerun=True`` it also reruns
-one case to draw its plan (Fig. 3) and the timelines of two policies (Fig. 5); that needs an
+one case to draw its plan (Fig. 3) and the timelines of two policies (Fig. 5), whose Chrome
+traces (``timeline_SOLVER.trace.json``, open them in Perfetto) it writes too; that needs an
 instance that can be rebuilt (catalog name, file or model-grid point) and a registered solver.
 """
 
@@ -66,7 +67,7 @@ def write_report(
         else:
             rep.notes.append(f"{name}: the results do not sweep {by}")
     if rerun:
-        _rerun_figures(df, rep, emit, plan_budget, timeline_budget, instance)
+        _rerun_figures(df, rep, d, emit, plan_budget, timeline_budget, instance)
     return rep
 
 
@@ -124,9 +125,14 @@ def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:
     return inst, rec, sim
 
 
+def _safe(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in label).strip("_")
+
+
 def _rerun_figures(
     df: pd.DataFrame,
     rep: Report,
+    rep_dir: Path,
     emit: Any,
     plan_budget: float,
     timeline_budget: float,
@@ -154,8 +160,14 @@ def _rerun_figures(
         if sim is not None and sim.feasible:
             runs.append((str(rec.solver), sim))
     if runs:
+        from slackswap.simulator.trace import write_chrome_trace
+
         b = F.nearest_budget(sub[sub["step_s"].notna()], timeline_budget)
         emit(PF.timeline(inst, runs, f"One training step of {name} at {100 * b:g}% of P"),
              "timeline")  # fmt: skip
+        for label, sim in runs:
+            path = Path(rep_dir) / f"timeline_{_safe(label)}.trace.json"
+            write_chrome_trace(path, inst, sim)
+            rep.files.append(path)
     else:
         rep.notes.append(f"timeline: no feasible run on {name}")
