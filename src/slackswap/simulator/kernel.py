@@ -37,10 +37,12 @@ from slackswap.simulator.static import (
 )
 
 # The kernel allocates nothing, so numba's reference counting is switched off: with it every
-# helper call would incref and decref each array argument.
+# helper call would incref and decref each array argument. Helpers on the hot path are inlined
+# (a call passes each array as several machine words); rare paths stay calls to keep the code
+# (and the compile time) small.
 _JIT_OPTIONS: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
-_jit = njit(**_JIT_OPTIONS, forceinline=True)
-_jit_entry = njit(**_JIT_OPTIONS)
+_inline = njit(**_JIT_OPTIONS, forceinline=True)
+_jit = njit(**_JIT_OPTIONS)
 
 KEEP, SWAP, RECOMP = 0, 1, 2
 BIG = np.int64(1) << 60
@@ -158,7 +160,7 @@ def new_record(cap: int) -> np.ndarray:
 
 
 # ----- recording -------------------------------------------------------------------------------
-@_jit
+@_inline
 def _record(ns, rec, lane, a, b, c, d, e):
     k = ns[I_NC + lane]
     if k >= rec.shape[1]:
@@ -172,7 +174,7 @@ def _record(ns, rec, lane, a, b, c, d, e):
     ns[I_NC + lane] = k + 1
 
 
-@_jit
+@_inline
 def _mem(ns, rec, nbytes, t):
     """Change used memory by nbytes (alloc > 0, free < 0) at time t."""
     u = ns[I_USED] + nbytes
@@ -183,7 +185,7 @@ def _mem(ns, rec, nbytes, t):
         _record(ns, rec, LANE_MEM, t, u, 0, 0, 0)
 
 
-@_jit
+@_inline
 def _fail(ns, reason, op, tensor, over):
     if ns[I_BAD] == 0:
         ns[I_BAD] = 1
@@ -197,7 +199,7 @@ def _fail(ns, reason, op, tensor, over):
 # ----- the two DMA engines ---------------------------------------------------------------------
 # A copy is a latency phase, then a data phase; its end is projected at the current rate, and
 # when the other engine starts or stops, the data still to move is re-projected at the new rate.
-@_jit
+@_inline
 def _set_next(fs, ns):
     nxt = np.inf
     if ns[I_ENG] >= 0:
@@ -207,7 +209,7 @@ def _set_next(fs, ns):
     fs[F_NEXT] = nxt
 
 
-@_jit
+@_inline
 def _rescale(fs, ns, hw, e, now, other_busy_before):
     """Engine e's rate changes because the other engine started or stopped at ``now``."""
     if ns[I_ENG + e] < 0:
@@ -222,7 +224,7 @@ def _rescale(fs, ns, hw, e, now, other_busy_before):
     fs[F_END + e] = s + (fs[F_END + e] - s) * old / new
 
 
-@_jit
+@_inline
 def _start_copy(fs, ns, st, hw, e, u):
     now = fs[F_NOW]
     other = 1 - e
@@ -236,7 +238,7 @@ def _start_copy(fs, ns, st, hw, e, u):
     _set_next(fs, ns)
 
 
-@_jit
+@_inline
 def _h2d_head(ns, wt, fl, wo, n):
     """The released pending tensor with the earliest deadline (-1 if none)."""
     limit = ns[I_LIMIT]
@@ -275,7 +277,7 @@ def _h2d_head(ns, wt, fl, wo, n):
     return cand
 
 
-@_jit
+@_inline
 def _start_h2d(fs, ns, fl, st, hw, rec, u):
     fl[L_PEND, u] = 0
     ns[I_NPEND] -= 1
@@ -283,7 +285,7 @@ def _start_h2d(fs, ns, fl, st, hw, rec, u):
     _start_copy(fs, ns, st, hw, 1, u)
 
 
-@_jit
+@_inline
 def _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec):
     """Admit the head of the H2D queue if used + its bytes + the look-ahead fit."""
     if ns[I_ENG + 1] >= 0 or ns[I_NPEND] == 0 or ns[I_BW] == 0 or ns[I_MEMBLK] != 0:
@@ -301,7 +303,7 @@ def _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec):
         _start_h2d(fs, ns, fl, st, hw, rec, h)
 
 
-@_jit
+@_inline
 def _finish(fs, ns, wt, fl, st, hw, rec, e):
     u = ns[I_ENG + e]
     now = fs[F_NOW]
@@ -332,7 +334,7 @@ def _finish(fs, ns, wt, fl, st, hw, rec, e):
     _set_next(fs, ns)
 
 
-@_jit
+@_inline
 def _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
     """Finish the copy that ends first (engine 0 on ties); False when both engines are idle."""
     te = fs[F_NEXT]
@@ -349,7 +351,7 @@ def _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
     return True
 
 
-@_jit
+@_inline
 def _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t):
     """Run the engines up to time t (events at exactly t included); the clock ends at t."""
     while fs[F_NEXT] <= t:
@@ -359,7 +361,7 @@ def _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t):
 
 
 # ----- eviction --------------------------------------------------------------------------------
-@_jit
+@_inline
 def _next_use(wt, fl, st, idx, act, u, j):
     """First operator >= j that needs u (a reader, or the rebuild of a pending consumer)."""
     first = wt[W_AT, u]
@@ -425,7 +427,7 @@ def _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, horizon):
 
 
 # ----- compute-side waits ----------------------------------------------------------------------
-@_jit
+@_inline
 def _account(fs, ns, base, rec, j, slot, kind, tensor):
     """Move the compute delay up to the DMA clock after a wait; charge the stall to ``slot``."""
     old = fs[F_DELAY]
@@ -569,7 +571,7 @@ def _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf):
     _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
 
 
-@_jit_entry
+@_jit
 def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo, fs, ns, rec):
     """Simulate one plan; results stay in fs / ns (read them with the F_* / I_* indices)."""
     n = so.shape[1] - 1
@@ -713,7 +715,7 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
         _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
 
 
-@_jit_entry
+@_jit
 def run_batch(
     so,
     base,
