@@ -44,7 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from slackswap.plan import Budget, Plan
     from slackswap.simulator import simulate
-    from slackswap.simulator.runtimes import get_runtime
 
     inst = load_instance_arg(args.instance)
     budget = Budget.parse(args.budget)
@@ -52,8 +51,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = Plan.keep_all(inst)
     else:
         plan = Plan.load(args.plan, inst)
-    if args.runtime is not None:
-        get_runtime(args.runtime)
     result = simulate(inst, plan, budget, runtime=args.runtime, timeline=bool(args.trace))
     if args.trace:
         from slackswap.simulator.trace import write_chrome_trace
@@ -74,7 +71,7 @@ def _table(name: str, budget: str, r: SimResult) -> str:
         ("instance", name),
         ("runtime", r.runtime),
         ("budget", f"{budget} = {r.budget_bytes / GB:.3f} GB"),
-        ("feasible", "yes" if r.feasible else f"no: {r.reason}"),
+        ("feasible", "yes" if r.feasible else "no"),
         ("step (ms)", f"{r.step_s * MS:.3f}" if r.feasible else "inf"),
         ("ideal (ms)", f"{r.ideal_s * MS:.3f}"),
         ("throughput (%)", f"{r.throughput * 100:.2f}"),
@@ -94,4 +91,5 @@ def _table(name: str, budget: str, r: SimResult) -> str:
         ("evictions", str(r.evictions)),
         ("peak (GB)", f"{r.peak_bytes / GB:.3f}"),
     ]
-    return format_table(rows, ("metric", "value"))
+    table = format_table(rows, ("metric", "value"))
+    return table if r.feasible else f"{table}\ninfeasible: {r.reason}"

@@ -59,13 +59,13 @@ def _reason(inst: Instance, code: int, op: int, tensor: int, over: int) -> str:
     where = f"operator {inst.op_name[op]!r} (#{op})" if op >= 0 else "the start"
     if code == K.R_OOM_COMPUTE:
         return (
-            f"out of memory at {where}: {over} bytes over the budget with no copy in flight "
-            "and nothing evictable"
+            f"out of memory at {where}: no copy in flight and nothing evictable "
+            f"(run on, the step peaks {over} bytes over the budget)"
         )
     if code == K.R_OOM_H2D:
         return (
             f"out of memory at {where}: the prefetch of {inst.tensor_name[tensor]!r} does not "
-            f"fit ({over} bytes over the budget) and nothing is evictable"
+            f"fit and nothing is evictable (run on, the step peaks {over} bytes over the budget)"
         )
     return f"simulation stuck at {where} (no progress possible)"
 
