@@ -528,7 +528,8 @@ def _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n):
         rel = st[T_LBR, u]
         for p in range(st[T_RCONS, u], st[T_RCONS, u + 1]):
             v = idx[p]
-            rv = wt[W_AT, v] if act[v] == RECOMP else r
+            at = wt[W_AT, v]  # loaded unconditionally so the choice below is a select
+            rv = at if act[v] == RECOMP else r
             r = min(r, rv)
             rel = max(rel, rv)
         wt[W_AT, u] = r
@@ -540,7 +541,7 @@ def _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n):
         wo[a, r] = u
         wt[W_SWAPS, nswap] = u
         nswap += a == SWAP
-        if a == RECOMP and not np.isfinite(trec[u]) and (bad < 0 or u < bad):
+        if not np.isfinite(trec[u]) and a == RECOMP and (bad < 0 or u < bad):
             bad = u
     ns[I_NSWAP] = nswap
     return bad
