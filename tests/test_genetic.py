@@ -201,3 +201,28 @@ def test_threads_change_speed_never_the_result(small) -> None:  # type: ignore[n
     assert one.plan is not None and one.plan == two.plan
     assert one.evaluations == two.evaluations and one.step_s == two.step_s
     assert [h[1:] for h in one.history] == [h[1:] for h in two.history]
+
+
+def test_unranked_infeasibility_scores_every_infeasible_plan_alike(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    scores: list[np.ndarray] = []
+    real = ga_module._batch_fitness
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        fitness = real(*args, **kwargs)
+
+        def wrapped(actions: np.ndarray):  # type: ignore[no-untyped-def]
+            infeas, step = fitness(actions)
+            scores.append(infeas)
+            return infeas, step
+
+        return wrapped
+
+    monkeypatch.setattr(ga_module, "_batch_fitness", spy)
+    opts = {"repair": False, "max_generations": 3}
+    run("ga-random", small, 0.2, seed=0, options={**opts, "rank_infeasible": False})
+    flat = np.concatenate(scores)
+    assert set(np.unique(flat).tolist()) <= {0.0, 1.0} and (flat == 1.0).any()
+    scores.clear()
+    run("ga-random", small, 0.2, seed=0, options=opts)
+    ranked = np.concatenate(scores)
+    assert len(np.unique(ranked[ranked > 0])) > 1  # overflow shares differ between plans

@@ -6,9 +6,9 @@ it unchanged, and a population joins into a numpy matrix without a per-gene loop
 are DEAP's: two-point crossover (`tools.cxTwoPoint`), uniform integer mutation
 (`tools.mutUniformInt`, applied to a window of consecutive tensors, see `mutate_window`),
 tournament selection (`tools.selTournament`), variation as `algorithms.varAnd` does it (crossover
-of consecutive pairs with probability cxpb, then mutation with probability mutpb) but cloning a
-parent only when it changes, and elitism through a `tools.HallOfFame` whose members rejoin every
-generation. Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
+of consecutive pairs with probability cxpb, then mutation with probability mutpb) but without
+re-scoring what it did not change (see `vary`), and elitism through a `tools.HallOfFame` whose
+members rejoin every generation. Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
 infeasible plan ranks below every feasible one and by how far it overflows the budget.
 
 Fitness comes from a batch function (the simulator's population entry point), called once per
@@ -95,7 +95,7 @@ class SearchResult:
 
 
 @contextmanager
-def deap_random(seed: int):  # type: ignore[no-untyped-def]
+def deap_random(seed: int) -> Iterator[None]:
     """Seed Python's `random` (DEAP's source) for the block; restore the caller's state after."""
     saved = random.getstate()
     random.seed(int(np.random.default_rng(seed).integers(2**63)))
