@@ -48,6 +48,14 @@ tensor needed in the current segment is on the device), ``layer-prefetch`` (same
 wait), ``sync`` (every operator waits for every earlier offload; a swapped tensor's H2D starts
 only when compute needs it; no look-ahead). Layers are ``op_layer``.
 
+Memory of a prefetch. Sec. 3.3's profile (the planner's) counts a swapped tensor again from its
+first backward use; here its bytes count from the admission of its H2D copy, when the buffer is
+really held, so a plan the profile accepts can still wait for memory or need the deadlock rule.
+
+Stalls. A wait for a copy the next step reads is a copy stall; a wait because the allocation does
+not fit is a memory stall; each is charged to the forward or backward pass of the operator that
+waits (a rebuild's waits to the backward pass).
+
 Times. The step is ``ideal_s + delay``, where delay accumulates rebuild times and stalls: a plan
 that never waits gives ``step_s == ideal_s`` exactly. Copies still running after the last
 operator do not lengthen the step (they still count in ``d2h_bytes`` / ``h2d_bytes``).
