@@ -63,3 +63,16 @@ def test_recompute_adds_its_cost() -> None:
     r = simulate(inst_c, Plan(inst_c, [RECOMP, KEEP]), 1.0)
     assert not r.feasible and "recompute" in r.reason and np.isinf(r.step_s)
     assert r.throughput == 0.0 and r.fail_op >= 0
+
+
+def test_prefetch_memory_counts_from_admission() -> None:
+    inst = chain()
+    r = simulate(inst, Plan(inst, [SWAP, KEEP]), 1.0, timeline=True)
+    tl = r.timeline
+    assert tl is not None
+    # a's 0.5 MB return at 2 ms, when its H2D copy is admitted, not at b0's start (3 ms).
+    at = np.flatnonzero(np.isclose(tl.mem_time_s, 2 * MS, rtol=1e-12, atol=0))
+    assert at.size and tl.mem_bytes[at[-1]] == 500_000  # (a's forward buffer was freed first)
+    assert tl.mem_bytes[tl.mem_time_s < 2 * MS].max() == 500_000
+    h2d = tl.copy_engine == 1
+    assert tl.copy_start_s[h2d][0] == approx(2 * MS)
