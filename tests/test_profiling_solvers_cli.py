@@ -15,8 +15,7 @@ else:
 
 from slackswap.cli import main  # noqa: E402
 
-# enable when issue 4/6 solvers land
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+pytestmark = [pytest.mark.torch]
 
 FACTORIES = Path(__file__).with_name("profiling_factories.py")
 
@@ -40,7 +39,7 @@ def test_solver_runs_on_a_profiled_instance(profiled, solver, capsys) -> None:
             "--solver",
             solver,
             "--time-limit",
-            "10",
+            "3",
             "--json",
         ]
     )
