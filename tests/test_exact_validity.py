@@ -129,3 +129,24 @@ def test_infeasible_budget_has_a_reason() -> None:
     res = BoundModel(inst, int(0.5 * inst.peak_bytes)).solve()
     assert res.status == "infeasible" and res.bound_s is None
     assert "s0.c1.conv.bwd" in res.info["reason"]
+
+
+def test_simultaneous_events_embed() -> None:
+    """Zero-latency 1-byte copies end exactly when operators do: float rounding must not make a
+    freed tensor look resident (a case hypothesis found)."""
+    from slackswap.models.graph import GraphBuilder
+    from slackswap.problem import Hardware
+
+    hw = Hardware(gpu="t", link="t", link_bw_Bps=1e9, copy_latency_s=0.0, duplex_factor=0.85)
+    g = GraphBuilder("ties", hw)
+    g.op("f0", block=0, kind="gemm", duration_s=0.008187224912314222)
+    g.saved("t0", nbytes=1, producer="f0", category="block_input", block=0)
+    g.op("f1", block=1, kind="gemm", duration_s=0.0001, reads=["t0"])
+    g.saved("t1", nbytes=1, producer="f1", category="block_input", block=1)
+    g.op("f2", block=2, kind="gemm", duration_s=0.0078125, reads=["t1"])
+    g.saved("t2", nbytes=1, producer="f2", category="block_input", block=2)
+    for k, reads in ((2, ["t2"]), (1, ["t1"]), (0, ["t0"])):
+        g.op(f"b{k}", backward=True, block=k, kind="gemm", duration_s=0.0078125, reads=reads,
+             transient_bytes=1 if k == 2 else 0)  # fmt: skip
+    inst = g.build()
+    assert check_run(inst, np.array([0, 1, 1], dtype=np.int8), 3)

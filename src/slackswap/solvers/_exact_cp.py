@@ -265,7 +265,7 @@ class CpPlanModel:
             if ins.any():
                 hs = float(k0[ins].max())
                 frees = [float(e) for e in c_start[ev & (c_t == t)]]
-                if d_end <= backward_opens:
+                if d_end <= backward_opens + 1e-12 * inst.ideal_step_s:  # float noise
                     frees.append(max(d_end, float(e_lfr[lf])))
                 vals[self.off[t]] = 1
                 # the first free (end of forward use / offload, or an eviction); float noise

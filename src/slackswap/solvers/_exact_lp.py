@@ -66,6 +66,9 @@ from slackswap.problem import Instance
 
 #: Relative violation below which a lazy row counts as satisfied.
 _TOL = 1e-9
+#: Events this close (in ideal steps) count as simultaneous when a run is embedded: times that
+#: are equal in the simulator may differ by float rounding once recomputed here.
+_EPS = 1e-12
 
 
 @dataclass
@@ -504,9 +507,9 @@ class BoundModel:
         for t in np.flatnonzero(acts == SWAP):
             out_end = c1[(eng == d2h) & (ct == t)]
             done = float(out_end.min()) if out_end.size else np.inf
-            F[(self.lfr[t] < np.arange(nf)) & (done <= S[:nf])] += b[t]
+            F[(self.lfr[t] < np.arange(nf)) & (done <= S[:nf] + _EPS)] += b[t]
             events: list[tuple[float, int]] = []  # (time, 0 free / 1 alloc), frees first on ties
-            if done <= SB:
+            if done <= SB + _EPS:
                 events.append((max(done, end_lfr[t]), 0))
             events += [(float(h), 1) for h in c0[(eng != d2h) & (ct == t)]]
             events += [(float(e), 0) for e in ev_s[ev_t == t]]
@@ -514,7 +517,7 @@ class BoundModel:
             times = np.array([e[0] for e in events])
             kinds = np.array([e[1] for e in events])
             for j in range(nf, int(self.fb[t])):
-                k = np.searchsorted(times, S[j], side="right") - 1
+                k = np.searchsorted(times, S[j] + _EPS, side="right") - 1
                 if k >= 0 and kinds[k] == 0:
                     X[j - nf] += b[t]
         x[self.F] = F
