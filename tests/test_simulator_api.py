@@ -95,11 +95,14 @@ def test_infeasible_results_rank_by_overflow(small: slackswap.Instance) -> None:
 
 
 def test_barriers_wait_for_each_layers_offloads() -> None:
-    inst = chain()  # f0 (layer 0) makes a; f1 (layer 1) starts only when a's offload is done
+    # f0 (layer 0) makes a, f1 (layer 1, 0.2 ms) reads it: a's offload (1.0 -> 1.51 ms) overlaps
+    # f1 and the backward pass, the next layer, starts only when it is done.
+    inst = chain(f1_s=0.2 * MS)
     r = simulate(inst, Plan(inst, [SWAP, KEEP]), 1.0, runtime="barriers")
-    assert r.fwd_stall_copy_s == pytest.approx(0.51 * MS, rel=1e-12)
+    assert r.fwd_stall_s == 0
+    assert r.bwd_stall_copy_s == pytest.approx(0.31 * MS, rel=1e-12)
     free = simulate(inst, Plan(inst, [SWAP, KEEP]), 1.0)
-    assert free.fwd_stall_s == 0 and r.step_s > free.step_s
+    assert free.bwd_stall_copy_s < r.bwd_stall_copy_s and r.step_s > free.step_s
 
 
 def test_sync_copies_block_compute() -> None:

@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from simhelpers import MS, chain, eviction_case
+from simhelpers import HW, MS, chain, eviction_case
 
+from slackswap.models.graph import GraphBuilder
 from slackswap.plan import KEEP, RECOMP, SWAP, Plan
 from slackswap.simulator import simulate
 
@@ -76,3 +77,33 @@ def test_prefetch_memory_counts_from_admission() -> None:
     assert tl.mem_bytes[tl.mem_time_s < 2 * MS].max() == 500_000
     h2d = tl.copy_engine == 1
     assert tl.copy_start_s[h2d][0] == approx(2 * MS)
+
+
+def test_barriers_next_layer_waits_for_the_offload() -> None:
+    """vDNN: an offload overlaps the layer that reads its tensor last; the next layer waits."""
+    g = GraphBuilder("layers", HW)
+    g.op("f0", block=0, kind="memory", duration_s=1 * MS)
+    g.saved("a", nbytes=0.5e6, producer="f0", category="block_input", block=0)
+    g.op("f1", block=1, kind="memory", duration_s=0.2 * MS, reads=["a"])
+    g.saved("c", nbytes=0.3e6, producer="f1", category="block_input", block=1)
+    g.op("f2", block=2, kind="memory", duration_s=1 * MS, reads=["c"])
+    g.op("b2", backward=True, block=2, kind="memory", duration_s=0.1 * MS, reads=["c"])
+    g.op("b1", backward=True, block=1, kind="memory", duration_s=1 * MS, reads=["a"])
+    g.op("b0", backward=True, block=0, kind="memory", duration_s=1 * MS)
+    inst = g.build()
+    r = simulate(inst, Plan(inst, [SWAP, SWAP]), 1.0, runtime="barriers", timeline=True)
+    # D2H a 1.00 -> 1.51 ms overlaps f1 (its last reader, 1.0 -> 1.2 ms); f2 waits for it, not
+    # for c (1.51 -> 1.82 ms, last read by f2 itself): forward stall 0.31 ms, f2 1.51 -> 2.51.
+    assert r.fwd_stall_copy_s == approx(0.31 * MS) and r.fwd_stall_mem_s == 0
+    # Backward from 2.51 ms: c (b2's) loads 2.51 -> 2.82, b2 waits for it and runs to 2.92;
+    # a (b1's, released one layer ahead) loads 2.82 -> 3.33 and b1 waits for it.
+    assert r.bwd_stall_copy_s == approx(0.31 * MS + 0.41 * MS) and r.bwd_stall_mem_s == 0
+    assert r.ideal_s == approx(4.3 * MS) and r.step_s == approx(5.33 * MS)
+    tl = r.timeline
+    assert tl is not None
+    ops = tl.compute_kind == 0
+    starts = dict(zip(tl.compute_op[ops].tolist(), tl.compute_start_s[ops].tolist(), strict=True))
+    assert starts[1] == approx(1.0 * MS) and starts[2] == approx(1.51 * MS)
+    assert starts[3] == approx(2.82 * MS) and starts[4] == approx(3.33 * MS)
+    d2h = tl.copy_engine == 0
+    assert tl.copy_end_s[d2h].tolist() == [approx(1.51 * MS), approx(1.82 * MS)]

@@ -41,12 +41,18 @@ If nothing is in flight and nothing can be evicted the plan is infeasible: ``rea
 ``fail_op`` name the first failure, the run continues over budget and ``overflow_bytes`` is the
 largest excess seen (so a search can rank infeasible plans); ``step_s`` is inf.
 
-Other runtimes (`RUNTIMES`): ``barriers`` (vDNN: the first forward operator of a layer, and the
-first backward one, wait until every earlier offload is done; at the start of each backward layer
-segment the prefetches of the next segment are released and compute waits until every swapped
-tensor needed in the current segment is on the device), ``layer-prefetch`` (same release, no
-wait), ``sync`` (every operator waits for every earlier offload; a swapped tensor's H2D starts
-only when compute needs it; no look-ahead). Layers are ``op_layer``.
+Other runtimes (`RUNTIMES`): ``barriers`` (vDNN, Sec. 2.1: each offload counts against the layer
+of its tensor's last forward reader, so it overlaps that layer; the first forward operator of the
+next layer waits until every offload counted against it or an earlier layer is done (the FIFO
+ahead of them included), and the first backward operator until every offload is done. Backward:
+the first segment's prefetches are released at the start of backward; at the start of each
+backward layer segment the prefetches of the closest later segment that still has one not started
+are released (vDNN prefetches the closest preceding offloaded layer, skipping layers with nothing
+to fetch) and compute waits until every swapped tensor needed in the current segment is on the
+device), ``layer-prefetch`` (at each segment start the next segment's prefetches are released,
+offloaded or not; no wait), ``sync`` (every operator waits for every earlier offload; a swapped
+tensor's H2D starts only when compute needs it; no look-ahead). Layers are maximal runs of equal
+``op_layer`` in execution order.
 
 Memory of a prefetch. Sec. 3.3's profile (the planner's) counts a swapped tensor again from its
 first backward use; here its bytes count from the admission of its H2D copy, when the buffer is

@@ -30,6 +30,7 @@ from slackswap.simulator.static import (
     T_BYTES,
     T_FBR,
     T_LBR,
+    T_LFR,
     T_ORDER,
     T_RCONS,
     T_RDR,
@@ -504,6 +505,24 @@ def _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, horizon):
         _start_h2d(fs, ns, fl, st, hw, rec, h)
 
 
+@_jit
+def _wait_offloads_read_before(fs, ns, wt, fl, wo, st, so, hw, rec, j):
+    """Wait until the offload of every swapped tensor last read in the forward pass before
+    operator j is done (its copy and every earlier one in the FIFO)."""
+    # One D2H engine serves the FIFO in order: entries before the last one started are done, so
+    # only the latest queued entry that must be waited for matters.
+    lo = max(ns[I_FH] - 1, 0)
+    q = ns[I_FT] - 1
+    while q >= lo and st[T_LFR, wt[W_FIFO, q]] >= j:
+        q -= 1
+    if q < lo:
+        return
+    u = wt[W_FIFO, q]
+    while fl[L_HOST, u] == 0:
+        if not _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
+            break
+
+
 # ----- one plan --------------------------------------------------------------------------------
 @_jit
 def _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n):
@@ -548,6 +567,26 @@ def _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n):
 
 
 @_jit
+def _next_prefetch_end(ns, wt, fl, wo, so, j):
+    """Last operator of the closest backward segment after the one starting at j that waits for
+    a prefetch (vDNN prefetches the closest preceding offloaded layer); n - 1 if none."""
+    n = so.shape[1] - 1
+    if ns[I_NPEND] == 0:
+        return n - 1
+    k = so[O_SEG_END, j] + 1
+    while k < n:
+        end = so[O_SEG_END, k]
+        for m in range(k, end + 1):
+            u = wo[B_ND, m]
+            while u >= 0:
+                if fl[L_PEND, u] != 0:
+                    return end
+                u = wt[W_ND_NEXT, u]
+        k = end + 1
+    return n - 1
+
+
+@_jit
 def _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf):
     n = so.shape[1] - 1
     for k in range(nf, n):
@@ -567,6 +606,9 @@ def _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf):
         ns[I_LIMIT] = n
     elif hr == 3:
         ns[I_LIMIT] = -1
+    elif hr == 1:
+        # vDNN: the first segment's own copies; the one ahead is released at its first operator.
+        ns[I_LIMIT] = so[O_SEG_END, nf] if nf < n else n
     else:
         ns[I_LIMIT] = so[O_NEXT_SEG_END, nf] if nf < n else n
     _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
@@ -606,16 +648,24 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
         elif t > fs[F_NOW]:
             fs[F_NOW] = t
         if fw != 0 and (fw == 2 or (so[O_FWD_LAYER_START, j] != 0 if fwd else j == nf)):
-            # Barrier on every earlier offload (per layer for vDNN, per op for inline copies).
-            while ns[I_ENG] >= 0:
-                _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+            if fw == 1 and fwd:
+                # vDNN: a layer waits for the offloads of the tensors earlier layers read last
+                # (an offload overlaps the layer that reads its tensor; the next one waits).
+                _wait_offloads_read_before(fs, ns, wt, fl, wo, st, so, hw, rec, j)
+            else:
+                # Every earlier offload: at the start of backward, or before each inline op.
+                while ns[I_ENG] >= 0:
+                    _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
             _account(fs, ns, base, rec, j, F_FSC if fwd else F_BSC, K_STALL_COPY, -1)
         if j == nf:
             _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf)
         if not fwd:
             if so[O_SEG_FIRST, j] != 0 and (hr == 1 or hr == 2):
-                if so[O_NEXT_SEG_END, j] > ns[I_LIMIT]:
-                    ns[I_LIMIT] = so[O_NEXT_SEG_END, j]
+                ahead = (
+                    so[O_NEXT_SEG_END, j] if hr == 2 else _next_prefetch_end(ns, wt, fl, wo, so, j)
+                )
+                if ahead > ns[I_LIMIT]:
+                    ns[I_LIMIT] = ahead
                 _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
             if so[O_SEG_FIRST, j] != 0 and hr == 1:
                 horizon = so[O_SEG_END, j]

@@ -8,12 +8,12 @@ from slackswap.plan import PlanError
 
 #: Forward-pass waits for offloads (``RuntimeSpec.fwd_wait``).
 FWD_WAIT_NONE = 0  # compute never waits for a D2H copy except for memory
-FWD_WAIT_LAYER = 1  # the first operator of a layer waits until every earlier offload is done
+FWD_WAIT_LAYER = 1  # a layer's first operator waits for the offloads earlier layers read last
 FWD_WAIT_EVERY_OP = 2  # every operator waits until every earlier offload is done (copies inline)
 
 #: When swapped tensors are released to the H2D engine (``RuntimeSpec.h2d_release``).
 H2D_ALL_AT_BACKWARD = 0  # all of them when the backward pass starts, in deadline order
-H2D_LAYER_AHEAD_BARRIER = 1  # one layer ahead; a layer's backward waits for all its prefetches
+H2D_LAYER_AHEAD_BARRIER = 1  # closest layer with prefetches; a layer waits for all its own
 H2D_LAYER_AHEAD = 2  # one layer ahead; compute waits only for the tensors it reads
 H2D_ON_DEMAND = 3  # only when compute needs the tensor (no prefetch)
 
@@ -72,8 +72,9 @@ register_runtime(
 register_runtime(
     RuntimeSpec(
         "barriers",
-        "vDNN per-layer synchronisation: a layer's forward waits for the previous layers' "
-        "offloads; backward prefetches one layer ahead and waits for it",
+        "vDNN per-layer synchronisation: an offload overlaps the layer that reads its tensor "
+        "last and the next layer waits for it; backward prefetches the closest layer with "
+        "offloads and a layer waits for its own prefetches",
         fwd_wait=FWD_WAIT_LAYER,
         h2d_release=H2D_LAYER_AHEAD_BARRIER,
     )

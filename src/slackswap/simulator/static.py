@@ -31,7 +31,8 @@ T_ORDER = 3  # tensors by decreasing (producer, index)
 T_RDR = 4  # CSR pointers into idx: the tensor's backward readers, ascending
 T_RIN = 5  # CSR pointers: rebuild inputs
 T_RCONS = 6  # CSR pointers: tensors whose rebuild reads this one
-N_ST = 7
+T_LFR = 7  # last forward reader (the producer when no forward operator reads it)
+N_ST = 8
 
 # Entries of `Static.hw`.
 H_BW = 0  # bytes per second per direction
@@ -79,6 +80,7 @@ def build_static(inst: Instance) -> Static:
     st[T_BYTES, :nt] = inst.tensor_bytes
     st[T_FBR, :nt] = inst.tensor_first_bwd_reader
     st[T_LBR, :nt] = inst.tensor_last_bwd_reader
+    st[T_LFR, :nt] = inst.tensor_last_fwd_reader
     st[T_ORDER, :nt] = np.lexsort((np.arange(nt), inst.tensor_producer))[::-1]
 
     readers: list[list[int]] = [[] for _ in range(nt)]

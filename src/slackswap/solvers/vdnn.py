@@ -55,19 +55,19 @@ class VDNN(Solver):
     per token and hidden unit. Block inputs, residuals, dropout masks and the FC1 output stay
     kept under vDNN-conv. Nothing is recomputed.
 
-    The plan runs on the ``barriers`` runtime: a layer's forward waits for the previous layer's
-    offloads, and the backward pass prefetches one layer ahead and waits for it (vDNN's layer is
-    ``op_layer``: a convolution / FC layer of VGG-16, a whole transformer layer). The dynamic
-    policy asks the simulator which of none / conv / all fits first, as vDNN's own dynamic policy
-    profiles trial passes; ``policy="conv"`` or ``"all"`` forces a variant (the Titan X check).
+    The plan runs on the ``barriers`` runtime (vDNN's layer is ``op_layer``: a convolution / FC
+    / pooling layer of VGG-16, a whole transformer layer): an offload overlaps the layer that
+    reads its tensor last and the next layer waits for it; the backward pass prefetches the
+    closest preceding layer with offloaded tensors and a layer waits for its own prefetches. The
+    dynamic policy asks the simulator which of none / conv / all fits first, as vDNN's own
+    dynamic policy profiles trial passes; ``policy="conv"`` or ``"all"`` forces a variant (the
+    Titan X check).
 
     Known deviations (measured; see the reproduction report): GPT-2 XL at 40% reproduces Table 2
-    (step 4.58 vs 4.52 ideal steps), Llama-7B does not (1.79 vs 2.14: backward stall 0.24 vs
-    0.52). The Titan X check gives 16% (vDNN-conv) and 32% (vDNN-all) overhead against the
-    paper's 3.4% and 22%: the ``barriers`` runtime makes layer L wait for every earlier offload,
-    including its own input's, so no copy overlaps the layer that reads it, which vDNN (and the
-    paper, Sec. 2.1) does. Attributing each offload to the layer of its last forward reader (a
-    Python model of that rule) gives 2.0% and 18.5%.
+    (step 4.57 vs 4.52 ideal steps), Llama-7B does not (1.77 vs 2.14: backward stall 0.24 vs
+    0.52). The Titan X check (VGG-16) gives 1.1% (vDNN-conv, from 1.1 P up; 6.6% at P, where the
+    budget delays prefetch admission) and 21.7% (vDNN-all) overhead against the paper's 3.4%
+    and 22%.
     """
 
     key = "vdnn"

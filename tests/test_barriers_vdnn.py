@@ -1,0 +1,20 @@
+"""vDNN's per-layer barriers on the Titan X check (paper Sec. 4.1: VGG-16, 3.4% / 22%)."""
+
+from __future__ import annotations
+
+import slackswap
+from slackswap.solvers import run
+
+
+def test_titanx_vdnn_overheads() -> None:
+    inst = slackswap.load("vgg16@titanx-pcie3")
+    over = {}
+    for policy in ("conv", "all"):
+        rec = run("vdnn", inst, 1.29, options={"policy": policy})
+        assert rec.status.value == "feasible", rec.reason
+        over[policy] = rec.step_s / rec.ideal_s - 1
+    # Offloads overlap the layer reading their tensor and prefetches skip layers without any:
+    # vDNN-all within 2 points of the paper's 22%; vDNN-conv near-free (paper 3.4%; toolkit 1.1%,
+    # where the old all-earlier-offloads barrier gave 25%).
+    assert abs(over["all"] - 0.22) <= 0.02
+    assert over["conv"] < 0.034
