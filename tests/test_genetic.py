@@ -116,7 +116,9 @@ def test_returned_plan_matches_the_claim(small) -> None:  # type: ignore[no-unty
 )  # fmt: skip
 def test_bad_options_are_user_errors(small, opts) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UserError, match=next(iter(opts))):
-        REGISTRY["ga"].make(**opts).solve(small, Budget.parse(0.5), time_limit=None, seed=0)
+        REGISTRY["ga"].make(**opts)  # refused before any run starts (CLI: one line, exit 2)
+    with pytest.raises(UserError, match=next(iter(opts))):
+        run("ga-random", small, 0.5, options=opts)
 
 
 # ----- seeds ------------------------------------------------------------------------------------

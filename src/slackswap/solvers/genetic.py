@@ -181,6 +181,9 @@ class GeneticSearch(Solver):
         self.max_generations = max_generations
         self.runtime = runtime
         self.n_jobs = n_jobs
+        # Checked here too, so a bad option is the user's error (CLI: one line, exit 2) before
+        # any run starts, not an error record after it.
+        self._check()
 
     def _check(self) -> None:
         if self.pop_size < 2:
