@@ -78,12 +78,17 @@ def test_same_seed_same_result_and_global_random_untouched() -> None:
     assert [h[1:] for h in a.history] != [h[1:] for h in c.history]
 
 
-def test_deap_random_restores_state_after_an_error() -> None:
+def test_deap_random_is_private_and_released_after_an_error() -> None:
+    from slackswap.solvers._ga_search import _THREAD_RANDOM
+
     state = random.getstate()
     with pytest.raises(RuntimeError), deap_random(0):
-        random.random()
+        first = _THREAD_RANDOM.random()
         raise RuntimeError("boom")
-    assert random.getstate() == state
+    assert random.getstate() == state  # DEAP's draws never touch the global generator
+    assert getattr(_THREAD_RANDOM._local, "rng", None) is None
+    with deap_random(0):
+        assert _THREAD_RANDOM.random() == first  # same seed, same stream
 
 
 def test_seeded_search_never_loses_its_best_seed() -> None:
@@ -285,3 +290,22 @@ def test_genes_stay_within_their_arity() -> None:
     assert allowed.all()
     with pytest.raises(ValueError, match="arity"):
         search(N_GENES, fit, SearchConfig(max_generations=1), seed=0, arity=[3, 2])
+
+
+class DrawsFromGlobalRandom(Placeholder):
+    """A fitness that also draws from the module-level `random`, as another thread might."""
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        for _ in range(1 + actions.shape[0] % 7):
+            random.random()
+        return super().__call__(actions)
+
+
+def test_other_draws_from_global_random_do_not_change_the_search() -> None:
+    # Another consumer of Python's `random` (a Dask worker thread, say) must not move the search.
+    cfg = SearchConfig(pop_size=20, max_evaluations=1500)
+    plain = search(N_GENES, Placeholder(), cfg, seed=5)
+    noisy = search(N_GENES, DrawsFromGlobalRandom(), cfg, seed=5)
+    assert plain.best is not None and noisy.best is not None
+    assert np.array_equal(plain.best, noisy.best)
+    assert [h[1:] for h in plain.history] == [h[1:] for h in noisy.history]

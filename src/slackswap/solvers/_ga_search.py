@@ -15,10 +15,12 @@ Fitness comes from a batch function (the simulator's population entry point), ca
 generation on the individuals the variation changed; this module knows nothing of the simulator,
 so tests can drive it with any batch function.
 
-Determinism: DEAP's operators draw from Python's module-level `random`. The search seeds it from
-its own seed on entry and restores the caller's state on exit, so a run leaves no trace in the
-global state and the same seed replays the same trajectory. Two searches must not run in threads
-of one process at the same time (processes are fine). Stop rules, checked between generations:
+Determinism: DEAP's operators draw from Python's module-level `random`, which any other thread
+(a Dask worker, a progress bar) may also draw from mid-search. So the `random` that DEAP's
+operator modules see is replaced by `_THREAD_RANDOM`, which forwards to a generator private to
+the calling thread while a search runs in it (`deap_random`) and to the module otherwise: the
+same seed replays the same trajectory whatever else runs, and two searches may run in threads of
+one process at once. The global state is never touched. Stop rules, checked between generations:
 an evaluation limit, a generation limit, and a time limit. The first two are deterministic; a run
 stopped by the clock is reproducible up to the generation it reached (the result reports it, and
 ``max_generations`` set to that number replays the run exactly).
@@ -29,6 +31,7 @@ from __future__ import annotations
 import array
 import math
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,7 +40,8 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from deap import base, creator, tools
+from deap import algorithms, base, creator, tools
+from deap.tools import crossover, mutation, selection
 
 #: Generations run when no stop (time, evaluations, generations) is given at all.
 DEFAULT_GENERATIONS = 100
@@ -94,15 +98,33 @@ class SearchResult:
         return self.best is not None and self.best_infeasibility == 0.0
 
 
+class _ThreadRandom:
+    """Stands in for the `random` module: the calling thread's search generator, if any."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        rng = getattr(self._local, "rng", None)
+        return getattr(rng if rng is not None else random, name)
+
+
+_THREAD_RANDOM: Any = _ThreadRandom()
+for _module in (crossover, mutation, selection, algorithms):
+    if getattr(_module, "random", None) is random:
+        _module.random = _THREAD_RANDOM  # type: ignore[attr-defined]
+
+
 @contextmanager
 def deap_random(seed: int) -> Iterator[None]:
-    """Seed Python's `random` (DEAP's source) for the block; restore the caller's state after."""
-    saved = random.getstate()
-    random.seed(int(np.random.default_rng(seed).integers(2**63)))
+    """Give DEAP's operators (and this module) a generator seeded from ``seed``, in this thread."""
+    local = _THREAD_RANDOM._local
+    previous = getattr(local, "rng", None)
+    local.rng = random.Random(int(np.random.default_rng(seed).integers(2**63)))
     try:
         yield
     finally:
-        random.setstate(saved)
+        local.rng = previous
 
 
 def _clone(ind: Genome) -> Genome:
@@ -131,7 +153,7 @@ def mutate_window(ind: Genome, width: int, indpb: float, arity: Sequence[int]) -
     order, so it covers a layer or two, and it costs O(width) Python steps instead of O(tensors)
     (~0.1 us per gene, most of a generation's cost over a GPT-2 XL genome of 484 tensors).
     """
-    start = random.randrange(len(ind) - width + 1)
+    start = _THREAD_RANDOM.randrange(len(ind) - width + 1)
     step = [0] * width
     tools.mutUniformInt(step, low=1, up=[m - 1 for m in arity[start : start + width]], indpb=indpb)
     for i, d in enumerate(step):
@@ -142,7 +164,7 @@ def mutate_window(ind: Genome, width: int, indpb: float, arity: Sequence[int]) -
 
 
 def _random_genes(arity: Sequence[int]) -> Iterator[int]:
-    return (random.randrange(m) for m in arity)
+    return (_THREAD_RANDOM.randrange(m) for m in arity)
 
 
 def make_toolbox(
@@ -183,7 +205,7 @@ def vary(offspring: list[Genome], tb: base.Toolbox, cxpb: float, mutpb: float) -
     """
     off = list(offspring)
     for i in range(1, len(off), 2):
-        if random.random() < cxpb:
+        if _THREAD_RANDOM.random() < cxpb:
             p, q = off[i - 1], off[i]
             if p is q or p == q:
                 continue
@@ -197,7 +219,7 @@ def vary(offspring: list[Genome], tb: base.Toolbox, cxpb: float, mutpb: float) -
                     del child.fitness.values
             off[i - 1], off[i] = a, b
     for i in range(len(off)):
-        if random.random() < mutpb:
+        if _THREAD_RANDOM.random() < mutpb:
             x = off[i]
             y = tb.clone(x) if x.fitness.valid else x
             (y,) = tb.mutate(y)
