@@ -116,10 +116,13 @@ def _batch_fitness(
 def seed_plans(
     instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
 ) -> list[tuple[str, np.ndarray]]:
-    """Plans of SlackSwap and every registered static-plan solver that does not search, in
-    registry order with SlackSwap first; a solver that raises or returns no plan is skipped."""
+    """Plans of SlackSwap and every registered static-plan solver that does not search, SlackSwap
+    first, then by name; a solver that raises or returns no plan is skipped.
+
+    By name, not registry order: the registry's order depends on which solver module was imported
+    first, and the seeds' order steers the search, so a fresh process must see the same order."""
     names = [e.name for e in REGISTRY if e.tags.static_plan and not e.tags.uses_time_limit]
-    names.sort(key=lambda n: n != "slackswap")
+    names.sort(key=lambda n: (n != "slackswap", n))
     out: list[tuple[str, np.ndarray]] = []
     for name in names:
         try:
