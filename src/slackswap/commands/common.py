@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from slackswap.problem import Instance, UserError
+from slackswap.problem import Instance
 
 
 def load_instance_arg(name_or_path: str) -> Instance:
@@ -60,10 +61,22 @@ def _numeric(s: str) -> bool:
 
 
 def positive_int(text: str) -> int:
+    """argparse type: a positive integer (argparse reports a bad value and exits 2)."""
     try:
         v = int(text)
     except ValueError:
-        raise UserError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v <= 0:
-        raise UserError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a positive number."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return v

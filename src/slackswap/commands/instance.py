@@ -5,31 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slackswap.commands.common import format_table, load_instance_arg, print_json
+from slackswap.commands.common import (
+    format_table,
+    load_instance_arg,
+    positive_float,
+    positive_int,
+    print_json,
+)
 from slackswap.problem import UserError
 
 GB = 1e9
 GIB = 2**30
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,10 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("model", help="bert-large, gpt2-xl, llama-7b, qwen3-1.7b, qwen3-8b, ...")
     b.add_argument("--gpu", default="a100", help="titanx, v100, a100, h100, h200 (default a100)")
     b.add_argument("--link", default=None, help="pcie3, pcie4, pcie5, c2c (default: the GPU's)")
-    b.add_argument("--seq", type=_positive_int, help="sequence length (tokens)")
-    b.add_argument("--batch", type=_positive_int, help="batch size")
-    b.add_argument("--layers", type=_positive_int, help="number of layers")
-    b.add_argument("--link-gbps", type=_positive_float, help="override link GB/s per direction")
+    b.add_argument("--seq", type=positive_int, help="sequence length (tokens)")
+    b.add_argument("--batch", type=positive_int, help="batch size")
+    b.add_argument("--layers", type=positive_int, help="number of layers")
+    b.add_argument("--link-gbps", type=positive_float, help="override link GB/s per direction")
     b.add_argument("--name", help="instance name (default MODEL@GPU-LINK)")
     b.add_argument("-o", "--output", required=True, help="instance file to write (JSON)")
     b.set_defaults(func=cmd_build)
@@ -58,13 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     o = sub.add_parser("offload", help="checkpoint-offload calculator (the companion essay)")
     o.add_argument("model", help="a transformer model: qwen3-1.7b, qwen3-8b, llama-70b, ...")
-    o.add_argument("--seq", type=_positive_int, required=True, help="tokens per sequence")
-    o.add_argument("--batch", type=_positive_int, default=1)
+    o.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence")
+    o.add_argument("--batch", type=positive_int, default=1)
     o.add_argument("--link", default="pcie5", help="pcie4 (31 GB/s), pcie5 (55.43), c2c (450)")
-    o.add_argument("--link-gbps", type=_positive_float, help="override link GB/s")
-    o.add_argument("--gpus-per-link", type=_positive_int, default=1)
-    o.add_argument("--gpus-per-node", type=_positive_int, default=8)
-    o.add_argument("--tflops", type=_positive_float, default=500.0, help="sustained TFLOP/s")
+    o.add_argument("--link-gbps", type=positive_float, help="override link GB/s")
+    o.add_argument("--gpus-per-link", type=positive_int, default=1)
+    o.add_argument("--gpus-per-node", type=positive_int, default=8)
+    o.add_argument("--tflops", type=positive_float, default=500.0, help="sustained TFLOP/s")
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=cmd_offload)
 

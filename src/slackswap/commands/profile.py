@@ -6,22 +6,12 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from slackswap.commands.common import print_json
+from slackswap.commands.common import positive_float, print_json
 
 if TYPE_CHECKING:
     from slackswap.problem import Instance
 
 GB, MS = 1e9, 1e3
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="instance file to write (JSON)")
     p.add_argument("--gpu", default="a100", help="titanx, v100, a100, h100, h200 (default a100)")
     p.add_argument("--link", default=None, help="pcie3, pcie4, pcie5, c2c (default: the GPU's)")
-    p.add_argument("--link-gbps", type=_positive_float, help="override link GB/s per direction")
+    p.add_argument("--link-gbps", type=positive_float, help="override link GB/s per direction")
     p.add_argument(
         "--timing",
         choices=("roofline", "measured"),
