@@ -80,3 +80,17 @@ def positive_float(text: str) -> float:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return v
+
+
+def add_execution_arguments(p: argparse.ArgumentParser, *, jobs: int) -> None:
+    """``--jobs``, ``--backend`` and ``--scheduler``: how a sweep's jobs run (compare, reproduce)."""
+    p.add_argument(
+        "--jobs", type=int, default=jobs, metavar="N", help=f"parallel jobs (default {jobs})"
+    )
+    p.add_argument(
+        "--backend",
+        choices=("joblib", "dask"),
+        default="joblib",
+        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
+    )
+    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786)")

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from slackswap.commands.common import add_execution_arguments
 from slackswap.problem import UserError
 
 
@@ -42,14 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="comma-separated seeds (default 0)")
     p.add_argument("--json", action="store_true", help="one JSON object per line and job")
     p.add_argument("-o", "--output", metavar="FILE", help="results file (.csv or .parquet)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel jobs (default 1)")
-    p.add_argument(
-        "--backend",
-        choices=("joblib", "dask"),
-        default="joblib",
-        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
-    )
-    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786)")
+    add_execution_arguments(p, jobs=1)
     p.add_argument("--resume", action="store_true", help="skip jobs already in the results file")
     p.add_argument("--sweep", metavar="FILE", help="a sweep file (.toml or .yaml)")
     p.add_argument(

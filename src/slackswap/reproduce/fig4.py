@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
+from slackswap.commands.common import add_execution_arguments
 
 WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
@@ -60,14 +61,7 @@ def fig4_sweep(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig4", metavar="DIR",
                    help="directory for fig4.csv and the figure (default reproduce-fig4)")  # fmt: skip
-    p.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel jobs (default 2)")
-    p.add_argument(
-        "--backend",
-        choices=("joblib", "dask"),
-        default="joblib",
-        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
-    )
-    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address")
+    add_execution_arguments(p, jobs=2)
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
     p.add_argument("--solvers", help="comma-separated (default: every heuristic policy)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig4.csv")

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from slackswap.analysis.facts import Fact, no_plan_reasons, pct, render, span
+from slackswap.commands.common import add_execution_arguments
 
 LINKS_GBPS = (12, 16, 25, 32, 50, 64, 100, 200, 450)
 SEQS = (2048, 4096, 8192, 16384, 32768)
@@ -56,14 +57,7 @@ def fig6_sweep(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig6", metavar="DIR",
                    help="directory for fig6.csv and the figures (default reproduce-fig6)")  # fmt: skip
-    p.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel jobs (default 2)")
-    p.add_argument(
-        "--backend",
-        choices=("joblib", "dask"),
-        default="joblib",
-        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
-    )
-    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address")
+    add_execution_arguments(p, jobs=2)
     p.add_argument("--solvers", default=",".join(SOLVERS), help="comma-separated")
     p.add_argument("--layers", type=int, help="shrink both models to this many layers (quick look)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig6.csv")
