@@ -32,6 +32,26 @@ def test_vgg16_saved_bytes_and_intensity() -> None:
     assert first_two / inst.saved_bytes == pytest.approx(0.42, abs=0.01)
 
 
+def test_vgg16_backward_is_chain_rule_order_with_in_place_relu() -> None:
+    """Each ReLU backward runs right before its convolution's backward, in place on the incoming
+    gradient (one buffer of the layer's output size), and frees that layer's saved output
+    before the convolution backward needs two gradient buffers."""
+    inst = build_model("vgg16", batch=4)
+    pos = {n: i for i, n in enumerate(inst.op_name)}
+    size = dict(zip(inst.tensor_name, inst.tensor_bytes.tolist(), strict=True))
+    convs = [n[: -len(".conv")] for n in inst.op_name if n.endswith(".conv")]
+    assert len(convs) == 13
+    for p in convs:
+        relu_b, conv_b = pos[p + ".relu.bwd"], pos[p + ".conv.bwd"]
+        assert conv_b == relu_b + 1
+        assert inst.op_transient_bytes[relu_b] == size[p + ".out"]
+        t = inst.tensor_index[p + ".out"]
+        assert inst.tensor_last_bwd_reader[t] < conv_b
+    # The keep-all peak is where the forward pass ends, no longer a stage-0 backward operator.
+    peak_op = int(inst.memory_profile_keep_all.argmax())
+    assert inst.op_name[peak_op].startswith(("s4.", "fc", "loss"))
+
+
 def test_gpt2_forward_time() -> None:
     assert slackswap.load("gpt2-xl").forward_s == pytest.approx(0.136, rel=0.03)
 

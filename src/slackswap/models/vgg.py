@@ -1,10 +1,16 @@
 """VGG-16 at operator granularity: convolution, in-place ReLU, max-pool, classifier.
 
-Each convolution saves its ReLU output (in place, so one tensor serves the ReLU backward and the
-next layer's weight gradient); each pool saves its output, the next stage's input. Blocks are the
-five convolution stages and the classifier (the segments checkpointing recomputes); layers are the
-individual convolution, pooling and fully-connected layers (vDNN's unit of synchronisation). Stage inputs are
-block inputs and are never recomputed, as in the transformer builder.
+Memory follows the cuDNN-era frameworks the paper's CNN baselines ran on (Caffe, vDNN): the ReLU
+runs in place (Caffe's in-place ReLU, torchvision's ``nn.ReLU(inplace=True)``), so each
+convolution's output and its ReLU's output are one saved tensor, which serves the ReLU backward
+and the next layer's weight gradient; and the ReLU backward runs in place on the incoming gradient
+(in Caffe an in-place layer's top and bottom blobs share their gradient buffer too), so it holds
+one gradient buffer, not two. Each pool saves its output, the next stage's input (cuDNN's pooling
+backward reads the input and output, no indices). The backward pass is the chain rule's order:
+a layer's ReLU backward, then its convolution backward (weight and input gradients). Blocks are
+the five convolution stages and the classifier (the segments checkpointing recomputes); layers are
+the individual convolution, pooling and fully-connected layers (vDNN's unit of synchronisation).
+Stage inputs are block inputs and are never recomputed, as in the transformer builder.
 """
 
 from __future__ import annotations
@@ -85,17 +91,8 @@ def build_vgg(
                 recompute_s=t_conv + t_relu,
                 rebuild_inputs=[x],
             )
-            backward.append(
-                dict(
-                    name=p + ".relu.bwd",
-                    block=s,
-                    layer=layer,
-                    kind="memory",
-                    duration_s=rf.memory(3 * out_b),
-                    reads=[p + ".out"],
-                    transient_bytes=2 * out_b,
-                )
-            )
+            # Backward ops are emitted reversed: the conv's goes first here so that the ReLU
+            # backward (which makes the conv's output gradient) runs before it.
             backward.append(
                 dict(
                     name=p + ".conv.bwd",
@@ -106,6 +103,17 @@ def build_vgg(
                     flops=2 * flops,
                     reads=[x],
                     transient_bytes=out_b + in_b,
+                )
+            )
+            backward.append(
+                dict(
+                    name=p + ".relu.bwd",
+                    block=s,
+                    layer=layer,
+                    kind="memory",
+                    duration_s=rf.memory(3 * out_b),
+                    reads=[p + ".out"],
+                    transient_bytes=out_b,  # in place on the incoming gradient
                 )
             )
             x, cin = p + ".out", cout
@@ -171,7 +179,7 @@ def build_vgg(
                     kind="memory",
                     duration_s=rf.memory(3 * out_b),
                     reads=[p + ".out"],
-                    transient_bytes=2 * out_b,
+                    transient_bytes=out_b,  # in place on the incoming gradient
                 )
             )
         else:

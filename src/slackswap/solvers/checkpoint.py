@@ -32,9 +32,10 @@ class Checkpoint(Solver):
     plan needs is reported (Fig. 4: no checkpointing plan at 10% of the peak).
 
     Measured on the A100 catalog: no plan at 10% and 80.3-81.4% at 15% for the transformers, as
-    in Fig. 4. On VGG-16 the floor is 83% of P, not the paper's 70%: during the first stage's
-    backward both its convolution outputs are resident (rebuilt) next to 0.41 P of gradient
-    buffers (the VGG model's transient bytes), which no choice of blocks changes.
+    in Fig. 4. On VGG-16 the floor is 69.1% of P (a plan at 70%, none at 60%, as in Fig. 4):
+    the first stage's pooling backward needs both stage-0 convolution outputs (rebuilt) next to
+    0.26 P of gradient buffers, which no choice of blocks changes; SlackSwap goes lower (63.8%)
+    by bringing the first convolution's output back only after that operator.
     """
 
     key = "checkpoint"

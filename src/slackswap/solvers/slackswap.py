@@ -21,7 +21,9 @@ Validation and repair (Sec. 3.4), as decided here:
 - Not in the paper: when no round fits at all, up to three last-resort replays swap what stays
   resident where memory runs out, so the runtime's eviction can free it between its backward
   readers (``oversubscribe``; see `_RepairSearch._oversubscribe`). Only budgets where Algorithm 1
-  finds nothing are affected (VGG-16 below 83% of P in the toolkit's model).
+  finds nothing are affected (VGG-16 between 63% and 64% of P in the toolkit's model: below
+  63.8% the first stage's second convolution backward, its 0.82 GB input and two 0.82 GB
+  gradient buffers, does not fit next to the input image, which only the runtime can evict).
 
 The ``barriers`` ablation runs exactly that search (validated barrier-free, as SlackSwap's own
 plan) and hands the resulting plan to the ``barriers`` runtime: the paper's point is the cost of

@@ -65,9 +65,9 @@ class VDNN(Solver):
 
     Known deviations (measured; see the reproduction report): GPT-2 XL at 40% reproduces Table 2
     (step 4.57 vs 4.52 ideal steps), Llama-7B does not (1.77 vs 2.14: backward stall 0.24 vs
-    0.52). The Titan X check (VGG-16) gives 1.1% (vDNN-conv, from 1.1 P up; 6.6% at P, where the
-    budget delays prefetch admission) and 21.7% (vDNN-all) overhead against the paper's 3.4%
-    and 22%.
+    0.52). The Titan X check (VGG-16, at 1.29 P) gives 1.1% (vDNN-conv; 1.3% at P, where the
+    budget delays prefetch admission) and 21.4% (vDNN-all) overhead against the paper's 3.4%
+    and 22%. On the A100 VGG-16 the dynamic policy fits down to about 63% of P (vDNN-all).
     """
 
     key = "vdnn"
