@@ -112,7 +112,8 @@ def test_returned_plan_matches_the_claim(small) -> None:  # type: ignore[no-unty
 @pytest.mark.parametrize(
     "opts",
     [{"pop_size": 1}, {"cxpb": 1.5}, {"mutpb": -0.1}, {"indpb": 0.0}, {"elite": 128},
-     {"tournsize": 0}, {"max_evaluations": -1}, {"n_jobs": 0}, {"mutation_window": -2}],
+     {"tournsize": 0}, {"max_evaluations": -1}, {"n_jobs": 0}, {"mutation_window": -2},
+     {"islands": 0}, {"migration_interval": 0}, {"migrants": -1}],
 )  # fmt: skip
 def test_bad_options_are_user_errors(small, opts) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UserError, match=next(iter(opts))):
@@ -197,9 +198,11 @@ def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> 
     assert rec.status in (Status.FEASIBLE, Status.INFEASIBLE)
 
 
-def test_threads_change_speed_never_the_result(small) -> None:  # type: ignore[no-untyped-def]
-    one = run("ga", small, 0.3, seed=2, options={"max_evaluations": 500, "n_jobs": 1})
-    two = run("ga", small, 0.3, seed=2, options={"max_evaluations": 500, "n_jobs": 2})
+@pytest.mark.parametrize("islands", [1, 2])
+def test_threads_change_speed_never_the_result(small, islands) -> None:  # type: ignore[no-untyped-def]
+    opts = {"max_evaluations": 500, "islands": islands}
+    one = run("ga", small, 0.3, seed=2, options=opts | {"n_jobs": 1})
+    two = run("ga", small, 0.3, seed=2, options=opts | {"n_jobs": 2})
     assert one.plan is not None and one.plan == two.plan
     assert one.evaluations == two.evaluations and one.step_s == two.step_s
     assert [h[1:] for h in one.history] == [h[1:] for h in two.history]

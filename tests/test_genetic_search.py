@@ -86,7 +86,7 @@ def test_deap_random_is_private_and_released_after_an_error() -> None:
         first = _THREAD_RANDOM.random()
         raise RuntimeError("boom")
     assert random.getstate() == state  # DEAP's draws never touch the global generator
-    assert getattr(_THREAD_RANDOM._local, "rng", None) is None
+    assert "random" not in _THREAD_RANDOM.__dict__  # the module forwards to `random` again
     with deap_random(0):
         assert _THREAD_RANDOM.random() == first  # same seed, same stream
 
@@ -309,3 +309,78 @@ def test_other_draws_from_global_random_do_not_change_the_search() -> None:
     assert plain.best is not None and noisy.best is not None
     assert np.array_equal(plain.best, noisy.best)
     assert [h[1:] for h in plain.history] == [h[1:] for h in noisy.history]
+
+
+class ThreadSafePlaceholder(Placeholder):
+    """Placeholder whose counters are safe to bump from two island threads at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self._lock = threading.Lock()
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return super().__call__(actions)
+
+
+def test_islands_give_the_same_result_on_one_thread_or_two() -> None:
+    cfg = SearchConfig(pop_size=16, max_generations=40, islands=2, migration_interval=5)
+    one = search(N_GENES, ThreadSafePlaceholder(), cfg, seed=4, n_jobs=1)
+    fit = ThreadSafePlaceholder()
+    two = search(N_GENES, fit, cfg, seed=4, n_jobs=2)
+    assert one.best is not None and two.best is not None
+    assert np.array_equal(one.best, two.best)
+    assert [h[1:] for h in one.history] == [h[1:] for h in two.history]
+    assert one.evaluations == two.evaluations == fit.plans
+    assert two.generations == 40
+
+
+def test_islands_migrate_their_best_in_a_ring(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deap import tools
+
+    calls: list[list[int]] = []
+    real = tools.migRing
+
+    def spy(pops: list[list[object]], k: int, *args: object, **kwargs: object) -> None:
+        calls.append([len(p) for p in pops])
+        before = [list(p) for p in pops]
+        real(pops, k, *args, **kwargs)
+        # The k best of island 0 now sit in island 1 (the ring 0 -> 1 -> 0).
+        best0 = sorted(before[0], key=lambda ind: ind.fitness, reverse=True)[:k]  # type: ignore[attr-defined]
+        assert all(any(ind == b for ind in pops[1]) for b in best0)
+
+    monkeypatch.setattr(tools, "migRing", spy)
+    cfg = SearchConfig(pop_size=12, max_generations=9, islands=2, migration_interval=3, migrants=2)
+    res = search(N_GENES, Placeholder(), cfg, seed=0)
+    assert calls == [[12, 12]] * 3  # after generations 3, 6 and 9
+    assert res.generations == 9
+
+
+def test_islands_search_more_than_one_and_still_improves() -> None:
+    fit = Placeholder()
+    cfg = SearchConfig(pop_size=16, max_evaluations=3000, islands=3)
+    res = search(N_GENES, fit, cfg, seed=1)
+    assert res.evaluations == fit.plans >= 3000 and res.feasible
+    assert res.best_step_s < 1 + N_GENES / 3
+
+
+def test_fast_random_draws_cover_their_ranges_evenly() -> None:
+    from slackswap.solvers._ga_search import FastRandom
+
+    rng = FastRandom(3)
+    n = 30_000
+    rr = [rng.randrange(5) for _ in range(n)]
+    ri = [rng.randint(2, 4) for _ in range(n)]
+    ch = [rng.choice("abc") for _ in range(n)]
+    assert set(rr) == set(range(5)) and set(ri) == {2, 3, 4} and set(ch) == set("abc")
+    for draws, k in ((rr, 5), (ri, 3), (ch, 3)):
+        counts = np.unique(np.asarray(draws), return_counts=True)[1]
+        assert np.all(np.abs(counts - n / k) < 5 * np.sqrt(n / k))  # 5 sigma
+    assert FastRandom(3).randrange(10, 20) == FastRandom(3).randrange(10, 20)
+    assert 10 <= FastRandom(1).randrange(10, 20) < 20
+    with pytest.raises(IndexError):
+        rng.choice([])
+    with pytest.raises(ValueError):
+        rng.randrange(0)

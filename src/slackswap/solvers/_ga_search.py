@@ -1,4 +1,4 @@
-"""The DEAP machinery of the genetic search: genome, toolbox, generation loop, stop rules.
+"""The DEAP machinery of the genetic search: genome, toolbox, islands, generation loop, stops.
 
 A genome is one action per saved tensor (0 keep, 1 swap, 2 recomp) stored as an ``array.array``
 of signed bytes (DEAP's own compact-genome idiom): slicing copies, so DEAP's crossover works on
@@ -7,23 +7,26 @@ are DEAP's: two-point crossover (`tools.cxTwoPoint`), uniform integer mutation
 (`tools.mutUniformInt`, applied to a window of consecutive tensors, see `mutate_window`),
 tournament selection (`tools.selTournament`), variation as `algorithms.varAnd` does it (crossover
 of consecutive pairs with probability cxpb, then mutation with probability mutpb) but without
-re-scoring what it did not change (see `vary`), and elitism through a `tools.HallOfFame` whose
-members rejoin every generation. Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
+re-scoring what it did not change (see `vary`), elitism through a `tools.HallOfFame` whose
+members rejoin every generation, and ring migration between islands (`tools.migRing`, see
+`search`). Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
 infeasible plan ranks below every feasible one and by how far it overflows the budget.
 
 Fitness comes from a batch function (the simulator's population entry point), called once per
-generation on the individuals the variation changed; this module knows nothing of the simulator,
-so tests can drive it with any batch function.
+generation and island on the individuals the variation changed; this module knows nothing of the
+simulator, so tests can drive it with any batch function.
 
 Determinism: DEAP's operators draw from Python's module-level `random`, which any other thread
 (a Dask worker, a progress bar) may also draw from mid-search. So the `random` that DEAP's
-operator modules see is replaced by `_THREAD_RANDOM`, which forwards to a generator private to
-the calling thread while a search runs in it (`deap_random`) and to the module otherwise: the
-same seed replays the same trajectory whatever else runs, and two searches may run in threads of
-one process at once. The global state is never touched. Stop rules, checked between generations:
-an evaluation limit, a generation limit, and a time limit. The first two are deterministic; a run
-stopped by the clock is reproducible up to the generation it reached (the result reports it, and
-``max_generations`` set to that number replays the run exactly).
+operator modules see is replaced by `_THREAD_RANDOM`, which forwards to the generator of the
+island the calling thread is running (`use_rng`) and to the module otherwise: the same seed
+replays the same trajectory whatever else runs, and islands (or whole searches) may run in
+threads of one process at once. The global state is never touched. The generators are
+`FastRandom`s: integer draws from one C-level ``random()`` call each, a large share of DEAP's
+per-genome cost otherwise. Stop rules, checked between generations (where the islands meet): an
+evaluation limit, a generation limit, and a time limit. The first two are deterministic; a run
+stopped by the clock is reproducible up to the generation it reached (the result reports it,
+and ``max_generations`` set to that number replays the run exactly).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -70,12 +74,15 @@ class SearchConfig:
     cxpb: float = 0.8
     mutpb: float = 1.0
     indpb: float = 0.01
-    mutation_window: int = 16
+    mutation_window: int = 8
     elite: int = 2
     tournsize: int = 3
     max_evaluations: int | None = None
     max_generations: int | None = None
     time_limit_s: float | None = None
+    islands: int = 1
+    migration_interval: int = 10
+    migrants: int = 2
 
 
 @dataclass
@@ -98,15 +105,17 @@ class SearchResult:
         return self.best is not None and self.best_infeasibility == 0.0
 
 
-class _ThreadRandom:
-    """Stands in for the `random` module: the calling thread's search generator, if any."""
+class _ThreadRandom(threading.local):
+    """Stands in for the `random` module: the calling thread's search generator, if any.
 
-    def __init__(self) -> None:
-        self._local = threading.local()
+    While a search runs in a thread, `use_rng` binds the generator's methods as attributes of
+    this thread's instance, so ``random.random()`` inside DEAP's operators is one attribute
+    lookup (operators call it once per gene); a thread with no search bound falls through to
+    the `random` module.
+    """
 
     def __getattr__(self, name: str) -> Any:
-        rng = getattr(self._local, "rng", None)
-        return getattr(rng if rng is not None else random, name)
+        return getattr(random, name)
 
 
 _THREAD_RANDOM: Any = _ThreadRandom()
@@ -114,17 +123,58 @@ for _module in (crossover, mutation, selection, algorithms):
     if getattr(_module, "random", None) is random:
         _module.random = _THREAD_RANDOM  # type: ignore[attr-defined]
 
+_RNG_METHODS = tuple(n for n in dir(random.Random) if not n.startswith("_"))
+
+
+class FastRandom(random.Random):
+    """`random.Random` whose integer draws take one ``random()`` call (C) each.
+
+    The module's `randrange`, `randint` and `choice` go through a Python-level rejection loop
+    (``_randbelow``), about a microsecond a call; DEAP's tournament, crossover and mutation make
+    several such draws per genome. Scaling one uniform double is exact enough for the small
+    ranges the search asks for (bias below 2^-40) and stays deterministic for a seed.
+    """
+
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:  # type: ignore[override]
+        if stop is None:
+            start, stop = 0, start
+        n = stop - start
+        if step != 1 or n <= 0:
+            return super().randrange(start, stop, step)
+        return start + min(int(self.random() * n), n - 1)
+
+    def randint(self, a: int, b: int) -> int:
+        return self.randrange(a, b + 1)
+
+    def choice(self, seq: Any) -> Any:  # any sized, indexable sequence, as the base class
+        n = len(seq)
+        if n == 0:
+            raise IndexError("Cannot choose from an empty sequence")
+        return seq[min(int(self.random() * n), n - 1)]
+
+
+def new_rng(seed: int) -> random.Random:
+    """The search generator for ``seed`` (a `random.Random`, the type DEAP's operators use)."""
+    return FastRandom(int(np.random.default_rng(seed).integers(2**63)))
+
 
 @contextmanager
-def deap_random(seed: int) -> Iterator[None]:
-    """Give DEAP's operators (and this module) a generator seeded from ``seed``, in this thread."""
-    local = _THREAD_RANDOM._local
-    previous = getattr(local, "rng", None)
-    local.rng = random.Random(int(np.random.default_rng(seed).integers(2**63)))
+def use_rng(rng: random.Random) -> Iterator[None]:
+    """Make ``rng`` the generator DEAP's operators (and this module) draw from, in this thread."""
+    state = _THREAD_RANDOM.__dict__
+    previous = dict(state)
+    state.clear()
+    state.update({name: getattr(rng, name) for name in _RNG_METHODS})
     try:
         yield
     finally:
-        local.rng = previous
+        state.clear()
+        state.update(previous)
+
+
+def deap_random(seed: int) -> AbstractContextManager[None]:
+    """Give DEAP's operators (and this module) a generator seeded from ``seed``, in this thread."""
+    return use_rng(new_rng(seed))
 
 
 def _clone(ind: Genome) -> Genome:
@@ -142,7 +192,13 @@ def _clone(ind: Genome) -> Genome:
 _FITNESS = creator.SlackswapPlanFitness
 
 
-def mutate_window(ind: Genome, width: int, indpb: float, arity: Sequence[int]) -> tuple[Genome]:
+def mutate_window(
+    ind: Genome,
+    width: int,
+    indpb: float,
+    arity: Sequence[int],
+    ups: Sequence[list[int]] | None = None,
+) -> tuple[Genome]:
     """DEAP's uniform integer mutation, as a step, on ``width`` consecutive genes.
 
     Gene t takes ``arity[t]`` values (3: keep, swap, recomp; 2: keep, swap for a tensor nothing
@@ -152,10 +208,13 @@ def mutate_window(ind: Genome, width: int, indpb: float, arity: Sequence[int]) -
     its parent is a wasted evaluation). The window is placed at random: tensors are in production
     order, so it covers a layer or two, and it costs O(width) Python steps instead of O(tensors)
     (~0.1 us per gene, most of a generation's cost over a GPT-2 XL genome of 484 tensors).
+    ``ups[start]``, if given, is the list of upper step bounds (arity - 1) of the window at
+    ``start``, precomputed by the toolbox.
     """
     start = _THREAD_RANDOM.randrange(len(ind) - width + 1)
     step = [0] * width
-    tools.mutUniformInt(step, low=1, up=[m - 1 for m in arity[start : start + width]], indpb=indpb)
+    up = ups[start] if ups is not None else [m - 1 for m in arity[start : start + width]]
+    tools.mutUniformInt(step, low=1, up=up, indpb=indpb)
     for i, d in enumerate(step):
         if d:
             t = start + i
@@ -188,7 +247,8 @@ def make_toolbox(
     width = config.mutation_window if 0 < config.mutation_window < n_genes else n_genes
     # Same expected number of genes changed as indpb over the whole genome.
     indpb = min(1.0, config.indpb * n_genes / max(width, 1))
-    tb.register("mutate", mutate_window, width=width, indpb=indpb, arity=ar)
+    ups = [[m - 1 for m in ar[s : s + width]] for s in range(n_genes - width + 1)]
+    tb.register("mutate", mutate_window, width=width, indpb=indpb, arity=ar, ups=ups)
     tb.register("select", tools.selTournament, tournsize=config.tournsize)
     return tb
 
@@ -236,17 +296,12 @@ def genome(actions: np.ndarray) -> Genome:
 
 
 def initial_population(
-    tb: base.Toolbox, seeds: Sequence[np.ndarray], pop_size: int
+    tb: base.Toolbox, seeds: Sequence[Genome], pop_size: int
 ) -> tuple[list[Genome], int]:
-    """The seeds (duplicates dropped, at most ``pop_size``), then mutants of them in turn, or
-    random genomes when there are no seeds; also returns how many seeds lead the list."""
-    pop: list[Genome] = []
-    seen: set[bytes] = set()
-    for s in seeds:
-        key = np.asarray(s, dtype=np.int8).tobytes()
-        if key not in seen and len(pop) < pop_size:
-            seen.add(key)
-            pop.append(genome(s))
+    """The seed genomes (at most ``pop_size``, kept as given, fitness included), then mutants of
+    them in turn, or random genomes when there are no seeds; also returns how many seeds lead
+    the list."""
+    pop = list(seeds[:pop_size])
     n_seeds = len(pop)
     if not pop:
         return [tb.individual() for _ in range(pop_size)], 0
@@ -321,6 +376,43 @@ class _Evaluator:
         self.evaluations += len(rows)
 
 
+class _Island:
+    """One population with its own generator, hall of fame and evaluator (plan cache).
+
+    Islands share nothing mutable but the toolbox (whose operators keep no state), so two of
+    them can take a generation at once in two threads, and each one's trajectory depends only
+    on its generator and on the migrants it receives at the synchronisation points.
+    """
+
+    def __init__(
+        self, tb: base.Toolbox, config: SearchConfig, evaluator: _Evaluator, rng: random.Random
+    ) -> None:
+        self.tb = tb
+        self.config = config
+        self.evaluator = evaluator
+        self.rng = rng
+        self.hof = tools.HallOfFame(max(1, config.elite))
+        self.pop: list[Genome] = []
+
+    def populate(self, seeds: list[Genome]) -> None:
+        """The scored seeds (copies), then mutants of them or random genomes, scored."""
+        with use_rng(self.rng):
+            pop, n_seeds = initial_population(self.tb, seeds, self.config.pop_size)
+            self.evaluator(pop[n_seeds:])
+            self.hof.update(pop)
+            self.pop = pop
+
+    def step(self) -> None:
+        """One generation: tournament selection, variation, scoring, elitism."""
+        cfg = self.config
+        with use_rng(self.rng):
+            offspring = self.tb.select(self.pop, max(2, cfg.pop_size - cfg.elite))
+            offspring = vary(offspring, self.tb, cfg.cxpb, cfg.mutpb)
+            self.evaluator([ind for ind in offspring if not ind.fitness.valid])
+            self.hof.update(offspring)
+            self.pop = list(self.hof.items[: cfg.elite]) + offspring
+
+
 def search(
     n_genes: int,
     fitness: BatchFitness,
@@ -332,39 +424,84 @@ def search(
     repair: BatchRepair | None = None,
     start: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    n_jobs: int = 1,
 ) -> SearchResult:
     """Run the generational loop until a stop rule fires. ``arity`` bounds each gene (see
     `make_toolbox`); ``start`` is the clock reading the time limit counts from (default: now), so
-    a caller's set-up time counts against it."""
+    a caller's set-up time counts against it.
+
+    With ``config.islands`` > 1 the population is that many islands (each ``pop_size``
+    genomes, its own generator drawn from ``seed``) that evolve apart and, every
+    ``migration_interval`` generations, pass their ``migrants`` best to the next island in a
+    ring (`tools.migRing`), replacing its worst. ``n_jobs`` threads take the islands'
+    generations at once: while one island's plans are in the simulator (which releases the
+    GIL), another runs DEAP's variation, so two cores both work. The islands meet after every
+    generation, where the stop rules are checked, so the result never depends on ``n_jobs``.
+    ``fitness`` must then be safe to call from two threads at once.
+    """
     t0 = clock() if start is None else start
+    if config.islands < 1:
+        raise ValueError("islands must be at least 1")
     limits = (config.max_evaluations, config.max_generations, config.time_limit_s)
     max_gen = config.max_generations
     if all(x is None for x in limits):
         max_gen = DEFAULT_GENERATIONS
-    evaluator = _Evaluator(n_genes, fitness, repair)
     history: list[tuple[float, int, float]] = []
-    with deap_random(seed):
-        tb = make_toolbox(n_genes, config, arity)
-        hof = tools.HallOfFame(max(1, config.elite))
-        pop, n_seeds = initial_population(tb, seeds, config.pop_size)
-        # Seeds are scored as given, never repaired, so the best plan can't be worse than any.
-        evaluator(pop[:n_seeds], repair=False)
-        evaluator(pop[n_seeds:])
-        scored = {bytes(ind): ind.fitness.values for ind in pop[:n_seeds]}
-        nan = (math.nan, math.nan)
-        initial = [scored.get(np.asarray(s, dtype=np.int8).tobytes(), nan) for s in seeds]
-        hof.update(pop)
-        best_step = math.inf
+    tb = make_toolbox(n_genes, config, arity)
+    streams = np.random.default_rng(seed).integers(2**63, size=config.islands + 1)
+    islands = [
+        _Island(tb, config, _Evaluator(n_genes, fitness, repair), FastRandom(int(s)))
+        for s in streams[1:]
+    ]
+    if config.islands == 1:
+        islands[0].rng = new_rng(seed)  # one island replays the single-population search
 
-        def note_progress() -> None:
-            nonlocal best_step
-            top = hof[0].fitness.values
-            if top[0] == 0.0 and top[1] < best_step:
-                best_step = top[1]
-                history.append((clock() - t0, evaluator.evaluations, best_step))
+    # Seeds are scored once, as given (never repaired, so the best plan can't be worse than
+    # any), and every island starts from copies of them.
+    seen: set[bytes] = set()
+    unique: list[Genome] = []
+    for s in seeds:
+        key = np.asarray(s, dtype=np.int8).tobytes()
+        if key not in seen and len(unique) < config.pop_size:
+            seen.add(key)
+            unique.append(genome(s))
+    islands[0].evaluator(unique, repair=False)
+    scored = {bytes(ind): ind.fitness.values for ind in unique}
+    nan = (math.nan, math.nan)
+    initial = [scored.get(np.asarray(s, dtype=np.int8).tobytes(), nan) for s in seeds]
 
+    pool = (
+        ThreadPoolExecutor(min(n_jobs, len(islands))) if n_jobs > 1 and len(islands) > 1 else None
+    )
+
+    def each(method: Callable[[_Island], None]) -> None:
+        if pool is None:
+            for isl in islands:
+                method(isl)
+        else:
+            for fut in [pool.submit(method, isl) for isl in islands]:
+                fut.result()
+
+    def evaluations() -> int:
+        return sum(isl.evaluator.evaluations for isl in islands)
+
+    def champion() -> Genome:
+        # The best of the islands' best (the first island on a tie): max, as DEAP's fitness
+        # compares greater for better.
+        return max((isl.hof[0] for isl in islands), key=lambda ind: ind.fitness)
+
+    best_step = math.inf
+
+    def note_progress() -> None:
+        nonlocal best_step
+        top = champion().fitness.values
+        if top[0] == 0.0 and top[1] < best_step:
+            best_step = top[1]
+            history.append((clock() - t0, evaluations(), best_step))
+
+    try:
+        each(lambda isl: isl.populate([_clone(ind) for ind in unique]))
         note_progress()
-        n_off = max(2, config.pop_size - config.elite)
         generations = 0
         gen_s = 0.0
         stop = ""
@@ -372,35 +509,42 @@ def search(
             now = clock()
             if max_gen is not None and generations >= max_gen:
                 stop = "generations"
-            elif config.max_evaluations is not None and (
-                evaluator.evaluations >= config.max_evaluations
-            ):
+            elif config.max_evaluations is not None and evaluations() >= config.max_evaluations:
                 stop = "evaluations"
             elif config.time_limit_s is not None and now - t0 + gen_s > config.time_limit_s:
                 stop = "time"  # the next generation would end past the limit
             if stop:
                 break
-            offspring = tb.select(pop, n_off)
-            offspring = vary(offspring, tb, config.cxpb, config.mutpb)
-            evaluator([ind for ind in offspring if not ind.fitness.valid])
-            hof.update(offspring)
-            pop = list(hof.items[: config.elite]) + offspring
+            each(_Island.step)
             generations += 1
+            if len(islands) > 1 and generations % config.migration_interval == 0:
+                tools.migRing(
+                    [isl.pop for isl in islands],
+                    min(config.migrants, config.pop_size),
+                    tools.selBest,
+                    replacement=tools.selWorst,
+                )
+                for isl in islands:
+                    isl.hof.update(isl.pop)
             note_progress()
             gen_s = max(gen_s * 0.8, clock() - now)  # a cautious estimate of the next one
+    finally:
+        if pool is not None:
+            pool.shutdown()
     elapsed = clock() - t0
-    top = hof[0]
+    top = champion()
     best_infeas, best_s = top.fitness.values
-    history.append((elapsed, evaluator.evaluations, best_step))
+    total = evaluations()
+    history.append((elapsed, total, best_step))
     return SearchResult(
         best=np.frombuffer(bytes(top), dtype=np.int8).copy(),
         best_infeasibility=float(best_infeas),
         best_step_s=float(best_s) if best_infeas == 0.0 else math.inf,
-        evaluations=evaluator.evaluations,
+        evaluations=total,
         generations=generations,
         stop=stop,
         elapsed_s=elapsed,
         history=history,
         initial=[(float(a), float(b)) for a, b in initial],
-        cache_hits=evaluator.cache_hits,
+        cache_hits=sum(isl.evaluator.cache_hits for isl in islands),
     )

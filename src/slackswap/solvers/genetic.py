@@ -34,7 +34,12 @@ as the paper reports (feasible plans at 50% at once, none at 20% in 45 s): the m
 are in benchmarks/README.md.
 
 Operators (`_ga_search`): DEAP's tournament selection, two-point crossover and uniform integer
-mutation (as a step on a window of consecutive tensors), hall-of-fame elitism. ``evaluations``
+mutation (as a step on a window of consecutive tensors), hall-of-fame elitism, and DEAP's ring
+migration between islands: by default two populations evolve apart in two threads and swap their
+best plans every ten generations, so one island's DEAP variation (Python, holding the GIL) runs
+while the other's plans are in the simulator (compiled, GIL released) and both cores work; the
+islands synchronise after every generation, so the result does not depend on the thread count.
+``evaluations``
 counts distinct plans the simulator scored: a plan met again (a child equal to a parent, or one
 seen in the last few generations) takes its remembered score and is not counted; the Solution's
 ``history`` is (seconds since the solve began, evaluations, best feasible step seconds) at every
@@ -149,13 +154,16 @@ class GeneticSearch(Solver):
         cxpb: float = 0.8,
         mutpb: float = 1.0,
         indpb: float | None = None,
-        mutation_window: int = 16,
+        mutation_window: int = 8,
         elite: int = 2,
         tournsize: int = 3,
         repair: bool = True,
         rank_infeasible: bool = True,
         max_evaluations: int | None = None,
         max_generations: int | None = None,
+        islands: int = 2,
+        migration_interval: int = 10,
+        migrants: int = 2,
         runtime: str = "barrier-free",
         n_jobs: int = 2,
     ) -> None:
@@ -167,9 +175,12 @@ class GeneticSearch(Solver):
         ``elite`` (best plans carried over unchanged); ``tournsize`` (tournament selection);
         ``repair`` (see the module docstring); ``rank_infeasible`` (rank infeasible plans by
         overflow; False scores them all alike, as a search told only "does not fit");
-        ``max_evaluations`` / ``max_generations`` (deterministic stops); ``runtime`` (simulator
-        runtime of the fitness and the plan); ``n_jobs`` (threads of the simulator; speed only,
-        never the result)."""
+        ``max_evaluations`` / ``max_generations`` (deterministic stops); ``islands`` (populations
+        of ``pop_size`` evolving apart, ``migrants`` best of each passed to the next in a ring
+        every ``migration_interval`` generations); ``runtime`` (simulator runtime of the fitness
+        and the plan); ``n_jobs`` (threads: islands run their generations at once, or one
+        island's population is split over the simulator threads; speed only, never the
+        result)."""
         self.seeded = seeded
         self.pop_size = pop_size
         self.cxpb = cxpb
@@ -182,6 +193,9 @@ class GeneticSearch(Solver):
         self.rank_infeasible = rank_infeasible
         self.max_evaluations = max_evaluations
         self.max_generations = max_generations
+        self.islands = islands
+        self.migration_interval = migration_interval
+        self.migrants = migrants
         self.runtime = runtime
         self.n_jobs = n_jobs
         # Checked here too, so a bad option is the user's error (CLI: one line, exit 2) before
@@ -207,6 +221,14 @@ class GeneticSearch(Solver):
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise UserError(f"ga: {name} must be non-negative, got {v}")
+        if self.islands < 1:
+            raise UserError(f"ga: islands must be at least 1, got {self.islands}")
+        if self.migration_interval < 1:
+            raise UserError(
+                f"ga: migration_interval must be at least 1, got {self.migration_interval}"
+            )
+        if not 0 <= self.migrants <= self.pop_size:
+            raise UserError(f"ga: migrants must be in [0, pop_size], got {self.migrants}")
         if self.n_jobs < 1:
             raise UserError(f"ga: n_jobs must be at least 1, got {self.n_jobs}")
 
@@ -233,9 +255,14 @@ class GeneticSearch(Solver):
             max_evaluations=self.max_evaluations,
             max_generations=self.max_generations,
             time_limit_s=time_limit,
+            islands=self.islands,
+            migration_interval=self.migration_interval,
+            migrants=self.migrants,
         )
         repair = Repair(instance, budget.bytes_for(instance)) if self.repair else None
-        pool = ThreadPoolExecutor(self.n_jobs) if self.n_jobs > 1 else None
+        # Several islands take the threads themselves; a single one splits its population.
+        split = self.n_jobs > 1 and self.islands == 1
+        pool = ThreadPoolExecutor(self.n_jobs) if split else None
         try:
             res = search(
                 n,
@@ -248,6 +275,7 @@ class GeneticSearch(Solver):
                 arity=np.where(np.isfinite(instance.tensor_recompute_s), 3, 2).tolist(),
                 repair=repair,
                 start=t0,
+                n_jobs=self.n_jobs,
             )
         finally:
             if pool is not None:
