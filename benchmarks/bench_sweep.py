@@ -1,7 +1,7 @@
 """Time the Fig. 4 sweep through the batch runner (target: under 2 minutes with --jobs 2).
 
 The sweep: BERT-Large, GPT-2 XL, Llama-7B and VGG-16 (A100, PCIe 4.0), budgets 100% to 10% of P
-in steps of 10% plus 15%, every heuristic policy and ablation in the registry, one seed, results
+in steps of 10% plus 65% and 15%, every heuristic policy and ablation in the registry, one seed, results
 appended to a fresh CSV file. The time includes starting the worker processes (their first job
 loads the compiled simulator) and writing every row.
 

@@ -112,3 +112,27 @@ def test_fig4_off_mark_cells_show_where_the_time_goes() -> None:
     assert low.holds is False
     assert "bert-large 10% slackswap 50.0%: recompute 250.0 ms" in low.why
     assert "backward stall 750.0 ms on an ideal step of 1000.0 ms" in low.why
+
+
+def test_fig4_vgg16_facts_use_the_65_percent_point() -> None:
+    def vgg(with65: bool, vdnn65: float | None) -> dict:
+        rows = []
+        for b in (1.0, 0.9, 0.8, 0.7, 0.65, 0.6):
+            if b == 0.65 and not with65:
+                continue
+            rows.append(row("vgg16", b, "slackswap", 0.96 if b >= 0.65 else None))
+            rows.append(
+                row("vgg16", b, "vdnn", 0.3 if b >= 0.7 else (vdnn65 if b == 0.65 else None))
+            )
+            rows.append(row("vgg16", b, "checkpoint", 0.9 if b >= 0.7 else None))
+        return {f.what: f for f in fig4_facts(rows_to_frame(rows))}
+
+    facts = vgg(True, None)
+    assert facts["VGG-16: SlackSwap down to 65%"].holds
+    assert facts["VGG-16: vdnn stops fitting below 70%"].paper == "plan at 70%, none at 65%"
+    assert facts["VGG-16: vdnn stops fitting below 70%"].holds
+    late = vgg(True, 0.3)["VGG-16: vdnn stops fitting below 70%"]
+    assert late.holds is False and "no convolution workspace" in late.why
+    old = vgg(False, None)
+    assert old["VGG-16: SlackSwap down to 70% (65% is not in the results)"].holds
+    assert old["VGG-16: checkpoint stops fitting below 70%"].paper == "plan at 70%, none at 60%"
