@@ -1,16 +1,19 @@
 """VGG-16 at operator granularity: convolution, in-place ReLU, max-pool, classifier.
 
-Memory follows the cuDNN-era frameworks the paper's CNN baselines ran on (Caffe, vDNN): the ReLU
-runs in place (Caffe's in-place ReLU, torchvision's ``nn.ReLU(inplace=True)``), so each
-convolution's output and its ReLU's output are one saved tensor, which serves the ReLU backward
-and the next layer's weight gradient; and the ReLU backward runs in place on the incoming gradient
-(in Caffe an in-place layer's top and bottom blobs share their gradient buffer too), so it holds
-one gradient buffer, not two. Each pool saves its output, the next stage's input (cuDNN's pooling
-backward reads the input and output, no indices). The backward pass is the chain rule's order:
-a layer's ReLU backward, then its convolution backward (weight and input gradients). Blocks are
-the five convolution stages and the classifier (the segments checkpointing recomputes); layers are
-the individual convolution, pooling and fully-connected layers (vDNN's unit of synchronisation).
-Stage inputs are block inputs and are never recomputed, as in the transformer builder.
+Memory follows the in-place ReLU of cuDNN-era frameworks (Caffe's ReLU layer with top = bottom,
+vDNN's era) and of torchvision's VGG (``nn.ReLU(inplace=True)``): each convolution's output and
+its ReLU's output are one saved tensor, which serves the ReLU backward and the next layer's
+weight gradient; and the ReLU backward runs in place on the incoming gradient (in Caffe an
+in-place layer's top and bottom blobs share their gradient buffer too), so it holds one gradient
+buffer, not two. The backward pass is the chain rule's order: a layer's ReLU backward, then its
+convolution backward (weight and input gradients, so that operator holds two gradient buffers).
+Each pool saves its output, the next stage's input; its backward reads its input, whose max
+positions it recomputes. Simplification: cuDNN's pooling backward also reads the output
+(PyTorch's keeps int64 indices instead); the model keeps neither alive until then. Blocks are
+the five convolution stages and the classifier (the segments checkpointing recomputes); layers
+are the individual convolution, pooling and fully-connected layers (vDNN's unit of
+synchronisation). Stage inputs are block inputs and are never recomputed, as in the transformer
+builder.
 """
 
 from __future__ import annotations
