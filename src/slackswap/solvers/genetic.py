@@ -20,12 +20,15 @@ default): minimise (infeasibility, step seconds) lexicographically, where infeas
 plan that simulates, the overflow of the budget as a share of the budget otherwise, and infinity
 for a plan that recomputes a tensor nothing can rebuild (only a seed could be one).
 
-Repair (``repair=True``, both variants): before scoring, each new genome is repaired in place
-(Lamarckian) by `_ga_repair`: while the planner's static memory profile exceeds the budget, the
-kept tensor idle at the peak with the lowest recompute cost per freed byte is recomputed (Pass
-2's rule), or the largest one swapped when none can be rebuilt. It is what lets the random start reach feasible plans at 20% of P; with
-``repair=False`` the search is the paper's plain GA, climbing out of infeasibility on the overflow
-alone.
+Repair (``repair=True``, the default of ``ga-random``): before scoring, each new genome is
+repaired in place (Lamarckian) by `_ga_repair`: while the planner's static memory profile exceeds
+the budget, the kept tensor idle at the peak with the lowest recompute cost per freed byte is
+recomputed (Pass 2's rule), or the largest one swapped when none can be rebuilt. It is what lets
+the random start reach feasible plans at 20% of P; with ``repair=False`` the search is the
+paper's plain GA, climbing out of infeasibility on the overflow alone. The seeded ``ga`` starts
+from plans that fit and leaves the repair off by default: it found the same best plans in 45 s
+on GPT-2 XL at 20% (+0.126% on SlackSwap with and without) and the repair costs about 5 us per
+plan, some 10-15% of the rate (benchmarks/README.md).
 
 Ranking infeasible plans (``rank_infeasible=True``, as the issue asks) is what lets even the plain
 random search reach 20% of P: it finds a first feasible plan within a few thousand plans. With
@@ -157,7 +160,7 @@ class GeneticSearch(Solver):
         mutation_window: int = 8,
         elite: int = 2,
         tournsize: int = 3,
-        repair: bool = True,
+        repair: bool | None = None,
         rank_infeasible: bool = True,
         max_evaluations: int | None = None,
         max_generations: int | None = None,
@@ -173,7 +176,8 @@ class GeneticSearch(Solver):
         genes changed per mutation is indpb x tensors); ``mutation_window`` (a mutation changes
         genes only in a window of this many consecutive tensors, 0 = the whole genome);
         ``elite`` (best plans carried over unchanged); ``tournsize`` (tournament selection);
-        ``repair`` (see the module docstring); ``rank_infeasible`` (rank infeasible plans by
+        ``repair`` (see the module docstring; default: on for a random start, off for a seeded
+        one); ``rank_infeasible`` (rank infeasible plans by
         overflow; False scores them all alike, as a search told only "does not fit");
         ``max_evaluations`` / ``max_generations`` (deterministic stops); ``islands`` (populations
         of ``pop_size`` evolving apart, ``migrants`` best of each passed to the next in a ring
@@ -189,7 +193,7 @@ class GeneticSearch(Solver):
         self.mutation_window = mutation_window
         self.elite = elite
         self.tournsize = tournsize
-        self.repair = repair
+        self.repair = (not seeded) if repair is None else repair
         self.rank_infeasible = rank_infeasible
         self.max_evaluations = max_evaluations
         self.max_generations = max_generations
