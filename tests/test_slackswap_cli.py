@@ -101,3 +101,29 @@ def test_parse_options() -> None:
     }
     with pytest.raises(UserError):
         parse_options(["=3"])
+
+
+def _subcommand_paths() -> list[list[str]]:
+    """Every command and nested subcommand of the CLI, as argv prefixes."""
+    import argparse
+
+    from slackswap.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+        out = [prefix]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    out += walk(sub, [*prefix, name])
+        return out
+
+    return walk(build_parser(), [])
+
+
+@pytest.mark.parametrize("argv", _subcommand_paths(), ids=lambda a: " ".join(a) or "slackswap")
+def test_every_help_page_renders(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse %-formats help strings, so a bare "40%" in one crashes --help of its parent.
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage:" in capsys.readouterr().out

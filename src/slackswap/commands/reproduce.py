@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             if exc.name == f"slackswap.reproduce.{name}":
                 continue  # report not built yet
             raise
-        rp = rsub.add_parser(name, help=help_text, description=help_text)
+        # argparse %-formats help strings (not descriptions): "40% of" must be escaped.
+        rp = rsub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
         module.add_arguments(rp)
         rp.set_defaults(func=module.main)
     p.set_defaults(func=_missing_report)
