@@ -141,7 +141,8 @@ class FastRandom(random.Random):
         n = stop - start
         if step != 1 or n <= 0:
             return super().randrange(start, stop, step)
-        return start + min(int(self.random() * n), n - 1)
+        i = int(self.random() * n)
+        return start + (i if i < n else n - 1)  # guards a product rounded up to n
 
     def randint(self, a: int, b: int) -> int:
         return self.randrange(a, b + 1)
@@ -150,7 +151,8 @@ class FastRandom(random.Random):
         n = len(seq)
         if n == 0:
             raise IndexError("Cannot choose from an empty sequence")
-        return seq[min(int(self.random() * n), n - 1)]
+        i = int(self.random() * n)
+        return seq[i if i < n else n - 1]
 
 
 def new_rng(seed: int) -> random.Random:
