@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -384,3 +385,32 @@ def test_fast_random_draws_cover_their_ranges_evenly() -> None:
         rng.choice([])
     with pytest.raises(ValueError):
         rng.randrange(0)
+
+
+def test_best_of_groups_picks_each_offspring_or_its_best_mutant() -> None:
+    from slackswap.solvers._ga_search import best_of_groups, genome
+
+    def scored(step: float, infeas: float = 0.0) -> object:
+        ind = genome(np.zeros(4, dtype=np.int8))
+        ind.fitness.values = (infeas, step)
+        return ind
+
+    offspring = [scored(5.0), scored(3.0)]
+    mutants = [scored(4.0), scored(6.0), scored(3.0, infeas=0.1), scored(3.0)]
+    winners = best_of_groups([*offspring, *mutants], 2, 2)
+    assert winners[0] is mutants[0]  # 4.0 beats the offspring's 5.0
+    assert winners[1] is offspring[1]  # a tie (3.0) keeps the offspring; infeasible loses
+    assert best_of_groups(offspring, 2, 0) == offspring
+
+
+def test_local_improvement_scores_k_mutants_per_offspring_and_is_reproducible() -> None:
+    plain_fit, local_fit = Placeholder(), Placeholder()
+    # Whole-genome mutation with ~4 genes changed, so mutants rarely repeat a plan.
+    plain_cfg = SearchConfig(pop_size=16, max_generations=10, indpb=0.1, mutation_window=0)
+    plain = search(N_GENES, plain_fit, plain_cfg, seed=0)
+    cfg = replace(plain_cfg, local_mutants=3)
+    local = search(N_GENES, local_fit, cfg, seed=0)
+    again = search(N_GENES, Placeholder(), cfg, seed=0)
+    assert local.evaluations == local_fit.plans > 2.5 * plain.evaluations
+    assert local.best is not None and again.best is not None
+    assert np.array_equal(local.best, again.best) and local.evaluations == again.evaluations

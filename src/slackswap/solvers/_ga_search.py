@@ -83,6 +83,7 @@ class SearchConfig:
     islands: int = 1
     migration_interval: int = 10
     migrants: int = 2
+    local_mutants: int = 0
 
 
 @dataclass
@@ -378,6 +379,18 @@ class _Evaluator:
         self.evaluations += len(rows)
 
 
+def _fitness_of(ind: Genome) -> Any:
+    return ind.fitness
+
+
+def best_of_groups(trials: Sequence[Genome], n: int, k: int) -> list[Genome]:
+    """The best of each scored group: ``trials[j]`` (j < n) and its k mutants
+    ``trials[n + j k : n + (j + 1) k]``; the first of the group wins a tie."""
+    return [
+        max([trials[j], *trials[n + j * k : n + (j + 1) * k]], key=_fitness_of) for j in range(n)
+    ]
+
+
 class _Island:
     """One population with its own generator, hall of fame and evaluator (plan cache).
 
@@ -405,12 +418,28 @@ class _Island:
             self.pop = pop
 
     def step(self) -> None:
-        """One generation: tournament selection, variation, scoring, elitism."""
+        """One generation: tournament selection, variation, local improvement, scoring, elitism.
+
+        Local improvement (``local_mutants`` = k > 0): each changed offspring gets k mutants
+        of its own (DEAP's mutation again), all are scored in the same simulator batch, and
+        the best of the k + 1 takes the offspring's place (the offspring itself on a tie).
+        It spends more of a generation in the simulator and less in DEAP's per-genome Python
+        (selection, crossover, hall of fame), and searches harder around the plans that
+        selection picked.
+        """
         cfg = self.config
+        tb = self.tb
+        k = cfg.local_mutants
         with use_rng(self.rng):
-            offspring = self.tb.select(self.pop, max(2, cfg.pop_size - cfg.elite))
-            offspring = vary(offspring, self.tb, cfg.cxpb, cfg.mutpb)
-            self.evaluator([ind for ind in offspring if not ind.fitness.valid])
+            offspring = tb.select(self.pop, max(2, cfg.pop_size - cfg.elite))
+            offspring = vary(offspring, tb, cfg.cxpb, cfg.mutpb)
+            fresh = [i for i, ind in enumerate(offspring) if not ind.fitness.valid]
+            trials = [offspring[i] for i in fresh]
+            for i in fresh if k else ():
+                trials.extend(tb.mutate(tb.clone(offspring[i]))[0] for _ in range(k))
+            self.evaluator(trials)
+            for i, best in zip(fresh, best_of_groups(trials, len(fresh), k), strict=True):
+                offspring[i] = best
             self.hof.update(offspring)
             self.pop = list(self.hof.items[: cfg.elite]) + offspring
 

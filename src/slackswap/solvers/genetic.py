@@ -167,6 +167,7 @@ class GeneticSearch(Solver):
         islands: int = 2,
         migration_interval: int = 10,
         migrants: int = 2,
+        local_mutants: int = 0,
         runtime: str = "barrier-free",
         n_jobs: int = 2,
     ) -> None:
@@ -181,7 +182,8 @@ class GeneticSearch(Solver):
         overflow; False scores them all alike, as a search told only "does not fit");
         ``max_evaluations`` / ``max_generations`` (deterministic stops); ``islands`` (populations
         of ``pop_size`` evolving apart, ``migrants`` best of each passed to the next in a ring
-        every ``migration_interval`` generations); ``runtime`` (simulator runtime of the fitness
+        every ``migration_interval`` generations); ``local_mutants`` (k: each new offspring
+        is replaced by the best of itself and k mutants of it, all scored); ``runtime`` (simulator runtime of the fitness
         and the plan); ``n_jobs`` (threads: islands run their generations at once, or one
         island's population is split over the simulator threads; speed only, never the
         result)."""
@@ -200,6 +202,7 @@ class GeneticSearch(Solver):
         self.islands = islands
         self.migration_interval = migration_interval
         self.migrants = migrants
+        self.local_mutants = local_mutants
         self.runtime = runtime
         self.n_jobs = n_jobs
         # Checked here too, so a bad option is the user's error (CLI: one line, exit 2) before
@@ -233,6 +236,8 @@ class GeneticSearch(Solver):
             )
         if not 0 <= self.migrants <= self.pop_size:
             raise UserError(f"ga: migrants must be in [0, pop_size], got {self.migrants}")
+        if self.local_mutants < 0:
+            raise UserError(f"ga: local_mutants must be >= 0, got {self.local_mutants}")
         if self.n_jobs < 1:
             raise UserError(f"ga: n_jobs must be at least 1, got {self.n_jobs}")
 
@@ -262,6 +267,7 @@ class GeneticSearch(Solver):
             islands=self.islands,
             migration_interval=self.migration_interval,
             migrants=self.migrants,
+            local_mutants=self.local_mutants,
         )
         repair = Repair(instance, budget.bytes_for(instance)) if self.repair else None
         # Several islands take the threads themselves; a single one splits its population.
