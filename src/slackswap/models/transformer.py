@@ -14,8 +14,13 @@ Modelling choices (see the reproduction report):
 - Backward GEMMs cost 2x their forward FLOPs; FlashAttention backward 2x its forward FLOPs at 48%
   efficiency; memory-bound backward kernels move the bytes they read and write. Residual adds
   have no backward kernel: the norm at each branch point accumulates the residual gradient.
-- Transient bytes: unsaved inputs and outputs of a forward operator; in backward, the gradients
-  of the operator's inputs and outputs plus the running residual-stream gradient.
+- Transient bytes: unsaved inputs and outputs of a forward operator (a GEMM output that is saved
+  in part, QK-norm's raw q and k, counts only its unsaved part); in backward, the gradients of
+  the operator's inputs and outputs plus the running residual-stream gradient, plus a branch's
+  gradient made earlier and not yet consumed (SwiGLU's gate gradient while the up GEMM's backward
+  runs). An operator's output gradient counts as its own buffer even where it is the
+  residual-stream gradient itself (Llama's FC2 and output projection, no dropout between): the
+  same upper-bound convention in every layer kind.
 - BERT is modelled with the same pre-norm layer sequence (identical saved bytes per layer); its
   MLM head projects only the masked 15% of tokens to the vocabulary.
 """
@@ -241,7 +246,9 @@ def build_transformer(
             duration_s=t_qkv,
             flops=f_qkv,
             reads=[p + "norm1.out"],
-            transient_bytes=qkv_bytes if pre_rope else 0,
+            # The GEMM's output is one buffer: with QK-norm its q and k parts are the saved
+            # qk.raw (allocated as the output), so only v is transient here.
+            transient_bytes=(qkv_bytes - qk_bytes if cfg.qk_norm else qkv_bytes) if pre_rope else 0,
         )
         qkv_cost = t_qkv
         qkv_inputs = [p + "norm1.out"]
@@ -577,7 +584,10 @@ def build_transformer(
                 reads=[p + "gate.out", p + "up.out"],
                 transient_bytes=gs + 3 * mlp_act,
             )
-            for part in ("up", "gate"):
+            # The SwiGLU backward makes the gate and up gradients at once; the gate gradient
+            # waits in memory while the up GEMM's backward runs (its norm2.out gradient is then
+            # accumulated into by the gate GEMM's backward).
+            for part, pending in (("up", mlp_act), ("gate", 0)):
                 b.op(
                     p + part + ".bwd",
                     backward=True,
@@ -586,7 +596,7 @@ def build_transformer(
                     duration_s=bwd_gemm(t_fc1),
                     flops=2 * f_fc1,
                     reads=[p + "norm2.out"],
-                    transient_bytes=gs + mlp_act + act,
+                    transient_bytes=gs + mlp_act + act + pending,
                 )
         else:
             b.op(
