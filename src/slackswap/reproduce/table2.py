@@ -48,6 +48,81 @@ WHY: dict[str, str] = {
 }
 
 
+def block_times(model: str, block: int | None = None) -> tuple[float, float, float]:
+    """One transformer block's copy time (its saved bytes over the link), forward and backward
+    compute (seconds); the middle block unless given."""
+    import slackswap
+
+    inst = slackswap.load(model)
+    nf = inst.n_forward_ops
+    L = int(inst.op_layer[:nf].max()) // 2 if block is None else block
+    layer, d = inst.op_layer, inst.op_duration_s
+    copy_s = float(inst.tensor_bytes[inst.tensor_block == L].sum()) / inst.hardware.link_bw_Bps
+    return copy_s, float(d[:nf][layer[:nf] == L].sum()), float(d[nf:][layer[nf:] == L].sum())
+
+
+def vdnn_why() -> str:
+    """Why vDNN's Llama-7B backward stall misses, in the catalog instances' own numbers."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    import slackswap
+    from slackswap.simulator import simulate
+    from slackswap.solvers import run
+
+    g_c, g_f, g_b = block_times("gpt2-xl")
+    l_c, l_f, l_b = block_times("llama-7b")
+    gpt = slackswap.load("gpt2-xl")
+    g_rec = run("vdnn", gpt, BUDGET, find_min_budget=False)
+    inst = slackswap.load("llama-7b")
+    rec = run("vdnn", inst, BUDGET, find_min_budget=False)
+    assert rec.plan is not None and rec.bwd_stall_s is not None and g_rec.bwd_stall_s is not None
+    offload_all = all(
+        r.d2h_bytes is not None and r.d2h_bytes >= i.saved_bytes
+        for r, i in ((rec, inst), (g_rec, gpt))
+    )
+    full = simulate(inst, rec.plan, 1.0)  # the same plan with all of P: memory never binds
+    ideal, g_ideal = inst.ideal_step_s, gpt.ideal_step_s
+    layers = int(inst.op_layer[: inst.n_forward_ops].max())
+    g_layers = int(gpt.op_layer[: gpt.n_forward_ops].max())
+    paper_block = PAPER["llama-7b", "vdnn"][3] * ideal / layers  # the paper's stall per block
+    share = max(0.0, l_c - paper_block) / l_b  # of a block's backward the paper's prefetch hides
+    # GPT-2 XL if its prefetches hid only that share too: each block loses the rest of its overlap.
+    g_alt = (g_rec.bwd_stall_s + g_layers * (1 - share) * g_b) / g_ideal
+    per_op = run(
+        "vdnn",
+        replace(inst, op_layer=np.arange(inst.n_ops, dtype=np.int32)),
+        BUDGET,
+        find_min_budget=False,
+    )
+    assert per_op.bwd_stall_s is not None
+    ms = 1e3
+    return (
+        f"vDNN runs {'vDNN-all' if offload_all else 'a partial offload'} on both models at 40% "
+        f"(barriers runtime). Per block the copy takes {g_c * ms:.1f} ms against "
+        f"{g_f * ms:.1f} ms forward and {g_b * ms:.1f} ms backward compute on GPT-2 XL, "
+        f"{l_c * ms:.1f} ms against {l_f * ms:.1f} / {l_b * ms:.1f} ms on Llama-7B. A block's "
+        f"offloads overlap that block and the next waits, so each block stalls copy - forward; "
+        f"the prefetch of block L-1 starts with block L's backward and overlaps all of it, so "
+        f"each stalls copy - backward ({(g_c - g_b) * ms:.1f} and {(l_c - l_b) * ms:.1f} ms). "
+        f"GPT-2 XL is copy-bound; Llama-7B's backward hides most of its copy, so its backward "
+        f"stall is small and hinges on how much backward compute a prefetch overlaps. The "
+        f"paper's {PAPER['llama-7b', 'vdnn'][3]:.2f} ideal steps are about "
+        f"{paper_block * ms:.0f} ms per block ({layers} blocks), as if a prefetch hid only "
+        f"{share:.0%} of a block's backward; hiding only that share on GPT-2 XL would put its "
+        f"backward stall near {g_alt:.2f} (paper {PAPER['gpt2-xl', 'vdnn'][3]:.2f}, toolkit "
+        f"{g_rec.bwd_stall_s / g_ideal:.2f}), so no one overlap rule gives both rows and we do "
+        f"not tune the runtime to this one. Memory plays no part: the plan holds at most "
+        f"{full.peak_bytes / 1e9:.1f} GB and gives the same backward stall with all of P "
+        f"({full.bwd_stall_s / ideal:.3f} vs {rec.bwd_stall_s / ideal:.3f} at 40%). The inputs "
+        f"match the paper (D2H bytes here, ideal step and f in Table 1) and the Llama layer's "
+        f"backward follows the chain rule (tests/test_models_transformer.py). Finer vDNN layers "
+        f"(every operator its own layer) raise the backward stall only to "
+        f"{per_op.bwd_stall_s / ideal:.2f}"
+    )
+
+
 def measure(model: str, solver: str) -> tuple[float, float, float, float, float] | None:
     """The toolkit's row, or None when the solver finds no plan at 40%."""
     from slackswap.solvers import run
@@ -87,7 +162,7 @@ def table2_cells() -> list[Cell]:
     cells = []
     for (model, solver), paper in PAPER.items():
         got = measure(model, solver)
-        why = WHY.get(solver) or solver_note(solver)
+        why = WHY.get(solver) or (vdnn_why() if solver == "vdnn" else solver_note(solver))
         row = f"{model} {LABELS[solver]}"
         for k, col in enumerate(COLUMNS):
             unit = "GB" if col == "D2H GB" else "x ideal"
