@@ -542,8 +542,10 @@ def search(
                 stop = "generations"
             elif config.max_evaluations is not None and evaluations() >= config.max_evaluations:
                 stop = "evaluations"
-            elif config.time_limit_s is not None and now - t0 + gen_s > config.time_limit_s:
-                stop = "time"  # the next generation would end past the limit
+            elif config.time_limit_s is not None and now - t0 + 2 * gen_s > config.time_limit_s:
+                # The next generation might end past the limit: twice the estimate leaves room
+                # for one that a busy machine slows down (a generation is ~10-50 ms).
+                stop = "time"
             if stop:
                 break
             each(_Island.step)
