@@ -92,8 +92,14 @@ class Milp(Solver):
             claim, claimed_for = model.plan_value(acts, time_limit=stop - time.perf_counter()), acts
         # the binary version is cut by the clock, so a run with a work budget skips it
         run_milp = self.integral and self.max_evaluations is None
-        if run_milp and stop - time.perf_counter() > 0.1 * limit:
-            mres = model._milp(stop - time.perf_counter() - 0.05 * limit)
+        # HiGHS checks its clock between phases, and the binary version's root relaxation (about
+        # one LP round, measured above) runs to its end: a root that cannot finish in the time
+        # left overran a 4 s limit by up to 20%, so the binary version runs only when two LP
+        # rounds fit.
+        lp_round_s = lp.seconds / max(lp.rounds, 1)
+        milp_s = stop - time.perf_counter() - 0.05 * limit
+        if run_milp and milp_s > max(0.05 * limit, 2.0 * lp_round_s):
+            mres = model._milp(milp_s)
             if mres is not None:
                 info["milp_status"] = mres.status
                 if mres.bound_s is not None and mres.bound_s > bound:
