@@ -19,6 +19,7 @@ builder.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from slackswap.models.graph import GraphBuilder
 from slackswap.models.hardware import get_gpu, hardware
@@ -36,6 +37,20 @@ class VGGConfig:
     classes: int = 1000
     stages: tuple[tuple[int, ...], ...] = VGG16_STAGES
     fc: int = 4096
+
+
+def _relu_bwd(rf: Roofline, prefix: str, block: int, layer: int, out_b: int) -> dict[str, Any]:
+    """The backward op of ReLU ``prefix``: reads its saved output and the incoming gradient,
+    writes the input gradient in place (one gradient buffer of ``out_b`` bytes)."""
+    return dict(
+        name=prefix + ".relu.bwd",
+        block=block,
+        layer=layer,
+        kind="memory",
+        duration_s=rf.memory(3 * out_b),
+        reads=[prefix + ".out"],
+        transient_bytes=out_b,  # in place on the incoming gradient
+    )
 
 
 def build_vgg(
@@ -108,17 +123,7 @@ def build_vgg(
                     transient_bytes=out_b + in_b,
                 )
             )
-            backward.append(
-                dict(
-                    name=p + ".relu.bwd",
-                    block=s,
-                    layer=layer,
-                    kind="memory",
-                    duration_s=rf.memory(3 * out_b),
-                    reads=[p + ".out"],
-                    transient_bytes=out_b,  # in place on the incoming gradient
-                )
-            )
+            backward.append(_relu_bwd(rf, p, s, layer, out_b))
             x, cin = p + ".out", cout
             layer += 1
         side //= 2
@@ -174,17 +179,7 @@ def build_vgg(
                 recompute_s=t + t_relu,
                 rebuild_inputs=[x],
             )
-            backward.append(
-                dict(
-                    name=p + ".relu.bwd",
-                    block=cls,
-                    layer=layer,
-                    kind="memory",
-                    duration_s=rf.memory(3 * out_b),
-                    reads=[p + ".out"],
-                    transient_bytes=out_b,  # in place on the incoming gradient
-                )
-            )
+            backward.append(_relu_bwd(rf, p, cls, layer, out_b))
         else:
             b.saved(
                 p + ".out",

@@ -132,8 +132,9 @@ class FastRandom(random.Random):
 
     The module's `randrange`, `randint` and `choice` go through a Python-level rejection loop
     (``_randbelow``), about a microsecond a call; DEAP's tournament, crossover and mutation make
-    several such draws per genome. Scaling one uniform double is exact enough for the small
-    ranges the search asks for (bias below 2^-40) and stays deterministic for a seed.
+    several such draws per genome. Scaling one 53-bit uniform double by n biases a draw by at
+    most n / 2^53, below 2^-40 for the ranges the search asks for (genes, population: n < 2^13),
+    and stays deterministic for a seed.
     """
 
     def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:  # type: ignore[override]
@@ -479,13 +480,14 @@ def search(
         max_gen = DEFAULT_GENERATIONS
     history: list[tuple[float, int, float]] = []
     tb = make_toolbox(n_genes, config, arity)
-    streams = np.random.default_rng(seed).integers(2**63, size=config.islands + 1)
-    islands = [
-        _Island(tb, config, _Evaluator(n_genes, fitness, repair), FastRandom(int(s)))
-        for s in streams[1:]
-    ]
+    # One island replays the single-population search; several take the streams after the one
+    # that search draws.
     if config.islands == 1:
-        islands[0].rng = new_rng(seed)  # one island replays the single-population search
+        rngs = [new_rng(seed)]
+    else:
+        streams = np.random.default_rng(seed).integers(2**63, size=config.islands + 1)[1:]
+        rngs = [FastRandom(int(s)) for s in streams]
+    islands = [_Island(tb, config, _Evaluator(n_genes, fitness, repair), rng) for rng in rngs]
 
     # Seeds are scored once, as given (never repaired, so the best plan can't be worse than
     # any), and every island starts from copies of them.
