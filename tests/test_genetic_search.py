@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -338,24 +340,125 @@ def test_islands_give_the_same_result_on_one_thread_or_two() -> None:
     assert two.generations == 40
 
 
-def test_islands_migrate_their_best_in_a_ring(monkeypatch: pytest.MonkeyPatch) -> None:
-    from deap import tools
+fork_only = pytest.mark.skipif(
+    "fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork"
+)
 
-    calls: list[list[int]] = []
-    real = tools.migRing
 
-    def spy(pops: list[list[object]], k: int, *args: object, **kwargs: object) -> None:
-        calls.append([len(p) for p in pops])
-        before = [list(p) for p in pops]
-        real(pops, k, *args, **kwargs)
-        # The k best of island 0 now sit in island 1 (the ring 0 -> 1 -> 0).
-        best0 = sorted(before[0], key=lambda ind: ind.fitness, reverse=True)[:k]  # type: ignore[attr-defined]
-        assert all(any(ind == b for ind in pops[1]) for b in best0)
+class PidLoggingPlaceholder(ThreadSafePlaceholder):
+    """Also appends the scoring process's id to a file, so a test sees which processes scored."""
 
-    monkeypatch.setattr(tools, "migRing", spy)
+    def __init__(self, log: Path) -> None:
+        super().__init__()
+        self.log = log
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with self.log.open("a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return super().__call__(actions)
+
+
+@fork_only
+@pytest.mark.parametrize("limit", ["generations", "evaluations"])
+def test_islands_give_the_same_result_in_processes_threads_or_in_turn(
+    limit: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Earlier tests in the session may leave idle threads (executors) that would make the
+    # search fall back to threads; this test is about the processes, so it forks regardless.
+    monkeypatch.setattr("slackswap.solvers._ga_search.fork_available", lambda: True)
+    stop = {"max_generations": 23} if limit == "generations" else {"max_evaluations": 700}
+    cfg = SearchConfig(pop_size=16, islands=3, migration_interval=4, **stop)  # type: ignore[arg-type]
+    logs = [tmp_path / f"run{k}.log" for k in range(4)]
+    runs = [
+        search(N_GENES, PidLoggingPlaceholder(log), cfg, seed=6, n_jobs=j, processes=p)
+        for log, (j, p) in zip(logs, ((1, False), (2, False), (2, True), (3, True)), strict=True)
+    ]
+    pids = [set(log.read_text().split()) for log in logs]
+    assert [len(p) for p in pids] == [1, 1, 2, 3]  # the last two runs scored in 2 and 3 processes
+    first = runs[0]
+    assert first.best is not None and first.stop == limit
+    for other in runs[1:]:
+        assert other.best is not None and np.array_equal(first.best, other.best)
+        assert other.evaluations == first.evaluations and other.generations == first.generations
+        assert [h[1:] for h in other.history] == [h[1:] for h in first.history]
+    if limit == "evaluations":  # each of the three islands scores its share, 234 plans
+        assert 700 <= first.evaluations < 700 + 3 * 16
+
+
+@fork_only
+def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_replays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("slackswap.solvers._ga_search.fork_available", lambda: True)
+    cfg = SearchConfig(pop_size=16, islands=2, migration_interval=3, time_limit_s=0.4)
+    fit = Placeholder(delay_s=0.002)
+    t0 = time.perf_counter()
+    timed = search(N_GENES, fit, cfg, seed=8, n_jobs=2, processes=True)
+    assert time.perf_counter() - t0 <= 0.4 * 1.1
+    assert timed.stop == "time" and timed.generations >= 5
+    replay_cfg = replace(cfg, time_limit_s=None, max_generations=timed.generations)
+    replay = search(N_GENES, Placeholder(), replay_cfg, seed=8, n_jobs=1)
+    assert replay.best is not None and timed.best is not None
+    assert np.array_equal(replay.best, timed.best) and replay.evaluations == timed.evaluations
+
+
+@fork_only
+@pytest.mark.parametrize("processes", [False, True])
+def test_an_error_in_a_worker_island_reaches_the_caller(
+    processes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setattr("slackswap.solvers._ga_search.fork_available", lambda: True)
+
+    caller = (os.getpid(), threading.get_ident())
+    populated = {"done": False}
+
+    def fitness(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # The populations are scored in the caller before the workers start.
+        if populated["done"] and (os.getpid(), threading.get_ident()) != caller:
+            raise ValueError("simulator broke")
+        populated["done"] = True
+        return Placeholder()(actions)
+
+    cfg = SearchConfig(pop_size=8, islands=2, max_generations=50)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="island worker 1 failed: ValueError: simulator broke"):
+        search(N_GENES, fitness, cfg, seed=0, n_jobs=2, processes=processes)
+    assert time.perf_counter() - t0 < 10  # no island left waiting at a meeting
+
+
+def test_islands_migrate_their_best_in_a_ring_one_interval_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slackswap.solvers._ga_search import _Island
+
+    sent: dict[tuple[int, int], list[object]] = {}
+    taken: list[tuple[int, int, list[object]]] = []
+    real_out, real_in = _Island.emigrants, _Island.immigrate
+
+    def emigrants(self: _Island) -> list[object]:
+        out = real_out(self)
+        best = sorted(self.pop, key=lambda ind: ind.fitness, reverse=True)[:2]
+        assert [g for g, _ in out] == [bytes(b) for b in best]  # the two best leave
+        sent[(self.index, self.generation)] = out
+        return out  # type: ignore[return-value]
+
+    def immigrate(self: _Island, incoming: list[object]) -> None:
+        real_in(self, incoming)  # type: ignore[arg-type]
+        held = [bytes(ind) for ind in self.pop]
+        assert all(g in held for g, _ in incoming)  # type: ignore[misc]
+        taken.append((self.index, self.generation, incoming))
+
+    monkeypatch.setattr(_Island, "emigrants", emigrants)
+    monkeypatch.setattr(_Island, "immigrate", immigrate)
     cfg = SearchConfig(pop_size=12, max_generations=9, islands=2, migration_interval=3, migrants=2)
     res = search(N_GENES, Placeholder(), cfg, seed=0)
-    assert calls == [[12, 12]] * 3  # after generations 3, 6 and 9
+    assert sorted(sent) == [(i, g) for i in (0, 1) for g in (3, 6, 9)]
+    # Island i takes at generation g what island 1 - i sent at g - 3 (ring 0 -> 1 -> 0).
+    assert sorted((i, g) for i, g, _ in taken) == [(0, 6), (0, 9), (1, 6), (1, 9)]
+    for i, g, incoming in taken:
+        assert incoming == sent[(1 - i, g - 3)]
     assert res.generations == 9
 
 

@@ -8,8 +8,8 @@ are DEAP's: two-point crossover (`tools.cxTwoPoint`), uniform integer mutation
 tournament selection (`tools.selTournament`), variation as `algorithms.varAnd` does it (crossover
 of consecutive pairs with probability cxpb, then mutation with probability mutpb) but without
 re-scoring what it did not change (see `vary`), elitism through a `tools.HallOfFame` whose
-members rejoin every generation, and ring migration between islands (`tools.migRing`, see
-`search`). Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
+members rejoin every generation, and ring migration between islands (`tools.selBest` migrants
+replace `tools.selWorst`, as `tools.migRing` moves them, one interval late: see `_ga_islands`). Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
 infeasible plan ranks below every feasible one and by how far it overflows the budget.
 
 Fitness comes from a batch function (the simulator's population entry point), called once per
@@ -23,10 +23,11 @@ island the calling thread is running (`use_rng`) and to the module otherwise: th
 replays the same trajectory whatever else runs, and islands (or whole searches) may run in
 threads of one process at once. The global state is never touched. The generators are
 `FastRandom`s: integer draws from one C-level ``random()`` call each, a large share of DEAP's
-per-genome cost otherwise. Stop rules, checked between generations (where the islands meet): an
-evaluation limit, a generation limit, and a time limit. The first two are deterministic; a run
-stopped by the clock is reproducible up to the generation it reached (the result reports it,
-and ``max_generations`` set to that number replays the run exactly).
+per-genome cost otherwise. Stop rules, checked by each island before each of its generations: an
+evaluation limit (each island's share of it), a generation limit, and a time limit. The first
+two are deterministic; a run stopped by the clock is reproducible up to the generation it reached
+(every island ends at that generation, the result reports it, and ``max_generations`` set to
+that number replays the run exactly). How islands run side by side: `_ga_islands`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -46,6 +46,14 @@ from typing import Any
 import numpy as np
 from deap import algorithms, base, creator, tools
 from deap.tools import crossover, mutation, selection
+
+from slackswap.solvers._ga_islands import (
+    IslandReport,
+    Rules,
+    Snapshot,
+    fork_available,
+    run_islands,
+)
 
 #: Generations run when no stop (time, evaluations, generations) is given at all.
 DEFAULT_GENERATIONS = 100
@@ -396,27 +404,69 @@ class _Island:
     """One population with its own generator, hall of fame and evaluator (plan cache).
 
     Islands share nothing mutable but the toolbox (whose operators keep no state), so two of
-    them can take a generation at once in two threads, and each one's trajectory depends only
-    on its generator and on the migrants it receives at the synchronisation points.
+    them can take a generation at once in two threads or processes, and each one's trajectory
+    depends only on its generator and on the migrants it receives at the meetings.
     """
 
     def __init__(
-        self, tb: base.Toolbox, config: SearchConfig, evaluator: _Evaluator, rng: random.Random
+        self,
+        index: int,
+        tb: base.Toolbox,
+        config: SearchConfig,
+        evaluator: _Evaluator,
+        rng: random.Random,
     ) -> None:
+        self.index = index
         self.tb = tb
         self.config = config
         self.evaluator = evaluator
         self.rng = rng
         self.hof = tools.HallOfFame(max(1, config.elite))
         self.pop: list[Genome] = []
+        self.generation = 0
+        self.log: list[tuple[float, int, float]] = []
+        self._best_step = math.inf
 
-    def populate(self, seeds: list[Genome]) -> None:
+    def populate(self, seeds: list[Genome], clock_s: Callable[[], float]) -> None:
         """The scored seeds (copies), then mutants of them or random genomes, scored."""
         with use_rng(self.rng):
             pop, n_seeds = initial_population(self.tb, seeds, self.config.pop_size)
             self.evaluator(pop[n_seeds:])
             self.hof.update(pop)
             self.pop = pop
+        self.note(clock_s())
+
+    def note(self, clock_s: float) -> None:
+        """Log the end of a generation: clock, evaluations so far, best feasible step."""
+        infeas, step = self.hof[0].fitness.values
+        if infeas == 0.0 and step < self._best_step:
+            self._best_step = step
+        self.log.append((clock_s, self.evaluator.evaluations, self._best_step))
+
+    def emigrants(self) -> Snapshot:
+        """Copies of the ``migrants`` best genomes (DEAP's `tools.selBest`), to travel."""
+        best = tools.selBest(self.pop, min(self.config.migrants, len(self.pop)))
+        return [(bytes(ind), ind.fitness.wvalues) for ind in best]
+
+    def immigrate(self, incoming: Snapshot) -> None:
+        """Put migrants in place of the worst genomes (`tools.selWorst`), as `tools.migRing`
+        does, and let the hall of fame see them."""
+        worst = tools.selWorst(self.pop, len(incoming))
+        for (genes, w), out in zip(incoming, worst, strict=True):
+            self.pop[self.pop.index(out)] = _from_snapshot(genes, w)
+        self.hof.update(self.pop)
+
+    def report(self, stop: str) -> IslandReport:
+        top = self.hof[0]
+        return IslandReport(
+            index=self.index,
+            generations=self.generation,
+            stop=stop,
+            evaluations=self.evaluator.evaluations,
+            cache_hits=self.evaluator.cache_hits,
+            best=(bytes(top), top.fitness.wvalues),
+            log=self.log,
+        )
 
     def step(self) -> None:
         """One generation: tournament selection, variation, local improvement, scoring, elitism.
@@ -445,6 +495,12 @@ class _Island:
             self.pop = list(self.hof.items[: cfg.elite]) + offspring
 
 
+def _from_snapshot(genes: bytes, wvalues: tuple[float, ...]) -> Genome:
+    ind = creator.SlackswapGenome(genes)
+    ind.fitness.wvalues = wvalues
+    return ind
+
+
 def search(
     n_genes: int,
     fitness: BatchFitness,
@@ -457,6 +513,7 @@ def search(
     start: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
     n_jobs: int = 1,
+    processes: bool = False,
 ) -> SearchResult:
     """Run the generational loop until a stop rule fires. ``arity`` bounds each gene (see
     `make_toolbox`); ``start`` is the clock reading the time limit counts from (default: now), so
@@ -465,11 +522,13 @@ def search(
     With ``config.islands`` > 1 the population is that many islands (each ``pop_size``
     genomes, its own generator drawn from ``seed``) that evolve apart and, every
     ``migration_interval`` generations, pass their ``migrants`` best to the next island in a
-    ring (`tools.migRing`), replacing its worst. ``n_jobs`` threads take the islands'
-    generations at once: while one island's plans are in the simulator (which releases the
-    GIL), another runs DEAP's variation, so two cores both work. The islands meet after every
-    generation, where the stop rules are checked, so the result never depends on ``n_jobs``.
-    ``fitness`` must then be safe to call from two threads at once.
+    ring, where they replace its worst one interval later. ``n_jobs`` workers take the islands'
+    generations at once: forked processes when ``processes`` is set and `fork_available`,
+    else threads (which overlap only the simulator's share, as it releases the GIL). The islands
+    exchange only migrants (see `_ga_islands`), and the result never depends on ``n_jobs`` or on
+    processes. ``fitness`` must be safe to call from two threads at once when threads run
+    islands; in processes, what it changes (say, a counter) stays in the worker. The evaluation
+    limit is shared out: each island stops once it has scored its share.
     """
     t0 = clock() if start is None else start
     if config.islands < 1:
@@ -478,7 +537,6 @@ def search(
     max_gen = config.max_generations
     if all(x is None for x in limits):
         max_gen = DEFAULT_GENERATIONS
-    history: list[tuple[float, int, float]] = []
     tb = make_toolbox(n_genes, config, arity)
     # One island replays the single-population search; several take the streams after the one
     # that search draws.
@@ -487,7 +545,10 @@ def search(
     else:
         streams = np.random.default_rng(seed).integers(2**63, size=config.islands + 1)[1:]
         rngs = [FastRandom(int(s)) for s in streams]
-    islands = [_Island(tb, config, _Evaluator(n_genes, fitness, repair), rng) for rng in rngs]
+    islands = [
+        _Island(i, tb, config, _Evaluator(n_genes, fitness, repair), rng)
+        for i, rng in enumerate(rngs)
+    ]
 
     # Seeds are scored once, as given (never repaired, so the best plan can't be worse than
     # any), and every island starts from copies of them.
@@ -502,84 +563,63 @@ def search(
     scored = {bytes(ind): ind.fitness.values for ind in unique}
     nan = (math.nan, math.nan)
     initial = [scored.get(np.asarray(s, dtype=np.int8).tobytes(), nan) for s in seeds]
+    for isl in islands:
+        isl.populate([_clone(ind) for ind in unique], clock)
 
-    pool = (
-        ThreadPoolExecutor(min(n_jobs, len(islands))) if n_jobs > 1 and len(islands) > 1 else None
+    share = None
+    if config.max_evaluations is not None:
+        share = -(-config.max_evaluations // config.islands)
+    rules = Rules(max_gen, share, config.time_limit_s, t0, clock)
+    workers = max(1, min(n_jobs, config.islands))
+    reports, timed_out = run_islands(
+        islands,
+        rules,
+        interval=config.migration_interval,
+        evaluations_of=_evaluations_of,
+        workers=workers,
+        processes=processes and workers > 1 and fork_available(),
     )
-
-    def each(method: Callable[[_Island], None]) -> None:
-        if pool is None:
-            for isl in islands:
-                method(isl)
-        else:
-            for fut in [pool.submit(method, isl) for isl in islands]:
-                fut.result()
-
-    def evaluations() -> int:
-        return sum(isl.evaluator.evaluations for isl in islands)
-
-    def champion() -> Genome:
-        # The best of the islands' best (the first island on a tie): max, as DEAP's fitness
-        # compares greater for better.
-        return max((isl.hof[0] for isl in islands), key=lambda ind: ind.fitness)
-
-    best_step = math.inf
-
-    def note_progress() -> None:
-        nonlocal best_step
-        top = champion().fitness.values
-        if top[0] == 0.0 and top[1] < best_step:
-            best_step = top[1]
-            history.append((clock() - t0, evaluations(), best_step))
-
-    try:
-        each(lambda isl: isl.populate([_clone(ind) for ind in unique]))
-        note_progress()
-        generations = 0
-        gen_s = 0.0
-        stop = ""
-        while True:
-            now = clock()
-            if max_gen is not None and generations >= max_gen:
-                stop = "generations"
-            elif config.max_evaluations is not None and evaluations() >= config.max_evaluations:
-                stop = "evaluations"
-            elif config.time_limit_s is not None and now - t0 + 2 * gen_s > config.time_limit_s:
-                # The next generation might end past the limit: twice the estimate leaves room
-                # for one that a busy machine slows down (a generation is ~10-50 ms).
-                stop = "time"
-            if stop:
-                break
-            each(_Island.step)
-            generations += 1
-            if len(islands) > 1 and generations % config.migration_interval == 0:
-                tools.migRing(
-                    [isl.pop for isl in islands],
-                    min(config.migrants, config.pop_size),
-                    tools.selBest,
-                    replacement=tools.selWorst,
-                )
-                for isl in islands:
-                    isl.hof.update(isl.pop)
-            note_progress()
-            gen_s = max(gen_s * 0.8, clock() - now)  # a cautious estimate of the next one
-    finally:
-        if pool is not None:
-            pool.shutdown()
     elapsed = clock() - t0
-    top = champion()
+    # The champion: the best of the islands' best, the first island on a tie (DEAP's fitness
+    # compares greater for better).
+    tops = [_from_snapshot(*r.best) for r in reports]
+    top = max(tops, key=lambda ind: ind.fitness)
     best_infeas, best_s = top.fitness.values
-    total = evaluations()
-    history.append((elapsed, total, best_step))
+    total = sum(r.evaluations for r in reports)
+    stops = {r.stop for r in reports}
+    stop = "time" if timed_out else ("evaluations" if "evaluations" in stops else "generations")
+    history = _merge_logs(reports, t0)
+    history.append((elapsed, total, history[-1][2] if history else math.inf))
     return SearchResult(
         best=np.frombuffer(bytes(top), dtype=np.int8).copy(),
         best_infeasibility=float(best_infeas),
         best_step_s=float(best_s) if best_infeas == 0.0 else math.inf,
         evaluations=total,
-        generations=generations,
+        generations=max(r.generations for r in reports),
         stop=stop,
         elapsed_s=elapsed,
         history=history,
         initial=[(float(a), float(b)) for a, b in initial],
-        cache_hits=sum(isl.evaluator.cache_hits for isl in islands),
+        cache_hits=sum(r.cache_hits for r in reports),
     )
+
+
+def _evaluations_of(island: _Island) -> int:
+    return island.evaluator.evaluations
+
+
+def _merge_logs(reports: Sequence[IslandReport], t0: float) -> list[tuple[float, int, float]]:
+    """The run's history, generation by generation over all islands: (seconds since ``t0``
+    when the last island finished it, evaluations of all islands, best feasible step), kept
+    where the best improves. Indexing by generation, not by clock, keeps everything but the
+    seconds independent of how the islands were scheduled."""
+    history: list[tuple[float, int, float]] = []
+    best = math.inf
+    for g in range(max(len(r.log) for r in reports)):
+        rows = [r.log[min(g, len(r.log) - 1)] for r in reports]
+        step = min(row[2] for row in rows)
+        if step < best:
+            best = step
+            t = max(row[0] for row in rows) - t0
+            history.append((t, sum(row[1] for row in rows), best))
+    return history

@@ -38,18 +38,19 @@ are in benchmarks/README.md.
 
 Operators (`_ga_search`): DEAP's tournament selection, two-point crossover and uniform integer
 mutation (as a step on a window of consecutive tensors), hall-of-fame elitism, and DEAP's ring
-migration between islands: by default two populations evolve apart in two threads and swap their
-best plans every ten generations, so one island's DEAP variation (Python, holding the GIL) runs
-while the other's plans are in the simulator (compiled, GIL released) and both cores work; the
-islands synchronise after every generation, so the result does not depend on the thread count.
+migration between islands: by default two populations evolve apart, each in its own forked
+worker process (`_ga_islands`: DEAP's variation is Python and holds the GIL, so two islands in
+two threads mostly wait for each other), and swap their best plans every ten generations, the only
+time they meet; the result does not depend on the number of workers, nor on whether they are
+processes or (where the platform cannot fork, or the caller runs other threads) threads.
 ``evaluations``
 counts distinct plans the simulator scored: a plan met again (a child equal to a parent, or one
 seen in the last few generations) takes its remembered score and is not counted; the Solution's
 ``history`` is (seconds since the solve began, evaluations, best feasible step seconds) at every
 improvement and at the end, and ``info`` says how the run stopped and how each seed scored.
 
-Stops (between generations): ``max_evaluations`` (plans scored), ``max_generations``, and the
-time limit, which counts the seeding too; with none of them, `DEFAULT_GENERATIONS`. Runs stopped
+Stops (between generations): ``max_evaluations`` (plans scored; each island stops once it has
+scored its share), ``max_generations``, and the time limit, which counts the seeding too; with none of them, `DEFAULT_GENERATIONS`. Runs stopped
 by an evaluation or generation limit are exactly reproducible from the seed; a run stopped by the
 clock is reproducible up to the generation it reached, which ``info["generations"]`` records
 (pass it as ``max_generations`` to replay the run exactly).
@@ -170,6 +171,7 @@ class GeneticSearch(Solver):
         local_mutants: int = 0,
         runtime: str = "barrier-free",
         n_jobs: int = 2,
+        processes: bool = True,
     ) -> None:
         """Options: ``seeded`` (start from other solvers' plans, else random genomes);
         ``pop_size``; ``cxpb`` / ``mutpb`` (probability that a pair is crossed / a genome
@@ -184,9 +186,10 @@ class GeneticSearch(Solver):
         of ``pop_size`` evolving apart, ``migrants`` best of each passed to the next in a ring
         every ``migration_interval`` generations); ``local_mutants`` (k: each new offspring
         is replaced by the best of itself and k mutants of it, all scored); ``runtime`` (simulator runtime of the fitness
-        and the plan); ``n_jobs`` (threads: islands run their generations at once, or one
+        and the plan); ``n_jobs`` (workers: islands run their generations at once, or one
         island's population is split over the simulator threads; speed only, never the
-        result)."""
+        result); ``processes`` (run the islands' workers as forked processes where the
+        platform can fork and the caller runs no other thread, else threads)."""
         self.seeded = seeded
         self.pop_size = pop_size
         self.cxpb = cxpb
@@ -205,6 +208,7 @@ class GeneticSearch(Solver):
         self.local_mutants = local_mutants
         self.runtime = runtime
         self.n_jobs = n_jobs
+        self.processes = processes
         # Checked here too, so a bad option is the user's error (CLI: one line, exit 2) before
         # any run starts, not an error record after it.
         self._check()
@@ -270,7 +274,7 @@ class GeneticSearch(Solver):
             local_mutants=self.local_mutants,
         )
         repair = Repair(instance, budget.bytes_for(instance)) if self.repair else None
-        # Several islands take the threads themselves; a single one splits its population.
+        # Several islands take the workers themselves; a single one splits its population.
         split = self.n_jobs > 1 and self.islands == 1
         pool = ThreadPoolExecutor(self.n_jobs) if split else None
         try:
@@ -286,6 +290,7 @@ class GeneticSearch(Solver):
                 repair=repair,
                 start=t0,
                 n_jobs=self.n_jobs,
+                processes=self.processes,
             )
         finally:
             if pool is not None:

@@ -1,0 +1,426 @@
+"""Running the genetic search's islands side by side: in forked worker processes, in threads,
+or in turn in one thread, with the same result in every case.
+
+Why processes: DEAP's variation is Python and holds the GIL for about as long as the simulator
+(compiled, GIL released) takes to score the plans it makes, so two islands in two threads of one
+process mostly wait for each other's Python (measured on GPT-2 XL at 50%: two islands in two
+threads scored as many plans per second as one island in one thread; two processes, 1.6 times
+as many). A worker process made by ``fork`` inherits the loaded instance, the compiled simulator
+and the fitness closure, so it starts in milliseconds and nothing travels but genomes.
+
+The islands are dealt to groups (island i to group i mod workers); the calling thread runs
+group 0 and each other group runs in a worker, its islands taking their generations in turn.
+
+Migration is a ring with one interval of delay: every ``interval`` generations an island sends
+its ``migrants`` best (DEAP's `tools.selBest`) to the next island, and takes in, in place of its
+worst (`tools.selWorst`), the migrants the previous island sent one interval earlier. An island
+therefore never waits for a slower neighbour's current generation (a synchronous ring made both
+islands idle about a tenth of the time), only, in the rare case, for one that has fallen a whole
+interval behind; and what it receives is fixed by the sender's generation, not by timing, so the
+result is the same for any number of workers. Messages go through the calling thread, which
+routes them while it waits for its own.
+
+Stops (`StopBoard`): an island's own rules, the generation limit and its share of the
+evaluation limit, are deterministic. The clock is not: when one island finds the time limit near,
+every island runs to the highest generation any island has started, so all islands of a run
+stopped by the clock end at the same generation count and ``max_generations`` set to it replays
+the run exactly.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+#: Genomes in transit: each one's genes and its DEAP fitness ``wvalues``.
+Snapshot = list[tuple[bytes, tuple[float, ...]]]
+
+
+@dataclass
+class IslandReport:
+    """One island's outcome, sent back from a worker."""
+
+    index: int
+    generations: int
+    stop: str  # "generations", "evaluations", "time"
+    evaluations: int
+    cache_hits: int
+    best: tuple[bytes, tuple[float, ...]]  # hall-of-fame leader: genes, fitness wvalues
+    # Per generation (0 = the initial population): (clock seconds at its end, evaluations so
+    # far, best feasible step seconds so far or inf).
+    log: list[tuple[float, int, float]] = field(default_factory=list)
+
+
+class StopBoard:
+    """Where the islands decide to stop (shared by threads, or by forked processes via ``ctx``).
+
+    ``started[i]`` is the last generation island i began (-1 once it stopped by its own rule).
+    Once some island finds the time limit near, ``stop_at`` is fixed at the largest of them and
+    no island begins a later generation, while every island still runs up to it: all end at the
+    same generation, and no island waits for migrants that a stopped neighbour will never send.
+    The islands may drift apart by up to a migration interval, so the clock check allows for
+    the generations the slowest running island still has to run.
+    """
+
+    def __init__(self, n_islands: int, ctx: Any = None) -> None:
+        if ctx is None:
+            self._lock: Any = threading.Lock()
+            self._started: Any = [0] * n_islands
+            self._stop_at: Any = [-1]
+        else:
+            self._lock = ctx.Lock()
+            self._started = ctx.Array("q", n_islands, lock=False)
+            self._stop_at = ctx.Array("q", [-1], lock=False)
+
+    def may_start(self, island: int, generation: int, time_up: Callable[[int], bool]) -> bool:
+        """Whether ``island``, having finished ``generation``, may begin the next one;
+        ``time_up(lag)`` says whether the clock would pass the limit if ``lag`` more
+        generations than this one's next had to run."""
+        with self._lock:
+            stop_at = int(self._stop_at[0])
+            if stop_at < 0:
+                started = [int(s) for s in self._started[:]]
+                running = [s for s in started if s >= 0]
+                lead = max(started)
+                if time_up(lead - min(running) if running else 0):
+                    stop_at = lead
+                    self._stop_at[0] = stop_at
+            if 0 <= stop_at <= generation:
+                return False
+            self._started[island] = generation + 1
+            return True
+
+    def finish(self, island: int) -> None:
+        """``island`` stopped by its own rule: it no longer holds the others back."""
+        with self._lock:
+            self._started[island] = -1
+
+    @property
+    def timed_out(self) -> bool:
+        return int(self._stop_at[0]) >= 0
+
+
+@dataclass(frozen=True)
+class Rules:
+    """An island's stop rules: generation limit, its share of the evaluations, the clock."""
+
+    max_generations: int | None
+    evaluation_share: int | None
+    time_limit_s: float | None
+    t0: float
+    clock: Callable[[], float]
+
+    def own_stop(self, generation: int, evaluations: int) -> str:
+        if self.max_generations is not None and generation >= self.max_generations:
+            return "generations"
+        if self.evaluation_share is not None and evaluations >= self.evaluation_share:
+            return "evaluations"
+        return ""
+
+    def time_up(self, generation_s: float, lag: int) -> bool:
+        """Whether the next generation, and ``lag`` more, might end past the limit. Twice the
+        estimate for the next leaves room for one that a busy machine slows down."""
+        if self.time_limit_s is None:
+            return False
+        return self.clock() - self.t0 + (2 + lag) * generation_s > self.time_limit_s
+
+
+class WorkerFailed(RuntimeError):
+    """An island worker raised (its message), or exited without a word."""
+
+
+class _Post:
+    """A group's mail: migrants and stop notices for its islands, by (generation, island).
+
+    ``fetch`` blocks for the next message addressed to this group; ``send`` addresses one to
+    an island, wherever it runs. Messages: ("mig", to, generation, genomes), ("stop", to,
+    last generation of the sender), ("done", reports), ("error", text).
+    """
+
+    def __init__(self, group: int, workers: int) -> None:
+        self.group = group
+        self.workers = workers
+        self.migrants: dict[tuple[int, int], Snapshot] = {}  # (generation, island) -> genomes
+        self.sender_stopped: dict[int, int] = {}  # island -> last generation of its sender
+
+    def file(self, msg: tuple[Any, ...]) -> None:
+        if msg[0] == "mig":
+            self.migrants[(msg[2], msg[1])] = msg[3]
+        elif msg[0] == "stop":
+            self.sender_stopped[msg[1]] = msg[2]
+        elif msg[0] == "error":
+            raise WorkerFailed(msg[1])
+        else:
+            raise WorkerFailed(f"ga: unexpected island message {msg[0]!r}")
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        if msg[1] % self.workers == self.group:
+            self.file(msg)
+        else:
+            self._send_away(msg)
+
+    def take(self, island: int, generation: int) -> Snapshot | None:
+        """The migrants sent to ``island`` at ``generation``; None if its sender stopped first."""
+        key = (generation, island)
+        while key not in self.migrants:
+            if self.sender_stopped.get(island, generation) < generation:
+                return None
+            self.file(self._fetch())
+        return self.migrants.pop(key)
+
+    def poll(self) -> None:
+        """Handle what has arrived, without waiting (the hub routes it on)."""
+
+    def _send_away(self, msg: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+    def _fetch(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+
+class _WorkerPost(_Post):
+    """A worker group's mail: everything goes through its one link to the calling thread."""
+
+    def __init__(self, group: int, workers: int, conn: Connection) -> None:
+        super().__init__(group, workers)
+        self.conn = conn
+
+    def _send_away(self, msg: tuple[Any, ...]) -> None:
+        self.conn.send(msg)
+
+    def _fetch(self) -> tuple[Any, ...]:
+        msg: tuple[Any, ...] = self.conn.recv()
+        return msg
+
+
+class _HubPost(_Post):
+    """The calling thread's mail: it also routes the workers' messages to each other and
+    collects their reports."""
+
+    def __init__(self, workers: int, links: dict[int, Connection]) -> None:
+        super().__init__(0, workers)
+        self.links = links
+        self.live = set(links)
+        self.reports: list[IslandReport] = []
+
+    def _send_away(self, msg: tuple[Any, ...]) -> None:
+        group = msg[1] % self.workers
+        if group in self.live:  # a finished worker needs nothing more
+            try:
+                self.links[group].send(msg)
+            except BrokenPipeError:
+                # It finished and closed its end before its report was read here; had it
+                # failed instead, reading its link says so.
+                pass
+
+    def _receive(self, group: int) -> tuple[Any, ...] | None:
+        """Take one message from a worker: handle it here, or return it if it is for group 0."""
+        try:
+            msg: tuple[Any, ...] = self.links[group].recv()
+        except EOFError:
+            raise WorkerFailed(f"ga: island worker {group} exited unexpectedly") from None
+        if msg[0] == "done":
+            self.reports.extend(msg[1])
+            self.live.discard(group)
+        elif msg[0] == "error":
+            raise WorkerFailed(f"ga: island worker {group} failed: {msg[1]}")
+        elif msg[1] % self.workers == 0:
+            return msg
+        else:
+            self._send_away(msg)
+        return None
+
+    def _fetch(self) -> tuple[Any, ...]:
+        while True:
+            if not self.live:
+                raise WorkerFailed("ga: every island worker finished while an island still waited")
+            by_conn = {id(self.links[g]): g for g in self.live}
+            for conn in wait([self.links[g] for g in sorted(self.live)]):
+                msg = self._receive(by_conn[id(conn)])
+                if msg is not None:
+                    return msg
+
+    def poll(self) -> None:
+        # Workers' messages to each other pass here; route them at least once a generation.
+        ready = True
+        while ready:
+            ready = False
+            for g in sorted(self.live):
+                if g in self.live and self.links[g].poll():
+                    ready = True
+                    msg = self._receive(g)
+                    if msg is not None:
+                        self.file(msg)
+
+    def drain(self) -> None:
+        """Route and collect until every worker has reported."""
+        while self.live:
+            by_conn = {id(self.links[g]): g for g in self.live}
+            for conn in wait([self.links[g] for g in sorted(self.live)]):
+                msg = self._receive(by_conn[id(conn)])
+                if msg is not None:
+                    self.file(msg)
+
+
+def run_group(
+    islands: Sequence[Any],
+    rules: Rules,
+    board: StopBoard,
+    post: _Post,
+    *,
+    n_islands: int,
+    interval: int,
+    evaluations_of: Callable[[Any], int],
+) -> list[IslandReport]:
+    """Run these islands' generations in turn until each stops, migrating every ``interval``
+    generations along the ring of all ``n_islands`` islands."""
+    active = list(islands)
+    reports: list[IslandReport] = []
+    step_s = {isl.index: 0.0 for isl in islands}
+    started_at = {isl.index: rules.clock() for isl in islands}
+    ring = n_islands > 1
+    while active:
+        post.poll()
+        for isl in list(active):
+            now = rules.clock()
+            if isl.generation > 0:
+                # Time between this island's generations: a round of the whole group.
+                step_s[isl.index] = max(0.8 * step_s[isl.index], now - started_at[isl.index])
+            started_at[isl.index] = now
+            stop = rules.own_stop(isl.generation, evaluations_of(isl))
+            if stop:
+                board.finish(isl.index)
+            elif not board.may_start(
+                isl.index, isl.generation, partial(rules.time_up, step_s[isl.index])
+            ):
+                stop = "time"
+            if stop:
+                active.remove(isl)
+                reports.append(isl.report(stop))
+                if ring:
+                    post.send(("stop", (isl.index + 1) % n_islands, isl.generation))
+                continue
+            isl.step()
+            isl.generation += 1
+            g = isl.generation
+            if ring and g % interval == 0:
+                if g > interval:
+                    incoming = post.take(isl.index, g - interval)
+                    if incoming is not None:
+                        isl.immigrate(incoming)
+                post.send(("mig", (isl.index + 1) % n_islands, g, isl.emigrants()))
+            isl.note(rules.clock())
+    return reports
+
+
+def _worker(
+    inherited: list[Connection],
+    conn: Connection,
+    group: int,
+    workers: int,
+    islands: Sequence[Any],
+    rules: Rules,
+    board: StopBoard,
+    n_islands: int,
+    interval: int,
+    evaluations_of: Callable[[Any], int],
+) -> None:
+    """A worker group's main: run its islands, talking to the calling thread through ``conn``.
+
+    ``inherited``: the calling thread's ends of the links made before this worker's, which a
+    forked worker holds copies of; it closes them, or a worker that exits would not be seen to
+    (its link would stay open here)."""
+    for other in inherited:
+        other.close()
+    post = _WorkerPost(group, workers, conn)
+    try:
+        reports = run_group(
+            islands, rules, board, post,
+            n_islands=n_islands, interval=interval, evaluations_of=evaluations_of,
+        )  # fmt: skip
+        conn.send(("done", reports))
+    except (EOFError, BrokenPipeError):
+        pass  # the calling thread gave up (it failed itself); nothing to report
+    except BaseException as exc:  # noqa: BLE001 - sent to the calling thread, which raises it
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        try:
+            conn.send(("error", text))
+        except OSError:
+            pass
+    finally:
+        conn.close()
+
+
+def fork_available() -> bool:
+    """Whether worker processes can be forked safely here: a fork start method exists, the
+    calling process runs no other thread (a thread holding a lock at the fork would leave the
+    child's copy of that lock held forever), and it is not itself a daemonic worker (say, of a
+    `multiprocessing.Pool`), which may not have children."""
+    return (
+        "fork" in multiprocessing.get_all_start_methods()
+        and threading.active_count() == 1
+        and not multiprocessing.current_process().daemon
+    )
+
+
+def run_islands(
+    islands: Sequence[Any],
+    rules: Rules,
+    *,
+    interval: int,
+    evaluations_of: Callable[[Any], int],
+    workers: int,
+    processes: bool,
+) -> tuple[list[IslandReport], bool]:
+    """Run every island until it stops, in ``workers`` groups (forked processes when
+    ``processes``, else threads; the calling thread runs the first group and routes messages).
+    Returns the reports in island order and whether the clock stopped the run."""
+    n = len(islands)
+    workers = max(1, min(workers, n))
+    ctx = multiprocessing.get_context("fork") if processes and workers > 1 else None
+    board = StopBoard(n, ctx)
+    links: dict[int, Connection] = {}
+    runners: list[Any] = []
+    common = (rules, board, n, interval, evaluations_of)
+    if ctx is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()  # a forked child must not write the parent's buffered output again
+    try:
+        for g in range(1, workers):
+            mine, theirs = (ctx or multiprocessing).Pipe()
+            inherited = list(links.values()) if ctx is not None else []
+            args = (inherited, theirs, g, workers, islands[g::workers], *common)
+            runner: Any
+            if ctx is not None:
+                runner = ctx.Process(target=_worker, args=args, daemon=True)
+                runner.start()
+                theirs.close()  # the child holds its end; EOF then means it exited
+            else:
+                runner = threading.Thread(target=_worker, args=args, daemon=True)
+                runner.start()
+            links[g] = mine
+            runners.append(runner)
+        hub = _HubPost(workers, links)
+        reports = run_group(
+            islands[0::workers], rules, board, hub,
+            n_islands=n, interval=interval, evaluations_of=evaluations_of,
+        )  # fmt: skip
+        hub.drain()
+        reports += hub.reports
+    finally:
+        for conn in links.values():
+            conn.close()
+        for runner in runners:
+            runner.join(timeout=5.0)
+            if ctx is not None and runner.is_alive():
+                runner.terminate()
+                runner.join()
+    reports.sort(key=lambda r: r.index)
+    return reports, board.timed_out
