@@ -5,8 +5,8 @@ and, with ``--plain``, ``ga-random`` without the repair (infeasible plans still 
 and without both repair and ranking (every infeasible plan alike: the paper's behaviour), each for
 ``--seconds`` and one seed, and prints plans evaluated, plans per second, the best step, the
 throughput beside the paper's, the improvement on SlackSwap, and the plans per CPU-second of the
-process and its island workers (all threads) with the cores it kept busy (CPU / wall): on a shared machine the wall-clock
-rate follows the load, the CPU rate much less. The paper scored 6,600-14,000 plans in 45 s; the
+process and its island workers with the cores they kept busy (CPU / wall): on a shared machine
+the wall-clock rate follows the load, the CPU rate much less. The paper scored 6,600-14,000 plans in 45 s; the
 target here is at least 100 times that.
 
     .venv/bin/python benchmarks/bench_genetic.py [--seconds 45] [--models bert-large,gpt2-xl,llama-7b]

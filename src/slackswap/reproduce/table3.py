@@ -56,7 +56,7 @@ WHY = {
     ),
     "ga": (
         "the genetic search depends on its wall-clock budget and on the machine: the toolkit's "
-        "simulator scores plans far faster than the paper's (15,000-29,000 a second on a 2-core "
+        "simulator scores plans far faster than the paper's (20,000-34,000 a second on a 2-core "
         "VM instead of 150-310), so a given --ga-seconds explores more; with --ga-seconds below "
         "45 it explores less than the paper's search per plan scored in the paper's time"
     ),
