@@ -139,8 +139,8 @@ class WorkerFailed(RuntimeError):
 class _Post:
     """A group's mail: migrants and stop notices for its islands, by (generation, island).
 
-    ``fetch`` blocks for the next message addressed to this group; ``send`` addresses one to
-    an island, wherever it runs. Messages: ("mig", to, generation, genomes), ("stop", to,
+    ``send`` addresses a message to an island, wherever it runs; ``take`` waits (reading this
+    group's link) for the migrants an island is due. Messages: ("mig", to, generation, genomes), ("stop", to,
     last generation of the sender), ("done", reports), ("error", text).
     """
 
