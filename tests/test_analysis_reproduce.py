@@ -136,3 +136,17 @@ def test_fig4_vgg16_facts_use_the_65_percent_point() -> None:
     old = vgg(False, None)
     assert old["VGG-16: SlackSwap down to 70% (65% is not in the results)"].holds
     assert old["VGG-16: checkpoint stops fitting below 70%"].paper == "plan at 70%, none at 60%"
+
+
+def test_titanx_fact_reports_both_policies_against_the_papers_check(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from slackswap.reproduce import fig4
+
+    fact = fig4.titanx_fact()
+    conv, vdnn_all = (float(x.strip().rstrip("%")) / 100 for x in fact.toolkit.split("/"))
+    assert fact.paper == "3.4% / 22.0%"
+    within = abs(conv - 0.034) <= 0.02 and abs(vdnn_all - 0.22) <= 0.02
+    assert fact.holds is within
+    assert fact.holds or "forward stall" in fact.why  # where it differs, the stalls are shown
+    # The check fails when a policy is off by more than 2 points.
+    monkeypatch.setattr(fig4, "TITANX_PAPER", {"conv": conv + 0.021, "all": vdnn_all})
+    assert fig4.titanx_fact().holds is False
