@@ -72,9 +72,10 @@ def titanx_fact() -> Fact:
             parts.append(f"vDNN-{policy}: {rec.status.value} ({rec.reason})")
             continue
         over[policy] = rec.step_s / rec.ideal_s - 1
+        fwd, bwd = rec.fwd_stall_s or 0.0, rec.bwd_stall_s or 0.0  # set whenever step_s is
         parts.append(
-            f"vDNN-{policy}: forward stall {1e3 * rec.fwd_stall_s:.1f} ms, backward stall "
-            f"{1e3 * rec.bwd_stall_s:.1f} ms on an ideal step of {1e3 * rec.ideal_s:.1f} ms"
+            f"vDNN-{policy}: forward stall {1e3 * fwd:.1f} ms, backward stall "
+            f"{1e3 * bwd:.1f} ms on an ideal step of {1e3 * rec.ideal_s:.1f} ms"
         )
     holds = all(abs(over[p] - TITANX_PAPER[p]) <= TITANX_TOL for p in TITANX_PAPER)
     return Fact(
