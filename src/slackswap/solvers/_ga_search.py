@@ -9,7 +9,8 @@ tournament selection (`tools.selTournament`), variation as `algorithms.varAnd` d
 of consecutive pairs with probability cxpb, then mutation with probability mutpb) but without
 re-scoring what it did not change (see `vary`), elitism through a `tools.HallOfFame` whose
 members rejoin every generation, and ring migration between islands (`tools.selBest` migrants
-replace `tools.selWorst`, as `tools.migRing` moves them, one interval late: see `_ga_islands`). Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
+replace `tools.selWorst`, as `tools.migRing` moves them, but one interval late: see
+`_ga_islands`). Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
 infeasible plan ranks below every feasible one and by how far it overflows the budget.
 
 Fitness comes from a batch function (the simulator's population entry point), called once per
@@ -405,7 +406,7 @@ class _Island:
 
     Islands share nothing mutable but the toolbox (whose operators keep no state), so two of
     them can take a generation at once in two threads or processes, and each one's trajectory
-    depends only on its generator and on the migrants it receives at the meetings.
+    depends only on its generator and on the migrants it takes in.
     """
 
     def __init__(
