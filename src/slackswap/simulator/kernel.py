@@ -47,6 +47,12 @@ _jit = njit(**_JIT_OPTIONS)
 
 KEEP, SWAP, RECOMP = 0, 1, 2
 BIG = np.int64(1) << 60
+# Hot loops index with unsigned integers: numba wraps a negative signed index around (a compare,
+# a select and a load of the array's length on every access), and an unsigned one cannot be
+# negative. Tensor and CSR positions are never negative where they are cast (lists end at -1, so
+# a list walk casts inside the loop).
+_ix = np.uint64
+ONE = np.uint64(1)
 
 # Rows of the per-tensor int64 work array `Work.wt`.
 W_AT = 0  # first operator needing the tensor: rebuild point (recomp), H2D deadline (swap)
@@ -234,7 +240,7 @@ def _start_copy(fs, ns, st, hw, e, u):
     ns[I_ENG + e] = u
     rate = hw[H_BW] * hw[H_DUPLEX] if ns[I_ENG + other] >= 0 else hw[H_BW]
     fs[F_LAT + e] = now + hw[H_LATENCY]
-    fs[F_END + e] = fs[F_LAT + e] + st[T_BYTES, u] / rate
+    fs[F_END + e] = fs[F_LAT + e] + st[T_BYTES, _ix(u)] / rate
     fs[F_ST + e] = now
     _set_next(fs, ns)
 
@@ -249,27 +255,27 @@ def _h2d_head(ns, wt, fl, wo, n):
     cd = BIG
     while hp <= limit and hp < n:
         node = hq
-        while node >= 0 and (fl[L_PEND, node] == 0 or fl[L_INRQ, node] != 0):
-            node = wt[W_ND_NEXT, node]
+        while node >= 0 and (fl[L_PEND, _ix(node)] == 0 or fl[L_INRQ, _ix(node)] != 0):
+            node = wt[W_ND_NEXT, _ix(node)]
         if node >= 0:
             cand = node
             cd = hp
             hq = node
             break
         hp += 1
-        hq = wo[B_ND, hp] if hp < n else -1
+        hq = wo[B_ND, _ix(hp)] if hp < n else -1
     ns[I_HP] = hp
     ns[I_HQ] = hq
     m = ns[I_RQN]
     k = 0
     while k < m:
         u = wt[W_RQ, k]
-        if fl[L_PEND, u] == 0:
-            fl[L_INRQ, u] = 0
+        if fl[L_PEND, _ix(u)] == 0:
+            fl[L_INRQ, _ix(u)] = 0
             m -= 1
             wt[W_RQ, k] = wt[W_RQ, m]
             continue
-        d = wt[W_RQ_D, u]
+        d = wt[W_RQ_D, _ix(u)]
         if d <= limit and d < cd:
             cd = d
             cand = u
@@ -280,9 +286,9 @@ def _h2d_head(ns, wt, fl, wo, n):
 
 @_inline
 def _start_h2d(fs, ns, fl, st, hw, rec, u):
-    fl[L_PEND, u] = 0
+    fl[L_PEND, _ix(u)] = 0
     ns[I_NPEND] -= 1
-    _mem(ns, rec, st[T_BYTES, u], fs[F_NOW])
+    _mem(ns, rec, st[T_BYTES, _ix(u)], fs[F_NOW])
     _start_copy(fs, ns, st, hw, 1, u)
 
 
@@ -300,34 +306,35 @@ def _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec):
     if end > n:
         end = n
     look = so[O_CUMTR, end] - so[O_CUMTR, nxt] if nxt < n else 0
-    if ns[I_USED] + st[T_BYTES, h] + look <= ns[I_BUDGET]:
+    if ns[I_USED] + st[T_BYTES, _ix(h)] + look <= ns[I_BUDGET]:
         _start_h2d(fs, ns, fl, st, hw, rec, h)
 
 
 @_inline
 def _finish(fs, ns, wt, fl, st, hw, rec, e):
     u = ns[I_ENG + e]
+    uu = _ix(u)
     now = fs[F_NOW]
     ns[I_VER] += 1
     if ns[I_REC] != 0:
         _record(ns, rec, LANE_COPY, fs[F_ST + e], now, e, u, 0)
     if e == 0:
-        fl[L_HOST, u] = 1
-        ns[I_D2HB] += st[T_BYTES, u]
-        if fl[L_FREEOK, u] != 0 and fl[L_RES, u] != 0:
-            fl[L_RES, u] = 0
-            _mem(ns, rec, -st[T_BYTES, u], now)
+        fl[L_HOST, uu] = 1
+        ns[I_D2HB] += st[T_BYTES, uu]
+        if fl[L_FREEOK, uu] != 0 and fl[L_RES, uu] != 0:
+            fl[L_RES, uu] = 0
+            _mem(ns, rec, -st[T_BYTES, uu], now)
     else:
-        fl[L_RES, u] = 1
-        ns[I_H2DB] += st[T_BYTES, u]
+        fl[L_RES, uu] = 1
+        ns[I_H2DB] += st[T_BYTES, uu]
     if e == 0 and ns[I_FH] < ns[I_FT]:
         # The next offload starts at once: the H2D engine's rate does not change.
-        v = wt[W_FIFO, ns[I_FH]]
+        v = wt[W_FIFO, _ix(ns[I_FH])]
         ns[I_FH] += 1
         ns[I_ENG] = v
         rate = hw[H_BW] * hw[H_DUPLEX] if ns[I_ENG + 1] >= 0 else hw[H_BW]
         fs[F_LAT] = now + hw[H_LATENCY]
-        fs[F_END] = fs[F_LAT] + st[T_BYTES, v] / rate
+        fs[F_END] = fs[F_LAT] + st[T_BYTES, _ix(v)] / rate
         fs[F_ST] = now
     else:
         ns[I_ENG + e] = -1
@@ -432,14 +439,15 @@ def _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, horizon):
 def _account(fs, ns, base, rec, j, slot, kind, tensor):
     """Move the compute delay up to the DMA clock after a wait; charge the stall to ``slot``."""
     old = fs[F_DELAY]
-    if fs[F_NOW] <= base[j] + old:
+    bj = base[_ix(j)]
+    if fs[F_NOW] <= bj + old:
         return  # no wait happened (the clock sits at the compute time)
-    d = fs[F_NOW] - base[j]
+    d = fs[F_NOW] - bj
     if d > old:
         fs[slot] += d - old
         fs[F_DELAY] = d
         if ns[I_REC] != 0:
-            _record(ns, rec, LANE_COMPUTE, base[j] + old, base[j] + d, kind, j, tensor)
+            _record(ns, rec, LANE_COMPUTE, bj + old, bj + d, kind, j, tensor)
 
 
 @_jit
@@ -531,9 +539,9 @@ def _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n):
     Returns the lowest tensor marked RECOMP without a finite recompute cost, or -1.
     """
     for k in range(nf, n):
-        wo[B_ND, k] = -1
-        wo[B_RB, k] = -1
-        wo[B_RL, k] = -1
+        wo[B_ND, _ix(k)] = -1
+        wo[B_RB, _ix(k)] = -1
+        wo[B_RL, _ix(k)] = -1
     nt = act.shape[0]
     fl[:, :nt] = 0
     bad = -1
@@ -542,26 +550,27 @@ def _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n):
     # front leaves each bucket in increasing producer order (chain inputs rebuild first). Random
     # plans make branches on the action unpredictable, hence the selects and row arithmetic.
     for k in range(nt):
-        u = st[T_ORDER, k]
+        t = st[T_ORDER, k]
+        u = _ix(t)
         r = st[T_FBR, u]
         rel = st[T_LBR, u]
-        for p in range(st[T_RCONS, u], st[T_RCONS, u + 1]):
-            v = idx[p]
+        for p in range(st[T_RCONS, u], st[T_RCONS, u + ONE]):
+            v = _ix(idx[_ix(p)])
             at = wt[W_AT, v]  # loaded unconditionally so the choice below is a select
             rv = at if act[v] == RECOMP else r
             r = min(r, rv)
             rel = max(rel, rv)
         wt[W_AT, u] = r
         wt[W_RELEASE_AT, u] = rel
-        wt[W_RL_NEXT, u] = wo[B_RL, rel]
-        wo[B_RL, rel] = u
+        wt[W_RL_NEXT, u] = wo[B_RL, _ix(rel)]
+        wo[B_RL, _ix(rel)] = t
         a = act[u]
-        wt[W_NEXT + a, u] = wo[a, r]
-        wo[a, r] = u
-        wt[W_SWAPS, nswap] = u
+        wt[_ix(W_NEXT + a), u] = wo[_ix(a), _ix(r)]
+        wo[_ix(a), _ix(r)] = t
+        wt[W_SWAPS, _ix(nswap)] = t
         nswap += a == SWAP
-        if not np.isfinite(trec[u]) and a == RECOMP and (bad < 0 or u < bad):
-            bad = u
+        if not np.isfinite(trec[u]) and a == RECOMP and (bad < 0 or t < bad):
+            bad = t
     ns[I_NSWAP] = nswap
     return bad
 
@@ -640,14 +649,16 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
     if recording != 0:
         _record(ns, rec, LANE_MEM, 0.0, 0, 0, 0, 0)
     for j in range(n):
+        ju = _ix(j)
+        ju1 = ju + ONE
         fwd = j < nf
         ns[I_NXT] = j
-        t = base[j] + fs[F_DELAY]
+        t = base[ju] + fs[F_DELAY]
         if fs[F_NEXT] <= t:
             _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t)
         elif t > fs[F_NOW]:
             fs[F_NOW] = t
-        if fw != 0 and (fw == 2 or (so[O_FWD_LAYER_START, j] != 0 if fwd else j == nf)):
+        if fw != 0 and (fw == 2 or (so[O_FWD_LAYER_START, ju] != 0 if fwd else j == nf)):
             if fw == 1 and fwd:
                 # vDNN: a layer waits for the offloads of the tensors earlier layers read last
                 # (an offload overlaps the layer that reads its tensor; the next one waits).
@@ -660,15 +671,15 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
         if j == nf:
             _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf)
         if not fwd:
-            if so[O_SEG_FIRST, j] != 0 and (hr == 1 or hr == 2):
+            if so[O_SEG_FIRST, ju] != 0 and (hr == 1 or hr == 2):
                 ahead = (
-                    so[O_NEXT_SEG_END, j] if hr == 2 else _next_prefetch_end(ns, wt, fl, wo, so, j)
+                    so[O_NEXT_SEG_END, ju] if hr == 2 else _next_prefetch_end(ns, wt, fl, wo, so, j)
                 )
                 if ahead > ns[I_LIMIT]:
                     ns[I_LIMIT] = ahead
                 _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
-            if so[O_SEG_FIRST, j] != 0 and hr == 1:
-                horizon = so[O_SEG_END, j]
+            if so[O_SEG_FIRST, ju] != 0 and hr == 1:
+                horizon = so[O_SEG_END, ju]
                 for k in range(j, horizon + 1):
                     u = wo[B_ND, k]
                     while u >= 0:
@@ -677,62 +688,63 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
                         u = wt[W_ND_NEXT, u]
                 _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
             # Rebuilds right before the first backward reader, chain inputs first.
-            v = wo[B_RB, j]
+            v = wo[B_RB, ju]
             while v >= 0:
-                for p in range(st[T_RIN, v], st[T_RIN, v + 1]):
-                    u = idx[p]
-                    if act[u] == SWAP and fl[L_RES, u] == 0:
+                vu = _ix(v)
+                for p in range(st[T_RIN, vu], st[T_RIN, vu + ONE]):
+                    u = idx[_ix(p)]
+                    if act[_ix(u)] == SWAP and fl[L_RES, _ix(u)] == 0:
                         _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, j)
                 _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, v)
-                b = st[T_BYTES, v]
+                b = st[T_BYTES, vu]
                 if ns[I_USED] + b > budget:
                     _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, b, j, False)
                     _account(fs, ns, base, rec, j, F_BSM, K_STALL_MEM, v)
-                t0 = base[j] + fs[F_DELAY]
-                fl[L_RES, v] = 1
+                t0 = base[ju] + fs[F_DELAY]
+                fl[L_RES, vu] = 1
                 _mem(ns, rec, b, t0)
-                fs[F_DELAY] += trec[v]
-                fs[F_REC] += trec[v]
-                t1 = base[j] + fs[F_DELAY]
+                fs[F_DELAY] += trec[vu]
+                fs[F_REC] += trec[vu]
+                t1 = base[ju] + fs[F_DELAY]
                 if recording != 0:
                     _record(ns, rec, LANE_COMPUTE, t0, t1, K_REBUILD, j, v)
                 if fs[F_NEXT] <= t1:
                     _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
                 elif t1 > fs[F_NOW]:
                     fs[F_NOW] = t1
-                v = wt[W_RB_NEXT, v]
+                v = wt[W_RB_NEXT, vu]
             waited = False
-            for p in range(so[O_READS, j], so[O_READS, j + 1]):
-                u = idx[p]
-                if fl[L_RES, u] == 0 and act[u] == SWAP:
+            for p in range(so[O_READS, ju], so[O_READS, ju1]):
+                u = idx[_ix(p)]
+                if fl[L_RES, _ix(u)] == 0 and act[_ix(u)] == SWAP:
                     _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, j)
                     waited = True
             if waited:
                 _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
-        alloc = so[O_TRANS, j] + so[O_PROD_BYTES, j]
+        alloc = so[O_TRANS, ju] + so[O_PROD_BYTES, ju]
         if ns[I_USED] + alloc > budget:
             _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, alloc, j, fwd)
             _account(fs, ns, base, rec, j, F_FSM if fwd else F_BSM, K_STALL_MEM, -1)
-        t0 = base[j] + fs[F_DELAY]
+        t0 = base[ju] + fs[F_DELAY]
         _mem(ns, rec, alloc, t0)
         ns[I_NXT] = j + 1
-        t1 = base[j + 1] + fs[F_DELAY]
+        t1 = base[ju1] + fs[F_DELAY]
         if recording != 0:
             _record(ns, rec, LANE_COMPUTE, t0, t1, K_OP, j, -1)
         if fs[F_NEXT] <= t1:
             _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
         elif t1 > fs[F_NOW]:
             fs[F_NOW] = t1
-        _mem(ns, rec, -so[O_TRANS, j], t1)
+        _mem(ns, rec, -so[O_TRANS, ju], t1)
         if fwd:
-            for p in range(so[O_PROD, j], so[O_PROD, j + 1]):
-                u = idx[p]
-                fl[L_RES, u] = 1
-                wt[W_FIFO, ns[I_FT]] = u
-                ns[I_FT] += act[u] == SWAP
-            for p in range(so[O_LFR, j], so[O_LFR, j + 1]):
+            for p in range(so[O_PROD, ju], so[O_PROD, ju1]):
+                u = idx[_ix(p)]
+                fl[L_RES, _ix(u)] = 1
+                wt[W_FIFO, _ix(ns[I_FT])] = u
+                ns[I_FT] += act[_ix(u)] == SWAP
+            for p in range(so[O_LFR, ju], so[O_LFR, ju1]):
                 # recomp: free now; swap: free now if offloaded, else when the offload ends.
-                u = idx[p]
+                u = _ix(idx[_ix(p)])
                 a = act[u]
                 host = np.int64(fl[L_HOST, u] != 0)
                 isswap = np.int64(a == SWAP)
@@ -746,18 +758,19 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
                 ns[I_FH] += 1
                 _start_copy(fs, ns, st, hw, 0, u)
         else:
-            u = wo[B_RL, j]
+            u = wo[B_RL, ju]
             while u >= 0:
-                if fl[L_RES, u] != 0:
-                    if act[u] == SWAP and fl[L_HOST, u] == 0:
-                        fl[L_FREEOK, u] = 1  # the offload still reads it
+                uu = _ix(u)
+                if fl[L_RES, uu] != 0:
+                    if act[uu] == SWAP and fl[L_HOST, uu] == 0:
+                        fl[L_FREEOK, uu] = 1  # the offload still reads it
                     else:
-                        fl[L_RES, u] = 0
-                        _mem(ns, rec, -st[T_BYTES, u], t1)
-                if fl[L_PEND, u] != 0:
-                    fl[L_PEND, u] = 0
+                        fl[L_RES, uu] = 0
+                        _mem(ns, rec, -st[T_BYTES, uu], t1)
+                if fl[L_PEND, uu] != 0:
+                    fl[L_PEND, uu] = 0
                     ns[I_NPEND] -= 1
-                u = wt[W_RL_NEXT, u]
+                u = wt[W_RL_NEXT, uu]
             if ns[I_ENG + 1] < 0 and ns[I_NPEND] != 0:
                 _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
     # Copies still running after the last operator finish (they count in the bytes moved) but
