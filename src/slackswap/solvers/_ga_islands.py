@@ -237,13 +237,17 @@ class _HubPost(_Post):
             self._send_away(msg)
         return None
 
+    def _ready(self) -> list[int]:
+        """Wait until some live worker's link has a message; those workers, in order."""
+        by_conn = {id(self.links[g]): g for g in self.live}
+        return sorted(by_conn[id(c)] for c in wait([self.links[g] for g in self.live]))
+
     def _fetch(self) -> tuple[Any, ...]:
         while True:
             if not self.live:
                 raise WorkerFailed("ga: every island worker finished while an island still waited")
-            by_conn = {id(self.links[g]): g for g in self.live}
-            for conn in wait([self.links[g] for g in sorted(self.live)]):
-                msg = self._receive(by_conn[id(conn)])
+            for group in self._ready():
+                msg = self._receive(group)
                 if msg is not None:
                     return msg
 
@@ -262,9 +266,8 @@ class _HubPost(_Post):
     def drain(self) -> None:
         """Route and collect until every worker has reported."""
         while self.live:
-            by_conn = {id(self.links[g]): g for g in self.live}
-            for conn in wait([self.links[g] for g in sorted(self.live)]):
-                msg = self._receive(by_conn[id(conn)])
+            for group in self._ready():
+                msg = self._receive(group)
                 if msg is not None:
                     self.file(msg)
 
@@ -277,7 +280,6 @@ def run_group(
     *,
     n_islands: int,
     interval: int,
-    evaluations_of: Callable[[Any], int],
 ) -> list[IslandReport]:
     """Run these islands' generations in turn until each stops, migrating every ``interval``
     generations along the ring of all ``n_islands`` islands."""
@@ -294,7 +296,7 @@ def run_group(
                 # Time between this island's generations: a round of the whole group.
                 step_s[isl.index] = max(0.8 * step_s[isl.index], now - started_at[isl.index])
             started_at[isl.index] = now
-            stop = rules.own_stop(isl.generation, evaluations_of(isl))
+            stop = rules.own_stop(isl.generation, isl.evaluations)
             if stop:
                 board.finish(isl.index)
             elif not board.may_start(
@@ -330,7 +332,6 @@ def _worker(
     board: StopBoard,
     n_islands: int,
     interval: int,
-    evaluations_of: Callable[[Any], int],
 ) -> None:
     """A worker group's main: run its islands, talking to the calling thread through ``conn``.
 
@@ -343,7 +344,7 @@ def _worker(
     try:
         reports = run_group(
             islands, rules, board, post,
-            n_islands=n_islands, interval=interval, evaluations_of=evaluations_of,
+            n_islands=n_islands, interval=interval,
         )  # fmt: skip
         conn.send(("done", reports))
     except (EOFError, BrokenPipeError):
@@ -375,7 +376,6 @@ def run_islands(
     rules: Rules,
     *,
     interval: int,
-    evaluations_of: Callable[[Any], int],
     workers: int,
     processes: bool,
 ) -> tuple[list[IslandReport], bool]:
@@ -388,7 +388,7 @@ def run_islands(
     board = StopBoard(n, ctx)
     links: dict[int, Connection] = {}
     runners: list[Any] = []
-    common = (rules, board, n, interval, evaluations_of)
+    common = (rules, board, n, interval)
     if ctx is not None:
         sys.stdout.flush()
         sys.stderr.flush()  # a forked child must not write the parent's buffered output again
@@ -410,7 +410,7 @@ def run_islands(
         hub = _HubPost(workers, links)
         reports = run_group(
             islands[0::workers], rules, board, hub,
-            n_islands=n, interval=interval, evaluations_of=evaluations_of,
+            n_islands=n, interval=interval,
         )  # fmt: skip
         hub.drain()
         reports += hub.reports

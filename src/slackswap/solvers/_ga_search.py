@@ -437,6 +437,11 @@ class _Island:
             self.pop = pop
         self.note(clock_s())
 
+    @property
+    def evaluations(self) -> int:
+        """Plans this island's evaluator has scored."""
+        return self.evaluator.evaluations
+
     def note(self, clock_s: float) -> None:
         """Log the end of a generation: clock, evaluations so far, best feasible step."""
         infeas, step = self.hof[0].fitness.values
@@ -576,7 +581,6 @@ def search(
         islands,
         rules,
         interval=config.migration_interval,
-        evaluations_of=_evaluations_of,
         workers=workers,
         processes=processes and workers > 1 and fork_available(),
     )
@@ -603,10 +607,6 @@ def search(
         initial=[(float(a), float(b)) for a, b in initial],
         cache_hits=sum(r.cache_hits for r in reports),
     )
-
-
-def _evaluations_of(island: _Island) -> int:
-    return island.evaluator.evaluations
 
 
 def _merge_logs(reports: Sequence[IslandReport], t0: float) -> list[tuple[float, int, float]]:
