@@ -529,12 +529,12 @@ def search(
     genomes, its own generator drawn from ``seed``) that evolve apart and, every
     ``migration_interval`` generations, pass their ``migrants`` best to the next island in a
     ring, where they replace its worst one interval later. ``n_jobs`` workers take the islands'
-    generations at once: forked processes when ``processes`` is set and `fork_available`,
-    else threads (which overlap only the simulator's share, as it releases the GIL). The islands
-    exchange only migrants (see `_ga_islands`), and the result never depends on ``n_jobs`` or on
-    processes. ``fitness`` must be safe to call from two threads at once when threads run
-    islands; in processes, what it changes (say, a counter) stays in the worker. The evaluation
-    limit is shared out: each island stops once it has scored its share.
+    generations at once, as forked processes, when ``processes`` is set and `fork_available`;
+    otherwise the islands take their generations in turn in the calling thread (see
+    `_ga_islands` for why there is no thread mode). The islands exchange only migrants, and the
+    result never depends on ``n_jobs`` or on processes; in processes, what ``fitness`` changes
+    (say, a counter) stays in the worker. The evaluation limit is shared out: each island stops
+    once it has scored its share.
     """
     t0 = clock() if start is None else start
     if config.islands < 1:

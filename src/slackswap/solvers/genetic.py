@@ -41,8 +41,9 @@ mutation (as a step on a window of consecutive tensors), hall-of-fame elitism, a
 migration between islands: by default two populations evolve apart, each in its own forked
 worker process (`_ga_islands`: DEAP's variation is Python and holds the GIL, so two islands in
 two threads mostly wait for each other), and swap their best plans every ten generations, the only
-time they meet; the result does not depend on the number of workers, nor on whether they are
-processes or (where the platform cannot fork, or the caller runs other threads) threads.
+time they meet. Where the platform cannot fork, or the caller runs other threads (Jupyter, a
+Dask worker), the islands take their generations in turn in the calling thread, at about the
+speed of one; the result is the same either way, and for any number of workers.
 ``evaluations``
 counts distinct plans the simulator scored: a plan met again (a child equal to a parent, or one
 seen in the last few generations) takes its remembered score and is not counted; the Solution's
@@ -189,7 +190,8 @@ class GeneticSearch(Solver):
         and the plan); ``n_jobs`` (workers: islands run their generations at once, or one
         island's population is split over the simulator threads; speed only, never the
         result); ``processes`` (run the islands' workers as forked processes where the
-        platform can fork and the caller runs no other thread, else threads)."""
+        platform can fork and the caller runs no other thread, else all islands in turn in the
+        calling thread)."""
         self.seeded = seeded
         self.pop_size = pop_size
         self.cxpb = cxpb
