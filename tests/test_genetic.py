@@ -199,7 +199,7 @@ def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> 
 
 
 @pytest.mark.parametrize("islands", [1, 2])
-def test_threads_change_speed_never_the_result(small, islands) -> None:  # type: ignore[no-untyped-def]
+def test_workers_change_speed_never_the_result(small, islands) -> None:  # type: ignore[no-untyped-def]
     opts = {"max_evaluations": 500, "islands": islands}
     one = run("ga", small, 0.3, seed=2, options=opts | {"n_jobs": 1})
     two = run("ga", small, 0.3, seed=2, options=opts | {"n_jobs": 2})

@@ -328,7 +328,7 @@ class ThreadSafePlaceholder(Placeholder):
             return super().__call__(actions)
 
 
-def test_islands_give_the_same_result_on_one_thread_or_two() -> None:
+def test_islands_give_the_same_result_with_one_worker_or_two() -> None:
     cfg = SearchConfig(pop_size=16, max_generations=40, islands=2, migration_interval=5)
     one = search(N_GENES, ThreadSafePlaceholder(), cfg, seed=4, n_jobs=1)
     fit = ThreadSafePlaceholder()

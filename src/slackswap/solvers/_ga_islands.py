@@ -140,8 +140,8 @@ class _Post:
     """A group's mail: migrants and stop notices for its islands, by (generation, island).
 
     ``send`` addresses a message to an island, wherever it runs; ``take`` waits (reading this
-    group's link) for the migrants an island is due. Messages: ("mig", to, generation, genomes), ("stop", to,
-    last generation of the sender), ("done", reports), ("error", text).
+    group's link) for the migrants an island is due. Messages: ("mig", to, generation, genomes),
+    ("stop", to, last generation of the sender), ("done", reports), ("error", text).
     """
 
     def __init__(self, group: int, workers: int) -> None:
