@@ -364,8 +364,8 @@ def test_islands_give_the_same_result_in_processes_threads_or_in_turn(
     limit: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Earlier tests in the session may leave idle threads (executors) that would make the
-    # search fall back to threads; this test is about the processes, so it forks regardless.
-    monkeypatch.setattr("slackswap.solvers._ga_search.fork_available", lambda: True)
+    # search start fresh workers instead; this test is about forked ones, so it forks regardless.
+    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "fork")
     stop = {"max_generations": 23} if limit == "generations" else {"max_evaluations": 700}
     cfg = SearchConfig(pop_size=16, islands=3, migration_interval=4, **stop)  # type: ignore[arg-type]
     logs = [tmp_path / f"run{k}.log" for k in range(4)]
@@ -389,7 +389,7 @@ def test_islands_give_the_same_result_in_processes_threads_or_in_turn(
 def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_replays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("slackswap.solvers._ga_search.fork_available", lambda: True)
+    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "fork")
     cfg = SearchConfig(pop_size=16, islands=2, migration_interval=3, time_limit_s=0.4)
     fit = Placeholder(delay_s=0.002)
     t0 = time.perf_counter()
@@ -406,7 +406,7 @@ def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_repl
 def test_an_error_in_a_worker_island_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    monkeypatch.setattr("slackswap.solvers._ga_search.fork_available", lambda: True)
+    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "fork")
 
     caller = (os.getpid(), threading.get_ident())
     populated = {"done": False}
@@ -423,6 +423,114 @@ def test_an_error_in_a_worker_island_reaches_the_caller(monkeypatch: pytest.Monk
     with pytest.raises(RuntimeError, match="island worker 1 failed: ValueError: simulator broke"):
         search(N_GENES, fitness, cfg, seed=0, n_jobs=2, processes=True)
     assert time.perf_counter() - t0 < 10  # no island left waiting at a meeting
+
+
+class PicklablePidLog(Placeholder):
+    """`PidLoggingPlaceholder` without the lock (a lock does not pickle into a fresh worker)."""
+
+    def __init__(self, log: Path) -> None:
+        super().__init__()
+        self.log = log
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with self.log.open("a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return super().__call__(actions)
+
+
+FRESH_METHODS = [
+    m for m in ("forkserver", "spawn") if m in __import__("multiprocessing").get_all_start_methods()
+]
+
+
+@pytest.mark.parametrize("method", FRESH_METHODS)
+def test_islands_in_fresh_worker_processes_give_the_same_result(
+    method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a caller with other threads (Jupyter) gets: workers that are new interpreters, to
+    # which the islands travel pickled.
+    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: method)
+    cfg = SearchConfig(pop_size=16, islands=2, migration_interval=4, max_generations=30)
+    logs = [tmp_path / "turns.log", tmp_path / "fresh.log"]
+    turns = search(N_GENES, PicklablePidLog(logs[0]), cfg, seed=9, n_jobs=1)
+    fresh = search(N_GENES, PicklablePidLog(logs[1]), cfg, seed=9, n_jobs=2, processes=True)
+    pids = [set(log.read_text().split()) for log in logs]
+    assert [len(p) for p in pids] == [1, 2] and str(os.getpid()) in pids[1]
+    assert turns.best is not None and fresh.best is not None
+    assert np.array_equal(turns.best, fresh.best)
+    assert fresh.evaluations == turns.evaluations and fresh.generations == turns.generations == 30
+    assert [h[1:] for h in fresh.history] == [h[1:] for h in turns.history]
+
+
+class FailsAway(Placeholder):
+    """Scores in the process that made it, raises in any other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.home = os.getpid()
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if os.getpid() != self.home:
+            raise ValueError("simulator broke")
+        return super().__call__(actions)
+
+
+@pytest.mark.skipif(not FRESH_METHODS, reason="needs forkserver or spawn")
+def test_an_error_in_a_fresh_worker_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        "slackswap.solvers._ga_search.worker_start_method", lambda: FRESH_METHODS[0]
+    )
+    cfg = SearchConfig(pop_size=8, islands=2, max_generations=50)
+    with pytest.raises(RuntimeError, match="island worker 1 failed: ValueError: simulator broke"):
+        search(N_GENES, FailsAway(), cfg, seed=0, n_jobs=2, processes=True)
+
+
+def test_islands_that_do_not_pickle_take_turns_instead_of_fresh_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "spawn")
+    pids: set[int] = set()
+    inner = Placeholder()
+
+    def closure(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # cannot be pickled
+        pids.add(os.getpid())
+        return inner(actions)
+
+    cfg = SearchConfig(pop_size=16, islands=2, migration_interval=4, max_generations=12)
+    res = search(N_GENES, closure, cfg, seed=3, n_jobs=2, processes=True)
+    ref = search(N_GENES, Placeholder(), cfg, seed=3, n_jobs=1)
+    assert pids == {os.getpid()} and res.evaluations == inner.plans
+    assert res.best is not None and ref.best is not None and np.array_equal(res.best, ref.best)
+
+
+def test_a_short_run_takes_turns_rather_than_wait_for_fresh_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "spawn")
+    log = tmp_path / "pids.log"
+    cfg = SearchConfig(pop_size=16, islands=2, time_limit_s=0.5)
+    t0 = time.perf_counter()
+    res = search(N_GENES, PicklablePidLog(log), cfg, seed=2, n_jobs=2, processes=True)
+    assert time.perf_counter() - t0 <= 0.5 * 1.1 and res.stop == "time"
+    assert set(log.read_text().split()) == {str(os.getpid())}
+
+
+def test_worker_start_method_forks_only_without_other_threads() -> None:
+    import multiprocessing
+    import threading
+
+    from slackswap.solvers._ga_islands import worker_start_method
+
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, daemon=True)
+    other.start()
+    try:
+        method = worker_start_method()
+    finally:
+        release.set()
+        other.join()
+    assert method != "fork"
+    assert method is None or method in multiprocessing.get_all_start_methods()
 
 
 def test_islands_migrate_their_best_in_a_ring_one_interval_late(

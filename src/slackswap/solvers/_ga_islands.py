@@ -6,7 +6,11 @@ Why processes: DEAP's variation is Python and holds the GIL for about as long as
 process mostly wait for each other's Python (measured on GPT-2 XL at 50%: two islands in two
 threads scored as many plans per second as one island in one thread; two processes, 1.6 times
 as many). A worker process made by ``fork`` inherits the loaded instance, the compiled simulator
-and the fitness closure, so it starts in milliseconds and nothing travels but genomes.
+and the fitness, so it starts in milliseconds and nothing travels but genomes. Forking a process
+that runs other threads is unsafe (a lock another thread held at the fork stays held in the
+child), so such a caller (Jupyter, a Dask worker) gets fresh interpreters instead
+(``forkserver`` or ``spawn``): its islands travel pickled, and a worker takes about a second to
+import and load the compiled simulator (`_fresh_worker`).
 
 The islands are dealt to groups (island i to group i mod workers); the calling thread runs
 group 0 and each other group runs in a worker, its islands taking their generations in turn.
@@ -30,10 +34,13 @@ the run exactly.
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection, wait
@@ -287,15 +294,21 @@ def run_group(
     reports: list[IslandReport] = []
     step_s = {isl.index: 0.0 for isl in islands}
     started_at = {isl.index: rules.clock() for isl in islands}
+    waited_s = 0.0  # this group's time spent waiting for migrants
+    waited_at = {isl.index: 0.0 for isl in islands}
     ring = n_islands > 1
     while active:
         post.poll()
         for isl in list(active):
             now = rules.clock()
             if isl.generation > 0:
-                # Time between this island's generations: a round of the whole group.
-                step_s[isl.index] = max(0.8 * step_s[isl.index], now - started_at[isl.index])
+                # Time between this island's generations (a round of the whole group), less
+                # the waits for migrants: a neighbour that started late (a fresh worker takes
+                # about a second) must not make a generation look that long to the clock.
+                work = now - started_at[isl.index] - (waited_s - waited_at[isl.index])
+                step_s[isl.index] = max(0.8 * step_s[isl.index], work)
             started_at[isl.index] = now
+            waited_at[isl.index] = waited_s
             stop = rules.own_stop(isl.generation, isl.evaluations)
             if stop:
                 board.finish(isl.index)
@@ -314,7 +327,9 @@ def run_group(
             g = isl.generation
             if ring and g % interval == 0:
                 if g > interval:
+                    t_wait = rules.clock()
                     incoming = post.take(isl.index, g - interval)
+                    waited_s += rules.clock() - t_wait
                     if incoming is not None:
                         isl.immigrate(incoming)
                 post.send(("mig", (isl.index + 1) % n_islands, g, isl.emigrants()))
@@ -371,26 +386,92 @@ def fork_available() -> bool:
     )
 
 
+def worker_start_method() -> str | None:
+    """How island workers start here: ``fork`` where that is safe (see `fork_available`);
+    else, for a caller running other threads (Jupyter, Dask), a fresh interpreter (``forkserver``,
+    or ``spawn`` where there is none), which costs about a second to start and needs the islands
+    to pickle; None for a daemonic caller, which may not have children at all."""
+    if multiprocessing.current_process().daemon:
+        return None
+    if fork_available():
+        return "fork"
+    methods = multiprocessing.get_all_start_methods()
+    for method in ("forkserver", "spawn"):
+        if method in methods:
+            return method
+    return None
+
+
+@contextmanager
+def _without_main() -> Iterator[None]:
+    """Hide the caller's ``__main__`` while a fresh worker starts.
+
+    `multiprocessing` makes a spawned (or forkserver) child run the parent's main script again,
+    as ``__mp_main__``, so that objects defined there unpickle; a script without an
+    ``if __name__ == "__main__":`` guard would then run its whole job again in the worker. The
+    islands never need the script (`run_islands` keeps them in turn if their pickle names
+    ``__main__``), so the child is told of none."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+def _fresh_worker(payload: bytes, conn: Connection, board: StopBoard) -> None:
+    """A spawned (or forkserver) worker's main: unpickle its islands and run them.
+
+    The genomes' classes are made by DEAP's ``creator`` when the search module is imported, so
+    that import comes first."""
+    import importlib
+
+    try:
+        importlib.import_module("slackswap.solvers._ga_search")
+        group, workers, islands, rules, n_islands, interval = pickle.loads(payload)
+        for isl in islands:
+            isl.warm()
+    except BaseException as exc:  # noqa: BLE001 - sent to the calling thread, which raises it
+        conn.send(("error", "".join(traceback.format_exception_only(type(exc), exc)).strip()))
+        conn.close()
+        return
+    _worker([], conn, group, workers, islands, rules, board, n_islands, interval)
+
+
 def run_islands(
     islands: Sequence[Any],
     rules: Rules,
     *,
     interval: int,
     workers: int,
-    processes: bool,
+    start_method: str | None,
 ) -> tuple[list[IslandReport], bool]:
     """Run every island until it stops: in ``workers`` groups, one in the calling thread (which
-    also routes messages) and the others in forked processes, when ``processes``; otherwise all
-    in turn in the calling thread. Returns the reports in island order and whether the clock
-    stopped the run.
+    also routes messages) and the others in worker processes started by ``start_method``
+    (``fork``, ``forkserver`` or ``spawn``); with None, or where the islands do not pickle for a
+    fresh worker, all in turn in the calling thread. Returns the reports in island order and
+    whether the clock stopped the run.
 
     There is no thread mode: DEAP's Python holds the GIL, so island threads only take turns,
     and slowly (on a 2-layer BERT-Large, 1 s: 8,726-10,435 plans with two island threads against
     42,740-48,111 in two processes; GPT-2 XL 50%: two threads scored as many as one island)."""
     n = len(islands)
-    workers = max(1, min(workers, n)) if processes else 1
+    workers = max(1, min(workers, n)) if start_method else 1
+    payloads: dict[int, bytes] = {}
+    if workers > 1 and start_method != "fork":
+        try:
+            payloads = {
+                g: pickle.dumps((g, workers, islands[g::workers], rules, n, interval))
+                for g in range(1, workers)
+            }
+        except (pickle.PicklingError, AttributeError, TypeError):
+            workers = 1  # say, a fitness that is a closure: the islands take turns instead
+        if any(b"__main__" in p for p in payloads.values()):
+            workers = 1  # a fresh worker does not run the caller's script (see _without_main)
     # Only with workers: a platform without fork has no such context.
-    ctx: Any = multiprocessing.get_context("fork") if workers > 1 else None
+    ctx: Any = multiprocessing.get_context(start_method) if workers > 1 else None
+    if workers > 1 and start_method == "forkserver":
+        ctx.set_forkserver_preload(["slackswap.solvers._ga_search"])
     board = StopBoard(n, ctx)
     links: dict[int, Connection] = {}
     runners: list[Any] = []
@@ -400,10 +481,21 @@ def run_islands(
     try:
         for g in range(1, workers):
             mine, theirs = ctx.Pipe()
-            args = (list(links.values()), theirs, g, workers, islands[g::workers], rules, board,
-                    n, interval)  # fmt: skip
-            runner = ctx.Process(target=_worker, args=args, daemon=True)
-            runner.start()
+            if start_method == "fork":
+                args: tuple[Any, ...] = (
+                    list(links.values()), theirs, g, workers, islands[g::workers], rules, board,
+                    n, interval,
+                )  # fmt: skip
+                runner = ctx.Process(target=_worker, args=args, daemon=True)
+            else:
+                runner = ctx.Process(
+                    target=_fresh_worker, args=(payloads[g], theirs, board), daemon=True
+                )
+            if start_method == "fork":
+                runner.start()
+            else:
+                with _without_main():
+                    runner.start()
             theirs.close()  # the child holds its end; EOF then means it exited
             links[g] = mine
             runners.append(runner)

@@ -52,8 +52,8 @@ from slackswap.solvers._ga_islands import (
     IslandReport,
     Rules,
     Snapshot,
-    fork_available,
     run_islands,
+    worker_start_method,
 )
 
 #: Generations run when no stop (time, evaluations, generations) is given at all.
@@ -437,6 +437,12 @@ class _Island:
             self.pop = pop
         self.note(clock_s())
 
+    def warm(self) -> None:
+        """Score one plan of the population, neither kept nor counted: a fresh worker process
+        loads the compiled simulator here rather than in its first timed generation."""
+        if self.pop:
+            self.evaluator.fitness(np.frombuffer(bytes(self.pop[0]), dtype=np.int8)[None].copy())
+
     @property
     def evaluations(self) -> int:
         """Plans this island's evaluator has scored."""
@@ -529,8 +535,9 @@ def search(
     genomes, its own generator drawn from ``seed``) that evolve apart and, every
     ``migration_interval`` generations, pass their ``migrants`` best to the next island in a
     ring, where they replace its worst one interval later. ``n_jobs`` workers take the islands'
-    generations at once, as forked processes, when ``processes`` is set and `fork_available`;
-    otherwise the islands take their generations in turn in the calling thread (see
+    generations at once, as processes, when ``processes`` is set: forked where that is safe,
+    else fresh interpreters (`worker_start_method`; the islands, ``fitness`` included, must then
+    pickle); otherwise the islands take their generations in turn in the calling thread (see
     `_ga_islands` for why there is no thread mode). The islands exchange only migrants, and the
     result never depends on ``n_jobs`` or on processes; in processes, what ``fitness`` changes
     (say, a counter) stays in the worker. The evaluation limit is shared out: each island stops
@@ -582,7 +589,7 @@ def search(
         rules,
         interval=config.migration_interval,
         workers=workers,
-        processes=processes and workers > 1 and fork_available(),
+        start_method=_start_method(rules) if processes and workers > 1 else None,
     )
     elapsed = clock() - t0
     # The champion: the best of the islands' best, the first island on a tie (DEAP's fitness
@@ -607,6 +614,22 @@ def search(
         initial=[(float(a), float(b)) for a, b in initial],
         cache_hits=sum(r.cache_hits for r in reports),
     )
+
+
+#: Least time left on the clock (s) for which the search starts fresh worker interpreters (where
+#: it may not fork): one takes about a second to start (0.6-1.6 s measured here), all of which a
+#: shorter run would lose, and more when the clock stops the run before the worker has started.
+FRESH_WORKER_MIN_S = 10.0
+
+
+def _start_method(rules: Rules) -> str | None:
+    """How the island workers start (`worker_start_method`), or None for in turn where fresh
+    workers would cost a shorter run more than they give."""
+    method = worker_start_method()
+    if method in (None, "fork") or rules.time_limit_s is None:
+        return method
+    left = rules.time_limit_s - (rules.clock() - rules.t0)
+    return method if left >= FRESH_WORKER_MIN_S else None
 
 
 def _merge_logs(reports: Sequence[IslandReport], t0: float) -> list[tuple[float, int, float]]:

@@ -38,16 +38,20 @@ are in benchmarks/README.md.
 
 Operators (`_ga_search`): DEAP's tournament selection, two-point crossover and uniform integer
 mutation (as a step on a window of consecutive tensors), hall-of-fame elitism, and DEAP's ring
-migration between islands: by default two populations evolve apart, each in its own forked
-worker process (`_ga_islands`: DEAP's variation is Python and holds the GIL, so two islands in
-two threads mostly wait for each other), and swap their best plans every ten generations, the only
-time they meet. Where the platform cannot fork, or the caller runs other threads (Jupyter, a
-Dask worker), the islands take their generations in turn in the calling thread, at about the
-speed of one; the result is the same either way, and for any number of workers.
-``evaluations``
-counts distinct plans the simulator scored: a plan met again (a child equal to a parent, or one
-seen in the last few generations) takes its remembered score and is not counted; the Solution's
-``history`` is (seconds since the solve began, evaluations, best feasible step seconds) at every
+migration between islands: by default two populations evolve apart, each in its own worker
+process (`_ga_islands`: DEAP's variation is Python and holds the GIL, so two islands in two
+threads mostly wait for each other), and swap their best plans every ten generations, the only
+time they meet. The workers are forked where that is safe; where the caller runs other threads
+(Jupyter, a Dask worker) or the platform cannot fork, they are fresh interpreters
+(``forkserver``, else ``spawn``) to which the islands travel pickled, about a second to start,
+so only for runs with at least `_ga_search.FRESH_WORKER_MIN_S` left on the clock; otherwise (a shorter run,
+a daemonic caller, a fitness that does not pickle) the islands take their generations in turn in
+the calling thread, at about the speed of one. The result is the same either way, and for any
+number of workers.
+
+``evaluations`` counts distinct plans the simulator scored: a plan met again (a child equal to
+a parent, or one seen in the last few generations) takes its remembered score and is not
+counted; the Solution's ``history`` is (seconds since the solve began, evaluations, best feasible step seconds) at every
 improvement and at the end, and ``info`` says how the run stopped and how each seed scored.
 
 Stops (between generations): ``max_evaluations`` (plans scored; each island stops once it has
@@ -85,42 +89,68 @@ def _batch_fitness(
     n_jobs: int,
     rank_infeasible: bool = True,
 ) -> BatchFitness:
-    """The simulator's population entry point as a (infeasibility, step seconds) function.
+    """The simulator's population entry point as a (infeasibility, step seconds) function."""
+    return SimulatorFitness(instance, budget, runtime, pool, n_jobs, rank_infeasible)
+
+
+class SimulatorFitness:
+    """Scores a plans x tensors int8 matrix in the simulator: (infeasibility, step seconds).
 
     With a ``pool`` the population is split over its threads, each calling `simulate_many` on its
     share (the compiled kernel releases the GIL). The pool lives for the whole search:
     ``simulate_many(n_jobs=2)`` would start two threads per call, and on a loaded machine a
-    thread start costs milliseconds, a large share of a generation.
+    thread start costs milliseconds, a large share of a generation. A class, not a closure, so
+    that it pickles (without its pool) into island workers that are spawned, not forked.
     """
-    from slackswap.simulator import simulate_many
 
-    budget_bytes = float(budget.bytes_for(instance))
-    unrebuildable = ~np.isfinite(instance.tensor_recompute_s)
+    def __init__(
+        self,
+        instance: Instance,
+        budget: Budget,
+        runtime: str,
+        pool: ThreadPoolExecutor | None,
+        n_jobs: int,
+        rank_infeasible: bool = True,
+    ) -> None:
+        self.instance = instance
+        self.budget = budget
+        self.runtime = runtime
+        self.pool = pool
+        self.n_jobs = n_jobs
+        self.rank_infeasible = rank_infeasible
+        self.budget_bytes = float(budget.bytes_for(instance))
+        self.unrebuildable = ~np.isfinite(instance.tensor_recompute_s)
 
-    def sim(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        res = simulate_many(instance, actions, budget, runtime=runtime, n_jobs=1)
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__ | {"pool": None}  # a worker process scores in its own thread
+
+    def _simulate(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from slackswap.simulator import simulate_many
+
+        res = simulate_many(self.instance, actions, self.budget, runtime=self.runtime, n_jobs=1)
         return res.feasible, res.overflow_bytes, res.step_s
 
-    def fitness(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pool, n_jobs = self.pool, self.n_jobs
         if pool is None or len(actions) < 2 * n_jobs:
-            parts = [sim(actions)]
+            parts = [self._simulate(actions)]
         else:
             bounds = np.linspace(0, len(actions), n_jobs + 1).astype(int).tolist()
             futs = [
-                pool.submit(sim, actions[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+                pool.submit(self._simulate, actions[a:b])
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)
             ]
             parts = [f.result() for f in futs]
         feasible = np.concatenate([p[0] for p in parts]).astype(bool)
-        over = np.concatenate([p[1] for p in parts]).astype(np.float64) / max(budget_bytes, 1.0)
+        over = np.concatenate([p[1] for p in parts]).astype(np.float64)
+        over /= max(self.budget_bytes, 1.0)
         step_s = np.concatenate([p[2] for p in parts]).astype(np.float64)
-        invalid = ((actions == _RECOMP) & unrebuildable).any(axis=1)
+        invalid = ((actions == _RECOMP) & self.unrebuildable).any(axis=1)
         # A tiny floor keeps an infeasible plan that reports no overflow behind every feasible one.
         infeas = np.where(invalid, math.inf, np.maximum(np.nan_to_num(over, nan=math.inf), 1e-12))
-        infeas = np.where(feasible, 0.0, infeas if rank_infeasible else 1.0)
+        infeas = np.where(feasible, 0.0, infeas if self.rank_infeasible else 1.0)
         step = np.where(feasible, step_s, math.inf)
         return infeas, step
-
-    return fitness
 
 
 def seed_plans(
@@ -189,9 +219,8 @@ class GeneticSearch(Solver):
         is replaced by the best of itself and k mutants of it, all scored); ``runtime`` (simulator runtime of the fitness
         and the plan); ``n_jobs`` (workers: islands run their generations at once, or one
         island's population is split over the simulator threads; speed only, never the
-        result); ``processes`` (run the islands' workers as forked processes where the
-        platform can fork and the caller runs no other thread, else all islands in turn in the
-        calling thread)."""
+        result); ``processes`` (run the islands' workers as processes, forked or fresh, see
+        above; False: all islands in turn in the calling thread)."""
         self.seeded = seeded
         self.pop_size = pop_size
         self.cxpb = cxpb
