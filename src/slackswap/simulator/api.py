@@ -95,6 +95,9 @@ def _run(
 
 def _timeline(rec: np.ndarray, nc: int, nk: int, nm: int) -> Timeline:
     c, k, m = rec[K.LANE_COMPUTE, :nc], rec[K.LANE_COPY, :nk], rec[K.LANE_MEM, :nm]
+    # The kernel records every memory change, zero ones too (see `kernel._mem`); a zero change
+    # leaves the bytes in use as the row before it, so only rows that differ are kept.
+    m = m[np.r_[True, m[1:, 1] != m[:-1, 1]]] if len(m) else m
     return Timeline(
         compute_start_s=c[:, 0].copy(),
         compute_end_s=c[:, 1].copy(),

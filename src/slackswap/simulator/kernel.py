@@ -188,7 +188,10 @@ def _mem(ns, rec, nbytes, t):
     ns[I_USED] = u
     if u > ns[I_PEAK]:
         ns[I_PEAK] = u
-    if ns[I_REC] != 0 and nbytes != 0:
+    # Every change is recorded, zero ones too (the Python side drops those): testing the bytes
+    # here as well let the compiler test them first, and whether an operator frees anything
+    # varies by plan, a mispredicted branch per operator even with recording off.
+    if ns[I_REC] != 0:
         _record(ns, rec, LANE_MEM, t, u, 0, 0, 0)
 
 
