@@ -485,6 +485,36 @@ def test_an_error_in_a_fresh_worker_reaches_the_caller(monkeypatch: pytest.Monke
         search(N_GENES, FailsAway(), cfg, seed=0, n_jobs=2, processes=True)
 
 
+class HangsAway(Placeholder):
+    """Scores in the process that made it, never returns in any other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.home = os.getpid()
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if os.getpid() != self.home:
+            time.sleep(600)
+        return super().__call__(actions)
+
+
+@pytest.mark.skipif(not FRESH_METHODS, reason="needs forkserver or spawn")
+def test_a_worker_that_never_answers_fails_the_search_soon_after_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slackswap.solvers._ga_islands import WORKER_GRACE_S
+
+    monkeypatch.setattr(
+        "slackswap.solvers._ga_search.worker_start_method", lambda: FRESH_METHODS[0]
+    )
+    monkeypatch.setattr("slackswap.solvers._ga_search.FRESH_WORKER_MIN_S", 0.0)
+    cfg = SearchConfig(pop_size=8, islands=2, migration_interval=2, time_limit_s=0.5)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="island worker 1 sent nothing"):
+        search(N_GENES, HangsAway(), cfg, seed=0, n_jobs=2, processes=True)
+    assert time.perf_counter() - t0 < 0.5 + WORKER_GRACE_S + 3
+
+
 def test_islands_that_do_not_pickle_take_turns_instead_of_fresh_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

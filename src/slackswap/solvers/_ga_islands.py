@@ -139,6 +139,10 @@ class Rules:
         return self.clock() - self.t0 + (2 + lag) * generation_s > self.time_limit_s
 
 
+#: How long past the time limit (s) the calling thread waits for a worker that sends nothing.
+WORKER_GRACE_S = 5.0
+
+
 class WorkerFailed(RuntimeError):
     """An island worker raised (its message), or exited without a word."""
 
@@ -211,11 +215,19 @@ class _HubPost(_Post):
     """The calling thread's mail: it also routes the workers' messages to each other and
     collects their reports."""
 
-    def __init__(self, workers: int, links: dict[int, Connection]) -> None:
+    def __init__(
+        self,
+        workers: int,
+        links: dict[int, Connection],
+        deadline: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         super().__init__(0, workers)
         self.links = links
         self.live = set(links)
         self.reports: list[IslandReport] = []
+        self.deadline = deadline  # clock reading after which a silent worker is given up on
+        self.clock = clock
 
     def _send_away(self, msg: tuple[Any, ...]) -> None:
         group = msg[1] % self.workers
@@ -245,9 +257,25 @@ class _HubPost(_Post):
         return None
 
     def _ready(self) -> list[int]:
-        """Wait until some live worker's link has a message; those workers, in order."""
+        """Wait until some live worker's link has a message; those workers, in order.
+
+        Past the deadline (the time limit plus `WORKER_GRACE_S`) a worker that still says
+        nothing is given up on, so that a worker stuck starting (a fresh interpreter that
+        cannot import, say) fails the search instead of hanging it."""
         by_conn = {id(self.links[g]): g for g in self.live}
-        return sorted(by_conn[id(c)] for c in wait([self.links[g] for g in self.live]))
+        while True:
+            timeout = None
+            if self.deadline is not None and self.clock is not None:
+                timeout = max(0.0, self.deadline - self.clock())
+            ready = wait([self.links[g] for g in self.live], timeout)
+            if ready:
+                return sorted(by_conn[id(c)] for c in ready)
+            if timeout is not None and timeout <= 0.0:
+                silent = ", ".join(str(g) for g in sorted(self.live))
+                raise WorkerFailed(
+                    f"ga: island worker {silent} sent nothing {WORKER_GRACE_S:g} s past the time "
+                    "limit; gave up on it"
+                )
 
     def _fetch(self) -> tuple[Any, ...]:
         while True:
@@ -475,6 +503,7 @@ def run_islands(
     board = StopBoard(n, ctx)
     links: dict[int, Connection] = {}
     runners: list[Any] = []
+    finished = False
     if workers > 1:
         sys.stdout.flush()
         sys.stderr.flush()  # a forked child must not write the parent's buffered output again
@@ -499,18 +528,23 @@ def run_islands(
             theirs.close()  # the child holds its end; EOF then means it exited
             links[g] = mine
             runners.append(runner)
-        hub = _HubPost(workers, links)
+        deadline = None
+        if rules.time_limit_s is not None:
+            deadline = rules.t0 + rules.time_limit_s + WORKER_GRACE_S
+        hub = _HubPost(workers, links, deadline, rules.clock)
         reports = run_group(
             islands[0::workers], rules, board, hub,
             n_islands=n, interval=interval,
         )  # fmt: skip
         hub.drain()
         reports += hub.reports
+        finished = True
     finally:
         for conn in links.values():
             conn.close()
         for runner in runners:
-            runner.join(timeout=5.0)
+            # A worker that reported exits at once; after a failure, one may be stuck.
+            runner.join(timeout=5.0 if finished else 0.5)
             if runner.is_alive():
                 runner.terminate()
                 runner.join()
