@@ -495,7 +495,9 @@ def run_islands(
         except (pickle.PicklingError, AttributeError, TypeError):
             workers = 1  # say, a fitness that is a closure: the islands take turns instead
         if any(b"__main__" in p for p in payloads.values()):
-            workers = 1  # a fresh worker does not run the caller's script (see _without_main)
+            # Something in them is defined in the caller's script, which a fresh worker does not
+            # run (see _without_main). Genes are bytes 0-2, so they never read as that name.
+            workers = 1
     # Only with workers: a platform without fork has no such context.
     ctx: Any = multiprocessing.get_context(start_method) if workers > 1 else None
     if workers > 1 and start_method == "forkserver":
@@ -516,13 +518,11 @@ def run_islands(
                     n, interval,
                 )  # fmt: skip
                 runner = ctx.Process(target=_worker, args=args, daemon=True)
+                runner.start()
             else:
                 runner = ctx.Process(
                     target=_fresh_worker, args=(payloads[g], theirs, board), daemon=True
                 )
-            if start_method == "fork":
-                runner.start()
-            else:
                 with _without_main():
                     runner.start()
             theirs.close()  # the child holds its end; EOF then means it exited

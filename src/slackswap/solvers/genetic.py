@@ -44,21 +44,23 @@ threads mostly wait for each other), and swap their best plans every ten generat
 time they meet. The workers are forked where that is safe; where the caller runs other threads
 (Jupyter, a Dask worker) or the platform cannot fork, they are fresh interpreters
 (``forkserver``, else ``spawn``) to which the islands travel pickled, about a second to start,
-so only for runs with at least `_ga_search.FRESH_WORKER_MIN_S` left on the clock; otherwise (a shorter run,
-a daemonic caller, a fitness that does not pickle) the islands take their generations in turn in
-the calling thread, at about the speed of one. The result is the same either way, and for any
-number of workers.
+so only for runs with at least `_ga_search.FRESH_WORKER_MIN_S` left on the clock; otherwise (a
+shorter run, a daemonic caller, a fitness that does not pickle) the islands take their
+generations in turn in the calling thread, at about the speed of one. The result is the same
+either way, and for any number of workers.
 
 ``evaluations`` counts distinct plans the simulator scored: a plan met again (a child equal to
 a parent, or one seen in the last few generations) takes its remembered score and is not
-counted; the Solution's ``history`` is (seconds since the solve began, evaluations, best feasible step seconds) at every
+counted; the Solution's ``history`` is (seconds since the solve began, evaluations, best
+feasible step seconds) at every
 improvement and at the end, and ``info`` says how the run stopped and how each seed scored.
 
 Stops (between generations): ``max_evaluations`` (plans scored; each island stops once it has
-scored its share), ``max_generations``, and the time limit, which counts the seeding too; with none of them, `DEFAULT_GENERATIONS`. Runs stopped
-by an evaluation or generation limit are exactly reproducible from the seed; a run stopped by the
-clock is reproducible up to the generation it reached, which ``info["generations"]`` records
-(pass it as ``max_generations`` to replay the run exactly).
+scored its share), ``max_generations``, and the time limit, which counts the seeding too; with
+none of them, `DEFAULT_GENERATIONS`. Runs stopped by an evaluation or generation limit are
+exactly reproducible from the seed; a run stopped by the clock is reproducible up to the
+generation it reached, which ``info["generations"]`` records (pass it as ``max_generations`` to
+replay the run exactly).
 """
 
 from __future__ import annotations
@@ -211,13 +213,13 @@ class GeneticSearch(Solver):
         genes only in a window of this many consecutive tensors, 0 = the whole genome);
         ``elite`` (best plans carried over unchanged); ``tournsize`` (tournament selection);
         ``repair`` (see the module docstring; default: on for a random start, off for a seeded
-        one); ``rank_infeasible`` (rank infeasible plans by
-        overflow; False scores them all alike, as a search told only "does not fit");
-        ``max_evaluations`` / ``max_generations`` (deterministic stops); ``islands`` (populations
-        of ``pop_size`` evolving apart, ``migrants`` best of each passed to the next in a ring
-        every ``migration_interval`` generations); ``local_mutants`` (k: each new offspring
-        is replaced by the best of itself and k mutants of it, all scored); ``runtime`` (simulator runtime of the fitness
-        and the plan); ``n_jobs`` (workers: islands run their generations at once, or one
+        one); ``rank_infeasible`` (rank infeasible plans by overflow; False scores them all
+        alike, as a search told only "does not fit"); ``max_evaluations`` /
+        ``max_generations`` (deterministic stops); ``islands`` (populations of ``pop_size``
+        evolving apart, ``migrants`` best of each passed to the next in a ring every
+        ``migration_interval`` generations); ``local_mutants`` (k: each new offspring is
+        replaced by the best of itself and k mutants of it, all scored); ``runtime``
+        (simulator runtime of the fitness and the plan); ``n_jobs`` (workers: islands run their generations at once, or one
         island's population is split over the simulator threads; speed only, never the
         result); ``processes`` (run the islands' workers as processes, forked or fresh, see
         above; False: all islands in turn in the calling thread)."""
