@@ -177,7 +177,7 @@ def test_seed_plans_skip_failures_searches_and_dynamic_policies(small, monkeypat
 
 def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     scored: list[np.ndarray] = []
-    real = ga_module._batch_fitness
+    real = ga_module.SimulatorFitness
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         fitness = real(*args, **kwargs)
@@ -188,7 +188,7 @@ def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> 
 
         return wrapped
 
-    monkeypatch.setattr(ga_module, "_batch_fitness", spy)
+    monkeypatch.setattr(ga_module, "SimulatorFitness", spy)
     unrebuildable = ~np.isfinite(small.tensor_recompute_s)
     assert unrebuildable.any()
     rec = run("ga-random", small, 0.5, seed=0, options={"repair": False, "max_generations": 5})
@@ -210,7 +210,7 @@ def test_workers_change_speed_never_the_result(small, islands) -> None:  # type:
 
 def test_unranked_infeasibility_scores_every_infeasible_plan_alike(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     scores: list[np.ndarray] = []
-    real = ga_module._batch_fitness
+    real = ga_module.SimulatorFitness
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         fitness = real(*args, **kwargs)
@@ -222,7 +222,7 @@ def test_unranked_infeasibility_scores_every_infeasible_plan_alike(small, monkey
 
         return wrapped
 
-    monkeypatch.setattr(ga_module, "_batch_fitness", spy)
+    monkeypatch.setattr(ga_module, "SimulatorFitness", spy)
     opts = {"repair": False, "max_generations": 3}
     run("ga-random", small, 0.2, seed=0, options={**opts, "rank_infeasible": False})
     flat = np.concatenate(scores)

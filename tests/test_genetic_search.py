@@ -345,7 +345,7 @@ fork_only = pytest.mark.skipif(
 )
 
 
-class PidLoggingPlaceholder(ThreadSafePlaceholder):
+class PidLoggingPlaceholder(Placeholder):
     """Also appends the scoring process's id to a file, so a test sees which processes scored."""
 
     def __init__(self, log: Path) -> None:
@@ -425,19 +425,6 @@ def test_an_error_in_a_worker_island_reaches_the_caller(monkeypatch: pytest.Monk
     assert time.perf_counter() - t0 < 10  # no island left waiting at a meeting
 
 
-class PicklablePidLog(Placeholder):
-    """`PidLoggingPlaceholder` without the lock (a lock does not pickle into a fresh worker)."""
-
-    def __init__(self, log: Path) -> None:
-        super().__init__()
-        self.log = log
-
-    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        with self.log.open("a") as fh:
-            fh.write(f"{os.getpid()}\n")
-        return super().__call__(actions)
-
-
 FRESH_METHODS = [
     m for m in ("forkserver", "spawn") if m in __import__("multiprocessing").get_all_start_methods()
 ]
@@ -452,8 +439,8 @@ def test_islands_in_fresh_worker_processes_give_the_same_result(
     monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: method)
     cfg = SearchConfig(pop_size=16, islands=2, migration_interval=4, max_generations=30)
     logs = [tmp_path / "turns.log", tmp_path / "fresh.log"]
-    turns = search(N_GENES, PicklablePidLog(logs[0]), cfg, seed=9, n_jobs=1)
-    fresh = search(N_GENES, PicklablePidLog(logs[1]), cfg, seed=9, n_jobs=2, processes=True)
+    turns = search(N_GENES, PidLoggingPlaceholder(logs[0]), cfg, seed=9, n_jobs=1)
+    fresh = search(N_GENES, PidLoggingPlaceholder(logs[1]), cfg, seed=9, n_jobs=2, processes=True)
     pids = [set(log.read_text().split()) for log in logs]
     assert [len(p) for p in pids] == [1, 2] and str(os.getpid()) in pids[1]
     assert turns.best is not None and fresh.best is not None
@@ -540,7 +527,7 @@ def test_a_short_run_takes_turns_rather_than_wait_for_fresh_workers(
     log = tmp_path / "pids.log"
     cfg = SearchConfig(pop_size=16, islands=2, time_limit_s=0.5)
     t0 = time.perf_counter()
-    res = search(N_GENES, PicklablePidLog(log), cfg, seed=2, n_jobs=2, processes=True)
+    res = search(N_GENES, PidLoggingPlaceholder(log), cfg, seed=2, n_jobs=2, processes=True)
     assert time.perf_counter() - t0 <= 0.5 * 1.1 and res.stop == "time"
     assert set(log.read_text().split()) == {str(os.getpid())}
 

@@ -74,7 +74,7 @@ import numpy as np
 
 from slackswap.problem import Instance, UserError
 from slackswap.solvers._ga_repair import Repair
-from slackswap.solvers._ga_search import BatchFitness, SearchConfig, SearchResult, search
+from slackswap.solvers._ga_search import SearchConfig, SearchResult, search
 from slackswap.solvers.base import REGISTRY, Solution, Solver, Tags, register
 
 if TYPE_CHECKING:
@@ -83,20 +83,9 @@ if TYPE_CHECKING:
 _RECOMP = 2
 
 
-def _batch_fitness(
-    instance: Instance,
-    budget: Budget,
-    runtime: str,
-    pool: ThreadPoolExecutor | None,
-    n_jobs: int,
-    rank_infeasible: bool = True,
-) -> BatchFitness:
-    """The simulator's population entry point as a (infeasibility, step seconds) function."""
-    return SimulatorFitness(instance, budget, runtime, pool, n_jobs, rank_infeasible)
-
-
 class SimulatorFitness:
-    """Scores a plans x tensors int8 matrix in the simulator: (infeasibility, step seconds).
+    """The search's fitness: the simulator's population entry point as a function of a plans x
+    tensors int8 matrix, returning (infeasibility, step seconds).
 
     With a ``pool`` the population is split over its threads, each calling `simulate_many` on its
     share (the compiled kernel releases the GIL). The pool lives for the whole search:
@@ -313,7 +302,7 @@ class GeneticSearch(Solver):
         try:
             res = search(
                 n,
-                _batch_fitness(
+                SimulatorFitness(
                     instance, budget, self.runtime, pool, self.n_jobs, self.rank_infeasible
                 ),
                 config,
