@@ -449,15 +449,19 @@ def test_islands_in_fresh_worker_processes_give_the_same_result(
     assert [h[1:] for h in fresh.history] == [h[1:] for h in turns.history]
 
 
-class FailsAway(Placeholder):
-    """Scores in the process that made it, raises in any other."""
+class BreaksAway(Placeholder):
+    """Scores in the process that made it; in any other it raises, or with ``hang`` never
+    returns."""
 
-    def __init__(self) -> None:
+    def __init__(self, hang: bool = False) -> None:
         super().__init__()
         self.home = os.getpid()
+        self.hang = hang
 
     def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if os.getpid() != self.home:
+            if self.hang:
+                time.sleep(600)
             raise ValueError("simulator broke")
         return super().__call__(actions)
 
@@ -469,20 +473,7 @@ def test_an_error_in_a_fresh_worker_reaches_the_caller(monkeypatch: pytest.Monke
     )
     cfg = SearchConfig(pop_size=8, islands=2, max_generations=50)
     with pytest.raises(RuntimeError, match="island worker 1 failed: ValueError: simulator broke"):
-        search(N_GENES, FailsAway(), cfg, seed=0, n_jobs=2, processes=True)
-
-
-class HangsAway(Placeholder):
-    """Scores in the process that made it, never returns in any other."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.home = os.getpid()
-
-    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if os.getpid() != self.home:
-            time.sleep(600)
-        return super().__call__(actions)
+        search(N_GENES, BreaksAway(), cfg, seed=0, n_jobs=2, processes=True)
 
 
 @pytest.mark.skipif(not FRESH_METHODS, reason="needs forkserver or spawn")
@@ -498,7 +489,7 @@ def test_a_worker_that_never_answers_fails_the_search_soon_after_the_limit(
     cfg = SearchConfig(pop_size=8, islands=2, migration_interval=2, time_limit_s=0.5)
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="island worker 1 sent nothing"):
-        search(N_GENES, HangsAway(), cfg, seed=0, n_jobs=2, processes=True)
+        search(N_GENES, BreaksAway(hang=True), cfg, seed=0, n_jobs=2, processes=True)
     assert time.perf_counter() - t0 < 0.5 + WORKER_GRACE_S + 3
 
 
