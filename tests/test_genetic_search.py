@@ -630,3 +630,34 @@ def test_local_improvement_scores_k_mutants_per_offspring_and_is_reproducible() 
     assert local.evaluations == local_fit.plans > 2.5 * plain.evaluations
     assert local.best is not None and again.best is not None
     assert np.array_equal(local.best, again.best) and local.evaluations == again.evaluations
+
+
+def test_fast_random_randint_draws_what_randrange_draws() -> None:
+    from slackswap.solvers._ga_search import FastRandom
+
+    a, b = FastRandom(7), FastRandom(7)
+    bounds = [(1, 2), (1, 1), (0, 9), (-3, 3)] * 50
+    assert [a.randint(lo, hi) for lo, hi in bounds] == [
+        b.randrange(lo, hi + 1) for lo, hi in bounds
+    ]
+    with pytest.raises(ValueError):
+        a.randint(3, 2)
+
+
+def test_plan_fitness_orders_as_deaps_fitness() -> None:
+    from deap import base
+
+    from slackswap.solvers._ga_search import PlanFitness
+
+    class Plain(base.Fitness):
+        weights = (-1.0, -1.0)
+
+    class Fast(PlanFitness):
+        weights = (-1.0, -1.0)
+
+    values = [(0.0, 1.0), (0.0, 2.0), (1e-12, 1.0), (3.0, math.inf), (math.inf, math.inf)]
+    values += [(math.nan, 1.0), (0.0, math.nan)]
+    for x in values:
+        for y in values:
+            p, q, f, g = Plain(x), Plain(y), Fast(x), Fast(y)
+            assert (f > g, f >= g, f < g, f <= g) == (p > q, p >= q, p < q, p <= q), (x, y)

@@ -59,13 +59,33 @@ from slackswap.solvers._ga_islands import (
 #: Generations run when no stop (time, evaluations, generations) is given at all.
 DEFAULT_GENERATIONS = 100
 
+
+class PlanFitness(base.Fitness):
+    """DEAP's `base.Fitness` with each comparison one method call instead of two.
+
+    `base.Fitness` derives ``>`` and ``>=`` from ``<=`` and ``<`` through a second call;
+    selection, the hall of fame and ``max`` compare fitnesses several times per genome. The
+    expressions are DEAP's own, so the order (lexicographic on ``wvalues``) is unchanged.
+    """
+
+    def __gt__(self, other: base.Fitness) -> bool:
+        return not self.wvalues <= other.wvalues
+
+    def __ge__(self, other: base.Fitness) -> bool:
+        return not self.wvalues < other.wvalues
+
+
 # DEAP's creator makes classes at module level; guard against a second import (reload).
 if not hasattr(creator, "SlackswapPlanFitness"):
-    creator.create("SlackswapPlanFitness", base.Fitness, weights=(-1.0, -1.0))
+    creator.create("SlackswapPlanFitness", PlanFitness, weights=(-1.0, -1.0))
 if not hasattr(creator, "SlackswapGenome"):
     creator.create(
         "SlackswapGenome", array.array, typecode="b", fitness=creator.SlackswapPlanFitness
     )
+
+# The evaluator and `vary` set ``wvalues`` (values times weights) directly: weights of -1 each.
+if creator.SlackswapPlanFitness.weights != (-1.0, -1.0):
+    raise ImportError("deap.creator.SlackswapPlanFitness must have the weights (-1, -1)")
 
 Genome = Any  # creator.SlackswapGenome: an array.array("b") with a ``fitness`` attribute
 
@@ -156,7 +176,12 @@ class FastRandom(random.Random):
         return start + (i if i < n else n - 1)  # guards a product rounded up to n
 
     def randint(self, a: int, b: int) -> int:
-        return self.randrange(a, b + 1)
+        # randrange(a, b + 1) inlined: DEAP's mutation and crossover call this per gene / pair.
+        n = b + 1 - a
+        if n <= 0:
+            return super().randint(a, b)
+        i = int(self.random() * n)
+        return a + (i if i < n else n - 1)
 
     def choice(self, seq: Any) -> Any:  # any sized, indexable sequence, as the base class
         n = len(seq)
@@ -285,9 +310,9 @@ def vary(offspring: list[Genome], tb: base.Toolbox, cxpb: float, mutpb: float) -
             a, b = tb.mate(tb.clone(p), tb.clone(q))
             for child in (a, b):
                 if child == p:
-                    child.fitness.values = p.fitness.values
+                    child.fitness.wvalues = p.fitness.wvalues
                 elif child == q:
-                    child.fitness.values = q.fitness.values
+                    child.fitness.wvalues = q.fitness.wvalues
                 else:
                     del child.fitness.values
             off[i - 1], off[i] = a, b
@@ -346,13 +371,15 @@ class _Evaluator:
         self.repair = repair
         self.evaluations = 0
         self.cache_hits = 0
+        # Weighted fitness (DEAP's ``wvalues``) by genome bytes: set directly, it skips the
+        # weighting that each ``fitness.values = ...`` does in Python.
         self._new: dict[bytes, tuple[float, float]] = {}
         self._old: dict[bytes, tuple[float, float]] = {}
 
-    def _remember(self, key: bytes, value: tuple[float, float]) -> None:
+    def _remember(self, key: bytes, wvalues: tuple[float, float]) -> None:
         if len(self._new) >= CACHE_PLANS:
             self._old, self._new = self._new, {}
-        self._new[key] = value
+        self._new[key] = wvalues
 
     def __call__(self, inds: list[Genome], *, repair: bool = True) -> None:
         if not inds:
@@ -370,7 +397,7 @@ class _Evaluator:
             key = ind.tobytes()
             known = self._new.get(key) or self._old.get(key)
             if known is not None:
-                ind.fitness.values = known
+                ind.fitness.wvalues = known
                 self.cache_hits += 1
             elif key in todo:
                 todo[key].append(ind)
@@ -382,10 +409,10 @@ class _Evaluator:
             return
         infeas, step = self.fitness(mat[rows] if len(rows) < len(inds) else mat)
         for (key, group), f, s in zip(todo.items(), infeas.tolist(), step.tolist(), strict=True):
-            value = (f, s)
+            wvalues = (-f, -s)  # what `values = (f, s)` stores under the weights (-1, -1)
             for ind in group:
-                ind.fitness.values = value
-            self._remember(key, value)
+                ind.fitness.wvalues = wvalues
+            self._remember(key, wvalues)
         self.evaluations += len(rows)
 
 
