@@ -626,6 +626,60 @@ def _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf):
     _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
 
 
+@_inline
+def _release(recording, ns, rec, nbytes, t):
+    """`_mem` of a release of nbytes >= 0 for the main loop: a release cannot raise the peak,
+    so it is not tested, and ``recording`` is the loop's copy of the flag (a register)."""
+    u = ns[I_USED] - nbytes
+    ns[I_USED] = u
+    if recording != 0:
+        _record(ns, rec, LANE_MEM, t, u, 0, 0, 0)
+
+
+@_inline
+def _alloc(recording, ns, rec, nbytes, t):
+    """`_mem` of an allocation for the main loop, with its copy of the recording flag."""
+    u = ns[I_USED] + nbytes
+    ns[I_USED] = u
+    if u > ns[I_PEAK]:
+        ns[I_PEAK] = u
+    if recording != 0:
+        _record(ns, rec, LANE_MEM, t, u, 0, 0, 0)
+
+
+@_inline
+def _op_start(fs, ns, wt, fl, wo, st, so, hw, rec, base, ju):
+    """Run the engines up to the operator's start (its compute time plus the delay so far)."""
+    t = base[ju] + fs[F_DELAY]
+    if fs[F_NEXT] <= t:
+        _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t)
+    elif t > fs[F_NOW]:
+        fs[F_NOW] = t
+
+
+@_inline
+def _op_run(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, base, j, ju, budget, fwd, recording):
+    """Allocate, compute and free the operator's transient bytes; returns its end time."""
+    ju1 = ju + ONE
+    alloc = so[O_TRANS, ju] + so[O_PROD_BYTES, ju]
+    if ns[I_USED] + alloc > budget:
+        _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, alloc, j, fwd)
+        _account(fs, ns, base, rec, j, F_FSM if fwd else F_BSM, K_STALL_MEM, -1)
+    t0 = base[ju] + fs[F_DELAY]
+    _alloc(recording, ns, rec, alloc, t0)
+    if not fwd:
+        ns[I_NXT] = j + 1  # read only by the H2D admission's look-ahead, a backward-pass rule
+    t1 = base[ju1] + fs[F_DELAY]
+    if recording != 0:
+        _record(ns, rec, LANE_COMPUTE, t0, t1, K_OP, j, -1)
+    if fs[F_NEXT] <= t1:
+        _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
+    elif t1 > fs[F_NOW]:
+        fs[F_NOW] = t1
+    _release(recording, ns, rec, so[O_TRANS, ju], t1)
+    return t1
+
+
 @_jit
 def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo, fs, ns, rec):
     """Simulate one plan; results stay in fs / ns (read them with the F_* / I_* indices)."""
@@ -651,37 +705,68 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
         return
     if recording != 0:
         _record(ns, rec, LANE_MEM, 0.0, 0, 0, 0, 0)
-    for j in range(n):
+    # The forward pass and the backward pass are two loops: each iteration then tests only
+    # what its pass does, and the branches it keeps follow the plan, not the pass.
+    for j in range(min(nf, n)):
         ju = _ix(j)
         ju1 = ju + ONE
-        fwd = j < nf
-        ns[I_NXT] = j
-        t = base[ju] + fs[F_DELAY]
-        if fs[F_NEXT] <= t:
-            _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t)
-        elif t > fs[F_NOW]:
-            fs[F_NOW] = t
-        if fw != 0 and (fw == 2 or (so[O_FWD_LAYER_START, ju] != 0 if fwd else j == nf)):
-            if fw == 1 and fwd:
+        _op_start(fs, ns, wt, fl, wo, st, so, hw, rec, base, ju)
+        if fw != 0 and (fw == 2 or so[O_FWD_LAYER_START, ju] != 0):
+            if fw == 1:
                 # vDNN: a layer waits for the offloads of the tensors earlier layers read last
                 # (an offload overlaps the layer that reads its tensor; the next one waits).
                 _wait_offloads_read_before(fs, ns, wt, fl, wo, st, so, hw, rec, j)
             else:
-                # Every earlier offload: at the start of backward, or before each inline op.
+                # Every earlier offload, before each inline op.
                 while ns[I_ENG] >= 0:
                     _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
-            _account(fs, ns, base, rec, j, F_FSC if fwd else F_BSC, K_STALL_COPY, -1)
+            _account(fs, ns, base, rec, j, F_FSC, K_STALL_COPY, -1)
+        t1 = _op_run(
+            fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, base, j, ju, budget, True, recording
+        )
+        for p in range(so[O_PROD, ju], so[O_PROD, ju1]):
+            u = idx[_ix(p)]
+            fl[L_RES, _ix(u)] = 1
+            wt[W_FIFO, _ix(ns[I_FT])] = u
+            ns[I_FT] += act[_ix(u)] == SWAP
+        for p in range(so[O_LFR, ju], so[O_LFR, ju1]):
+            # recomp: free now; swap: free now if offloaded, else when the offload ends.
+            u = _ix(idx[_ix(p)])
+            a = act[u]
+            host = np.int64(fl[L_HOST, u] != 0)
+            isswap = np.int64(a == SWAP)
+            res = np.int64(fl[L_RES, u])
+            free = (np.int64(a == RECOMP) | (isswap & host)) & res
+            fl[L_FREEOK, u] |= isswap & (1 - host)
+            fl[L_RES, u] = res - free
+            _release(recording, ns, rec, st[T_BYTES, u] * free, t1)
+        if ns[I_ENG] < 0 and ns[I_FH] < ns[I_FT]:
+            u = wt[W_FIFO, ns[I_FH]]
+            ns[I_FH] += 1
+            _start_copy(fs, ns, st, hw, 0, u)
+    segmented = hr == 1 or hr == 2  # vDNN-style release of prefetches by segment
+    for j in range(nf, n):
+        ju = _ix(j)
+        ns[I_NXT] = j
+        _op_start(fs, ns, wt, fl, wo, st, so, hw, rec, base, ju)
         if j == nf:
+            if fw != 0:
+                # Every earlier offload, at the start of backward.
+                while ns[I_ENG] >= 0:
+                    _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+                _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
             _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf)
-        if not fwd:
-            if so[O_SEG_FIRST, ju] != 0 and (hr == 1 or hr == 2):
-                ahead = (
-                    so[O_NEXT_SEG_END, ju] if hr == 2 else _next_prefetch_end(ns, wt, fl, wo, so, j)
-                )
-                if ahead > ns[I_LIMIT]:
-                    ns[I_LIMIT] = ahead
-                _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
-            if so[O_SEG_FIRST, ju] != 0 and hr == 1:
+        elif fw == 2:
+            # Every earlier offload, before each inline op.
+            while ns[I_ENG] >= 0:
+                _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+            _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
+        if segmented and so[O_SEG_FIRST, ju] != 0:
+            ahead = so[O_NEXT_SEG_END, ju] if hr == 2 else _next_prefetch_end(ns, wt, fl, wo, so, j)
+            if ahead > ns[I_LIMIT]:
+                ns[I_LIMIT] = ahead
+            _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
+            if hr == 1:
                 horizon = so[O_SEG_END, ju]
                 for k in range(j, horizon + 1):
                     u = wo[B_ND, k]
@@ -690,92 +775,58 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
                             _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, horizon)
                         u = wt[W_ND_NEXT, u]
                 _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
-            # Rebuilds right before the first backward reader, chain inputs first.
-            v = wo[B_RB, ju]
-            while v >= 0:
-                vu = _ix(v)
-                for p in range(st[T_RIN, vu], st[T_RIN, vu + ONE]):
-                    u = idx[_ix(p)]
-                    if act[_ix(u)] == SWAP and fl[L_RES, _ix(u)] == 0:
-                        _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, j)
-                _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, v)
-                b = st[T_BYTES, vu]
-                if ns[I_USED] + b > budget:
-                    _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, b, j, False)
-                    _account(fs, ns, base, rec, j, F_BSM, K_STALL_MEM, v)
-                t0 = base[ju] + fs[F_DELAY]
-                fl[L_RES, vu] = 1
-                _mem(ns, rec, b, t0)
-                fs[F_DELAY] += trec[vu]
-                fs[F_REC] += trec[vu]
-                t1 = base[ju] + fs[F_DELAY]
-                if recording != 0:
-                    _record(ns, rec, LANE_COMPUTE, t0, t1, K_REBUILD, j, v)
-                if fs[F_NEXT] <= t1:
-                    _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
-                elif t1 > fs[F_NOW]:
-                    fs[F_NOW] = t1
-                v = wt[W_RB_NEXT, vu]
-            waited = False
-            for p in range(so[O_READS, ju], so[O_READS, ju1]):
+        # Rebuilds right before the first backward reader, chain inputs first.
+        v = wo[B_RB, ju]
+        while v >= 0:
+            vu = _ix(v)
+            for p in range(st[T_RIN, vu], st[T_RIN, vu + ONE]):
                 u = idx[_ix(p)]
-                if fl[L_RES, _ix(u)] == 0 and act[_ix(u)] == SWAP:
+                if act[_ix(u)] == SWAP and fl[L_RES, _ix(u)] == 0:
                     _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, j)
-                    waited = True
-            if waited:
-                _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
-        alloc = so[O_TRANS, ju] + so[O_PROD_BYTES, ju]
-        if ns[I_USED] + alloc > budget:
-            _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, alloc, j, fwd)
-            _account(fs, ns, base, rec, j, F_FSM if fwd else F_BSM, K_STALL_MEM, -1)
-        t0 = base[ju] + fs[F_DELAY]
-        _mem(ns, rec, alloc, t0)
-        ns[I_NXT] = j + 1
-        t1 = base[ju1] + fs[F_DELAY]
-        if recording != 0:
-            _record(ns, rec, LANE_COMPUTE, t0, t1, K_OP, j, -1)
-        if fs[F_NEXT] <= t1:
-            _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
-        elif t1 > fs[F_NOW]:
-            fs[F_NOW] = t1
-        _mem(ns, rec, -so[O_TRANS, ju], t1)
-        if fwd:
-            for p in range(so[O_PROD, ju], so[O_PROD, ju1]):
-                u = idx[_ix(p)]
-                fl[L_RES, _ix(u)] = 1
-                wt[W_FIFO, _ix(ns[I_FT])] = u
-                ns[I_FT] += act[_ix(u)] == SWAP
-            for p in range(so[O_LFR, ju], so[O_LFR, ju1]):
-                # recomp: free now; swap: free now if offloaded, else when the offload ends.
-                u = _ix(idx[_ix(p)])
-                a = act[u]
-                host = np.int64(fl[L_HOST, u] != 0)
-                isswap = np.int64(a == SWAP)
-                res = np.int64(fl[L_RES, u])
-                free = (np.int64(a == RECOMP) | (isswap & host)) & res
-                fl[L_FREEOK, u] |= isswap & (1 - host)
-                fl[L_RES, u] = res - free
-                _mem(ns, rec, -st[T_BYTES, u] * free, t1)
-            if ns[I_ENG] < 0 and ns[I_FH] < ns[I_FT]:
-                u = wt[W_FIFO, ns[I_FH]]
-                ns[I_FH] += 1
-                _start_copy(fs, ns, st, hw, 0, u)
-        else:
-            u = wo[B_RL, ju]
-            while u >= 0:
-                uu = _ix(u)
-                if fl[L_RES, uu] != 0:
-                    if act[uu] == SWAP and fl[L_HOST, uu] == 0:
-                        fl[L_FREEOK, uu] = 1  # the offload still reads it
-                    else:
-                        fl[L_RES, uu] = 0
-                        _mem(ns, rec, -st[T_BYTES, uu], t1)
-                if fl[L_PEND, uu] != 0:
-                    fl[L_PEND, uu] = 0
-                    ns[I_NPEND] -= 1
-                u = wt[W_RL_NEXT, uu]
-            if ns[I_ENG + 1] < 0 and ns[I_NPEND] != 0:
-                _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
+            _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, v)
+            b = st[T_BYTES, vu]
+            if ns[I_USED] + b > budget:
+                _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, b, j, False)
+                _account(fs, ns, base, rec, j, F_BSM, K_STALL_MEM, v)
+            t0 = base[ju] + fs[F_DELAY]
+            fl[L_RES, vu] = 1
+            _alloc(recording, ns, rec, b, t0)
+            fs[F_DELAY] += trec[vu]
+            fs[F_REC] += trec[vu]
+            t1 = base[ju] + fs[F_DELAY]
+            if recording != 0:
+                _record(ns, rec, LANE_COMPUTE, t0, t1, K_REBUILD, j, v)
+            if fs[F_NEXT] <= t1:
+                _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
+            elif t1 > fs[F_NOW]:
+                fs[F_NOW] = t1
+            v = wt[W_RB_NEXT, vu]
+        waited = False
+        for p in range(so[O_READS, ju], so[O_READS, ju + ONE]):
+            u = idx[_ix(p)]
+            if fl[L_RES, _ix(u)] == 0 and act[_ix(u)] == SWAP:
+                _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, j)
+                waited = True
+        if waited:
+            _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
+        t1 = _op_run(
+            fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, base, j, ju, budget, False, recording
+        )
+        u = wo[B_RL, ju]
+        while u >= 0:
+            uu = _ix(u)
+            if fl[L_RES, uu] != 0:
+                if act[uu] == SWAP and fl[L_HOST, uu] == 0:
+                    fl[L_FREEOK, uu] = 1  # the offload still reads it
+                else:
+                    fl[L_RES, uu] = 0
+                    _release(recording, ns, rec, st[T_BYTES, uu], t1)
+            if fl[L_PEND, uu] != 0:
+                fl[L_PEND, uu] = 0
+                ns[I_NPEND] -= 1
+            u = wt[W_RL_NEXT, uu]
+        if ns[I_ENG + 1] < 0 and ns[I_NPEND] != 0:
+            _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec)
     # Copies still running after the last operator finish (they count in the bytes moved) but
     # do not lengthen the step.
     while fs[F_NEXT] != np.inf:
