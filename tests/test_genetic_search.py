@@ -89,9 +89,29 @@ def test_deap_random_is_private_and_released_after_an_error() -> None:
         first = _THREAD_RANDOM.random()
         raise RuntimeError("boom")
     assert random.getstate() == state  # DEAP's draws never touch the global generator
-    assert "random" not in _THREAD_RANDOM.__dict__  # the module forwards to `random` again
+    assert _THREAD_RANDOM.random == random.random  # the module's own function again
     with deap_random(0):
         assert _THREAD_RANDOM.random() == first  # same seed, same stream
+
+
+def test_deap_random_is_the_module_in_a_thread_with_no_search() -> None:
+    import threading
+
+    from slackswap.solvers._ga_search import _THREAD_RANDOM
+
+    seen: list[bool] = []
+
+    def other() -> None:
+        seen.append(
+            _THREAD_RANDOM.random == random.random and _THREAD_RANDOM.choice == random.choice
+        )
+
+    with deap_random(0):
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert _THREAD_RANDOM.random != random.random  # this thread draws from its search
+    assert seen == [True]
 
 
 def test_seeded_search_never_loses_its_best_seed() -> None:

@@ -135,25 +135,30 @@ class SearchResult:
         return self.best is not None and self.best_infeasibility == 0.0
 
 
+_RNG_METHODS = tuple(n for n in dir(random.Random) if not n.startswith("_"))
+#: The `random` module's own functions (a thread with no search bound draws from them).
+_MODULE_FUNCTIONS = {n: getattr(random, n) for n in _RNG_METHODS if hasattr(random, n)}
+
+
 class _ThreadRandom(threading.local):
     """Stands in for the `random` module: the calling thread's search generator, if any.
 
     While a search runs in a thread, `use_rng` binds the generator's methods as attributes of
     this thread's instance, so ``random.random()`` inside DEAP's operators is one attribute
-    lookup (operators call it once per gene); a thread with no search bound falls through to
-    the `random` module.
+    lookup (operators call it once per gene). Every thread starts with the `random` module's
+    functions bound instead (`threading.local` runs ``__init__`` in each thread on first use),
+    not with a ``__getattr__`` fallback: a class with one pays a slower lookup on every
+    attribute, found or not (about 160 ns against 80 here, several times per genome).
     """
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(random, name)
+    def __init__(self) -> None:
+        self.__dict__.update(_MODULE_FUNCTIONS)
 
 
 _THREAD_RANDOM: Any = _ThreadRandom()
 for _module in (crossover, mutation, selection, algorithms):
     if getattr(_module, "random", None) is random:
         _module.random = _THREAD_RANDOM  # type: ignore[attr-defined]
-
-_RNG_METHODS = tuple(n for n in dir(random.Random) if not n.startswith("_"))
 
 
 class FastRandom(random.Random):
