@@ -533,8 +533,9 @@ class _Island:
             for i in fresh if k else ():
                 trials.extend(tb.mutate(tb.clone(offspring[i]))[0] for _ in range(k))
             self.evaluator(trials)
-            for i, best in zip(fresh, best_of_groups(trials, len(fresh), k), strict=True):
-                offspring[i] = best
+            if k:
+                for i, best in zip(fresh, best_of_groups(trials, len(fresh), k), strict=True):
+                    offspring[i] = best
             self.hof.update(offspring)
             self.pop = list(self.hof.items[: cfg.elite]) + offspring
 
