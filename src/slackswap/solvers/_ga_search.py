@@ -306,29 +306,34 @@ def vary(offspring: list[Genome], tb: base.Toolbox, cxpb: float, mutpb: float) -
     instead of being scored again. In a converging population these copies are most of what
     varAnd would send to the simulator.
     """
+    # Bound once: the thread's generator cannot change during the call. A fitness is
+    # invalidated as DEAP's ``del fitness.values`` does it (``wvalues = ()``), without the
+    # property's call, and "valid" is a non-empty ``wvalues``.
+    draw = _THREAD_RANDOM.random
+    mate, clone, mutate = tb.mate, tb.clone, tb.mutate
     off = list(offspring)
     for i in range(1, len(off), 2):
-        if _THREAD_RANDOM.random() < cxpb:
+        if draw() < cxpb:
             p, q = off[i - 1], off[i]
             if p is q or p == q:
                 continue
-            a, b = tb.mate(tb.clone(p), tb.clone(q))
+            a, b = mate(clone(p), clone(q))
             for child in (a, b):
                 if child == p:
                     child.fitness.wvalues = p.fitness.wvalues
                 elif child == q:
                     child.fitness.wvalues = q.fitness.wvalues
                 else:
-                    del child.fitness.values
+                    child.fitness.wvalues = ()
             off[i - 1], off[i] = a, b
     for i in range(len(off)):
-        if _THREAD_RANDOM.random() < mutpb:
+        if draw() < mutpb:
             x = off[i]
-            y = tb.clone(x) if x.fitness.valid else x
-            (y,) = tb.mutate(y)
+            y = clone(x) if x.fitness.wvalues else x
+            (y,) = mutate(y)
             if y is not x and y == x:
                 continue  # the mutation drew no gene
-            del y.fitness.values
+            y.fitness.wvalues = ()
             off[i] = y
     return off
 
@@ -528,7 +533,7 @@ class _Island:
         with use_rng(self.rng):
             offspring = tb.select(self.pop, max(2, cfg.pop_size - cfg.elite))
             offspring = vary(offspring, tb, cfg.cxpb, cfg.mutpb)
-            fresh = [i for i, ind in enumerate(offspring) if not ind.fitness.valid]
+            fresh = [i for i, ind in enumerate(offspring) if not ind.fitness.wvalues]  # invalid
             trials = [offspring[i] for i in fresh]
             for i in fresh if k else ():
                 trials.extend(tb.mutate(tb.clone(offspring[i]))[0] for _ in range(k))
