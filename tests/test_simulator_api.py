@@ -81,6 +81,28 @@ def test_population_matches_single_runs_and_threads(small: slackswap.Instance) -
     assert np.array_equal(simulate_many(small, pop, 0.5).step_s, one.step_s)
 
 
+@pytest.mark.parametrize("runtime", ["barrier-free", "barriers", "on-demand-lru"])
+@pytest.mark.parametrize("fraction", [0.9, 0.65])  # this model fits down to 63%
+def test_score_many_gives_simulate_many_values(
+    small: slackswap.Instance, runtime: str, fraction: float
+) -> None:
+    from slackswap.simulator.api import score_many
+
+    pop = _random_plans(small, 30, seed=2)
+    unrebuildable = np.isinf(small.tensor_recompute_s)
+    pop[:4, np.flatnonzero(unrebuildable)[:2]] = RECOMP  # four plans recompute the impossible
+    planned = slackswap.solve(small, fraction, solver="slackswap").plan
+    assert planned is not None
+    pop = np.vstack([pop, planned.actions[None]]).astype(np.int8)  # and one plan that fits
+    full = simulate_many(small, pop, fraction, runtime)
+    step, over, invalid = score_many(small, pop, fraction, runtime)
+    assert np.array_equal(step, full.step_s) and np.array_equal(over, full.overflow_bytes)
+    assert invalid.tolist() == ((pop == RECOMP) & unrebuildable).any(axis=1).tolist()
+    assert invalid[:4].all() and np.isinf(step[:4]).all()
+    if runtime == "barrier-free":
+        assert full.feasible[-1] and np.isfinite(step[-1])  # a fitting plan is compared too
+
+
 def test_infeasible_results_rank_by_overflow(small: slackswap.Instance) -> None:
     keep = np.zeros((1, small.n_tensors), dtype=np.int8)
     r = simulate_many(small, np.repeat(keep, 1, axis=0), 0.5)

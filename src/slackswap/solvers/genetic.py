@@ -80,8 +80,6 @@ from slackswap.solvers.base import REGISTRY, Solution, Solver, Tags, register
 if TYPE_CHECKING:
     from slackswap.plan import Budget
 
-_RECOMP = 2
-
 
 class SimulatorFitness:
     """The search's fitness: the simulator's population entry point as a function of a plans x
@@ -110,21 +108,19 @@ class SimulatorFitness:
         self.n_jobs = n_jobs
         self.rank_infeasible = rank_infeasible
         self.budget_bytes = float(budget.bytes_for(instance))
-        self.unrebuildable = ~np.isfinite(instance.tensor_recompute_s)
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"pool": None}  # a worker process scores in its own thread
 
     def _simulate(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        from slackswap.simulator import simulate_many
+        from slackswap.simulator.api import score_many
 
-        res = simulate_many(self.instance, actions, self.budget, runtime=self.runtime, n_jobs=1)
-        return res.feasible, res.overflow_bytes, res.step_s
+        return score_many(self.instance, actions, self.budget, runtime=self.runtime)
 
     def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         pool, n_jobs = self.pool, self.n_jobs
         if pool is None or len(actions) < 2 * n_jobs:
-            parts = [self._simulate(actions)]
+            step_s, over_b, invalid = self._simulate(actions)
         else:
             bounds = np.linspace(0, len(actions), n_jobs + 1).astype(int).tolist()
             futs = [
@@ -132,16 +128,13 @@ class SimulatorFitness:
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)
             ]
             parts = [f.result() for f in futs]
-        feasible = np.concatenate([p[0] for p in parts]).astype(bool)
-        over = np.concatenate([p[1] for p in parts]).astype(np.float64)
-        over /= max(self.budget_bytes, 1.0)
-        step_s = np.concatenate([p[2] for p in parts]).astype(np.float64)
-        invalid = ((actions == _RECOMP) & self.unrebuildable).any(axis=1)
+            step_s, over_b, invalid = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        feasible = np.isfinite(step_s)
+        over = over_b / max(self.budget_bytes, 1.0)
         # A tiny floor keeps an infeasible plan that reports no overflow behind every feasible one.
-        infeas = np.where(invalid, math.inf, np.maximum(np.nan_to_num(over, nan=math.inf), 1e-12))
+        infeas = np.where(invalid, math.inf, np.maximum(over, 1e-12))
         infeas = np.where(feasible, 0.0, infeas if self.rank_infeasible else 1.0)
-        step = np.where(feasible, step_s, math.inf)
-        return infeas, step
+        return infeas, step_s
 
 
 def seed_plans(
