@@ -67,7 +67,7 @@ that never waits gives ``step_s == ideal_s`` exactly. Copies still running after
 operator do not lengthen the step (they still count in ``d2h_bytes`` / ``h2d_bytes``).
 """
 
-from slackswap.simulator.api import simulate, simulate_many
+from slackswap.simulator.api import score_many, simulate, simulate_many
 from slackswap.simulator.result import BatchResult, SimResult, Timeline
 from slackswap.simulator.runtimes import RUNTIMES, RuntimeSpec, register_runtime
 
@@ -78,6 +78,7 @@ __all__ = [
     "SimResult",
     "Timeline",
     "register_runtime",
+    "score_many",
     "simulate",
     "simulate_many",
 ]
