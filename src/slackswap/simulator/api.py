@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from slackswap.plan import Budget, Plan, PlanError, check_actions
+from slackswap.plan import RECOMP, Budget, Plan, PlanError, check_actions
 from slackswap.problem import Instance
 from slackswap.simulator import kernel as K
 from slackswap.simulator.result import BatchResult, SimResult, Timeline
@@ -261,7 +261,7 @@ def score_many(
     acts = check_population(instance, actions_2d)
     if runtime in PY_RUNTIMES:
         res = simulate_many(instance, acts, budget, runtime)
-        invalid = ((acts == 2) & ~np.isfinite(instance.tensor_recompute_s)).any(axis=1)
+        invalid = ((acts == RECOMP) & ~np.isfinite(instance.tensor_recompute_s)).any(axis=1)
         return res.step_s, res.overflow_bytes, invalid
     get_runtime(runtime)
     b = _budget_bytes(instance, budget)

@@ -182,8 +182,9 @@ def _record(ns, rec, lane, a, b, c, d, e):
 
 
 @_inline
-def _mem(ns, rec, nbytes, t):
-    """Change used memory by nbytes (alloc > 0, free < 0) at time t."""
+def _mem_at(recording, ns, rec, nbytes, t):
+    """Change used memory by nbytes (alloc > 0, free < 0) at time t; ``recording`` is the
+    recording flag (the main loop passes its own copy, kept in a register)."""
     u = ns[I_USED] + nbytes
     ns[I_USED] = u
     if u > ns[I_PEAK]:
@@ -191,8 +192,14 @@ def _mem(ns, rec, nbytes, t):
     # Every change is recorded, zero ones too (the Python side drops those): testing the bytes
     # here as well let the compiler test them first, and whether an operator frees anything
     # varies by plan, a mispredicted branch per operator even with recording off.
-    if ns[I_REC] != 0:
+    if recording != 0:
         _record(ns, rec, LANE_MEM, t, u, 0, 0, 0)
+
+
+@_inline
+def _mem(ns, rec, nbytes, t):
+    """`_mem_at` with the recording flag read from the state."""
+    _mem_at(ns[I_REC], ns, rec, nbytes, t)
 
 
 @_inline
@@ -628,21 +635,10 @@ def _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf):
 
 @_inline
 def _release(recording, ns, rec, nbytes, t):
-    """`_mem` of a release of nbytes >= 0 for the main loop: a release cannot raise the peak,
-    so it is not tested, and ``recording`` is the loop's copy of the flag (a register)."""
+    """`_mem_at` of a release of nbytes >= 0: a release cannot raise the peak, so the main
+    loop's releases skip that test."""
     u = ns[I_USED] - nbytes
     ns[I_USED] = u
-    if recording != 0:
-        _record(ns, rec, LANE_MEM, t, u, 0, 0, 0)
-
-
-@_inline
-def _alloc(recording, ns, rec, nbytes, t):
-    """`_mem` of an allocation for the main loop, with its copy of the recording flag."""
-    u = ns[I_USED] + nbytes
-    ns[I_USED] = u
-    if u > ns[I_PEAK]:
-        ns[I_PEAK] = u
     if recording != 0:
         _record(ns, rec, LANE_MEM, t, u, 0, 0, 0)
 
@@ -666,7 +662,7 @@ def _op_run(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, base, j, ju, budget, 
         _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, alloc, j, fwd)
         _account(fs, ns, base, rec, j, F_FSM if fwd else F_BSM, K_STALL_MEM, -1)
     t0 = base[ju] + fs[F_DELAY]
-    _alloc(recording, ns, rec, alloc, t0)
+    _mem_at(recording, ns, rec, alloc, t0)
     if not fwd:
         ns[I_NXT] = j + 1  # read only by the H2D admission's look-ahead, a backward-pass rule
     t1 = base[ju1] + fs[F_DELAY]
@@ -790,7 +786,7 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
                 _account(fs, ns, base, rec, j, F_BSM, K_STALL_MEM, v)
             t0 = base[ju] + fs[F_DELAY]
             fl[L_RES, vu] = 1
-            _alloc(recording, ns, rec, b, t0)
+            _mem_at(recording, ns, rec, b, t0)
             fs[F_DELAY] += trec[vu]
             fs[F_REC] += trec[vu]
             t1 = base[ju] + fs[F_DELAY]

@@ -113,7 +113,7 @@ class SimulatorFitness:
         return self.__dict__ | {"pool": None}  # a worker process scores in its own thread
 
     def _simulate(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        from slackswap.simulator.api import score_many
+        from slackswap.simulator import score_many
 
         return score_many(self.instance, actions, self.budget, runtime=self.runtime)
 
