@@ -644,16 +644,6 @@ def _release(recording, ns, rec, nbytes, t):
 
 
 @_inline
-def _op_start(fs, ns, wt, fl, wo, st, so, hw, rec, base, ju):
-    """Run the engines up to the operator's start (its compute time plus the delay so far)."""
-    t = base[ju] + fs[F_DELAY]
-    if fs[F_NEXT] <= t:
-        _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t)
-    elif t > fs[F_NOW]:
-        fs[F_NOW] = t
-
-
-@_inline
 def _op_run(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, base, j, ju, budget, fwd, recording):
     """Allocate, compute and free the operator's transient bytes; returns its end time."""
     ju1 = ju + ONE
@@ -668,10 +658,7 @@ def _op_run(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, base, j, ju, budget, 
     t1 = base[ju1] + fs[F_DELAY]
     if recording != 0:
         _record(ns, rec, LANE_COMPUTE, t0, t1, K_OP, j, -1)
-    if fs[F_NEXT] <= t1:
-        _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
-    elif t1 > fs[F_NOW]:
-        fs[F_NOW] = t1
+    _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
     _release(recording, ns, rec, so[O_TRANS, ju], t1)
     return t1
 
@@ -706,7 +693,7 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
     for j in range(min(nf, n)):
         ju = _ix(j)
         ju1 = ju + ONE
-        _op_start(fs, ns, wt, fl, wo, st, so, hw, rec, base, ju)
+        _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, base[ju] + fs[F_DELAY])  # op start
         if fw != 0 and (fw == 2 or so[O_FWD_LAYER_START, ju] != 0):
             if fw == 1:
                 # vDNN: a layer waits for the offloads of the tensors earlier layers read last
@@ -744,7 +731,7 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
     for j in range(nf, n):
         ju = _ix(j)
         ns[I_NXT] = j
-        _op_start(fs, ns, wt, fl, wo, st, so, hw, rec, base, ju)
+        _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, base[ju] + fs[F_DELAY])  # op start
         if j == nf:
             if fw != 0:
                 # Every earlier offload, at the start of backward.
@@ -792,10 +779,7 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
             t1 = base[ju] + fs[F_DELAY]
             if recording != 0:
                 _record(ns, rec, LANE_COMPUTE, t0, t1, K_REBUILD, j, v)
-            if fs[F_NEXT] <= t1:
-                _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
-            elif t1 > fs[F_NOW]:
-                fs[F_NOW] = t1
+            _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
             v = wt[W_RB_NEXT, vu]
         waited = False
         for p in range(so[O_READS, ju], so[O_READS, ju + ONE]):
