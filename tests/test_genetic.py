@@ -92,10 +92,12 @@ def test_no_feasible_plan_is_reported_not_raised(small) -> None:  # type: ignore
 
 
 def test_time_limit_is_honoured(small) -> None:  # type: ignore[no-untyped-def]
-    rec = run("ga", small, 0.3, seed=0, time_limit=1.0)
+    # Within 10% of the limit (issue 6). 3 s rather than 1: the 10% must absorb one stall of the
+    # VM (up to ~0.25 s measured here under load), which failed a 1 s run about once in 35.
+    rec = run("ga", small, 0.3, seed=0, time_limit=3.0)
     assert rec.status is Status.FEASIBLE
-    assert rec.plan_s <= 1.1
-    assert rec.plan_s >= 0.5  # it searched, rather than returning at once
+    assert rec.plan_s <= 3.3
+    assert rec.plan_s >= 1.5  # it searched, rather than returning at once
 
 
 def test_returned_plan_matches_the_claim(small) -> None:  # type: ignore[no-untyped-def]
