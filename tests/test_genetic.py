@@ -242,3 +242,52 @@ def test_seed_order_does_not_depend_on_import_order() -> None:
     names = [n for n, _ in seed_plans(inst, Budget.fraction(0.7), time_limit=None, seed=0)]
     assert names[0] == "slackswap"
     assert names[1:] == sorted(names[1:])
+
+
+def test_convergence_figure_draws_the_history(small, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from slackswap.analysis.figures import convergence, convergence_points, save
+
+    rec = run("ga-random", small, 0.3, seed=0, options={"max_evaluations": 600})
+    assert rec.status is Status.FEASIBLE and rec.step_s is not None
+    xs, ys = convergence_points(rec)
+    feasible = [h for h in rec.history if math.isfinite(h[2])]
+    assert xs == [float(h[1]) for h in feasible]
+    assert ys[-1] == pytest.approx(100 * rec.ideal_s / rec.step_s, rel=1e-12)
+    assert all(b >= a for a, b in zip(ys, ys[1:], strict=False))  # the best never gets worse
+    fig = convergence([rec])
+    (line,) = fig.axes[0].get_lines()
+    assert list(line.get_xdata()) == xs and list(line.get_ydata()) == pytest.approx(ys)
+    assert fig.axes[0].get_xscale() == "log"
+    seconds, _ = convergence_points(rec, x="seconds")
+    assert seconds == [h[0] for h in feasible]
+    assert all(p.stat().st_size > 0 for p in save(fig, tmp_path, "convergence"))
+    base = run("slackswap", small, 0.3)
+    assert base.step_s is not None
+    (_, level) = convergence([rec], references=[base]).axes[0].get_lines()
+    assert list(level.get_ydata()) == pytest.approx([100 * base.ideal_s / base.step_s] * 2)
+    assert level.get_label() == "slackswap"
+    # A run that found nothing feasible draws no line and says so.
+    empty = convergence([{**rec.to_row(), "history": [[0.1, 50, None]]}])
+    assert not empty.axes[0].get_lines()
+    assert "no feasible plan" in empty.axes[0].texts[0].get_text()
+    with pytest.raises(ValueError, match="x must be"):
+        convergence_points(rec, x="generations")
+
+
+def test_solve_json_carries_the_history(capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from slackswap.analysis.figures import convergence_points
+    from slackswap.cli import main
+
+    args = ["solve", "bert-large", "--budget", "0.5", "--solver", "ga", "--json"]
+    assert main([*args, "--option", "max_evaluations=300"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["history"][-1][1] == row["evaluations"]
+    assert row["history"][-1][2] == pytest.approx(row["step_s"], rel=1e-12)
+    xs, ys = convergence_points(row)  # the figure reads the JSON as it reads a record
+    assert xs[-1] == row["evaluations"] and ys[-1] == pytest.approx(100 * row["throughput"])
+    assert main(["solve", "bert-large", "--budget", "0.5", "--solver", "slackswap", "--json"]) == 0
+    assert "history" not in json.loads(capsys.readouterr().out)
+    assert main([*args[:-1], "--option", "max_evaluations=300"]) == 0
+    assert "plans evaluated; its best step first found after" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """Figures drawn from a results table: Fig. 4, Table 2 as bars, Fig. 6, gap heat map, plan time.
 
-Every function takes a results DataFrame (`run_sweep` / `read_results`) and returns a
+Every function takes a results DataFrame (`run_sweep` / `read_results`), except `convergence`,
+which takes run records (a search's history is not a column of the table), and returns a
 matplotlib `Figure` built without pyplot (no global state, any backend); `save` writes it as
 PNG and SVG. Units on the axes: % of the no-swap peak P, % of the ideal step, ms, GB, GB/s.
 """
@@ -338,4 +339,77 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
         ax2.legend(fontsize="small")
     what = "link bandwidth" if by == "link_bw_Bps" else "sequence length"
     fig.suptitle(f"Sensitivity to {what} (Fig. 6)")
+    return fig
+
+
+def _field(record: Any, key: str) -> Any:
+    """``record.key`` or ``record[key]``: a `RunRecord` or its JSON (``slackswap solve --json``)."""
+    return record[key] if isinstance(record, dict) else getattr(record, key)
+
+
+def convergence_points(record: Any, x: str = "evaluations") -> tuple[list[float], list[float]]:
+    """A search's history as (x, best throughput in % of ideal) points, feasible ones only.
+
+    ``x`` is ``"evaluations"`` (plans scored so far) or ``"seconds"`` (since the solve began).
+    The history lists the points where the best feasible step improved, then the run's end.
+    """
+    if x not in ("evaluations", "seconds"):
+        raise ValueError(f"x must be 'evaluations' or 'seconds', not {x!r}")
+    ideal_s = float(_field(record, "ideal_s"))
+    xs: list[float] = []
+    ys: list[float] = []
+    for seconds, evaluations, best_step_s in _field(record, "history") or ():
+        if best_step_s is None or not math.isfinite(best_step_s):
+            continue  # no feasible plan yet
+        xs.append(float(evaluations if x == "evaluations" else seconds))
+        ys.append(100.0 * ideal_s / float(best_step_s))
+    return xs, ys
+
+
+def convergence(
+    records: Sequence[Any], x: str = "evaluations", references: Sequence[Any] = ()
+) -> Figure:
+    """Best throughput found (% of ideal) against plans evaluated (log) or seconds, one line
+    per run: the records of searches (`ga`, `ga-random`), as `RunRecord`s or their JSON.
+    ``references`` (say, SlackSwap's record on the same case) are drawn as dashed levels."""
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.subplots()
+    labels = [str(_field(r, "solver")) for r in records]
+    cases = {
+        (_field(r, "instance"), round(float(_field(r, "budget_fraction")), 6)) for r in records
+    }
+    for i, (record, solver) in enumerate(zip(records, labels, strict=True)):
+        xs, ys = convergence_points(record, x)
+        if not xs:
+            continue
+        label = f"{solver} seed {_field(record, 'seed')}"
+        if len(cases) > 1:
+            budget = 100 * float(_field(record, "budget_fraction"))
+            label = f"{_field(record, 'instance')} {budget:.0f}%: {label}"
+        # One colour per run, not per solver: the lines are often runs of one solver. The best
+        # only changes where a point is, so the line holds its value until the next.
+        ax.step(xs, ys, where="post", color=_PALETTE[i % len(_PALETTE)], linewidth=1.6, label=label)
+    for record in references:
+        step_s = _field(record, "step_s")
+        if step_s is not None and math.isfinite(step_s):
+            level = 100.0 * float(_field(record, "ideal_s")) / float(step_s)
+            ax.axhline(level, color="black", linestyle="--", linewidth=1.0,
+                       label=str(_field(record, "solver")))  # fmt: skip
+    if x == "evaluations":
+        ax.set_xscale("log")
+        ax.set_xlabel("plans evaluated")
+    else:
+        ax.set_xlabel("planning time (s)")
+    ax.set_ylabel("best throughput found (% of ideal)")
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no feasible plan found", ha="center", va="center",
+                transform=ax.transAxes)  # fmt: skip
+    if len(cases) == 1:
+        ((name, b),) = cases
+        ax.set_title(f"Search convergence: {name} at {100 * b:g}% of P")
+    else:
+        ax.set_title("Search convergence")
     return fig

@@ -125,13 +125,21 @@ def cmd_solve(args: argparse.Namespace) -> int:
         else:
             rec.plan.save(args.output)
     if args.json:
-        print_json(rec.to_row())
+        row = rec.to_row()
+        if rec.history:
+            row["history"] = history_rows(rec.history)
+        print_json(row)
     else:
         print(summary(rec))
     ok = rec.status in (Status.FEASIBLE, Status.OPTIMAL) or (
         rec.status is Status.TIMEOUT and rec.step_s is not None
     )
     return 0 if ok else 1
+
+
+def history_rows(history: Any) -> list[list[Any]]:
+    """A search history as JSON rows: [seconds, plans evaluated, best step (s) or null]."""
+    return [[s, n, b if math.isfinite(b) else None] for s, n, b in history]
 
 
 def summary(rec: Any) -> str:
@@ -157,6 +165,14 @@ def summary(rec: Any) -> str:
         gap = "" if rec.gap is None else f", gap {rec.gap * 100:.2f}%"
         lines.append(f"bound       {rec.lower_bound_s * 1e3:.1f} ms{gap}")
     lines.append(f"planning    {rec.plan_s * 1e3:.1f} ms")
+    if rec.evaluations is not None:
+        # The history lists each improvement, then the run's end (which repeats the best).
+        found = [h for h in rec.history if math.isfinite(h[2])]
+        best = ""
+        if found:
+            at = next(h for h in found if h[2] == found[-1][2])
+            best = f"; its best step first found after {at[0]:.2f} s ({at[1]:,} plans)"
+        lines.append(f"search      {rec.evaluations:,} plans evaluated{best}")
     if rec.reason:
         lines.append(f"reason      {rec.reason}")
     if rec.min_budget_bytes is not None and rec.step_s is None:
