@@ -291,3 +291,16 @@ def test_solve_json_carries_the_history(capsys) -> None:  # type: ignore[no-unty
     assert "history" not in json.loads(capsys.readouterr().out)
     assert main([*args[:-1], "--option", "max_evaluations=300"]) == 0
     assert "plans evaluated; its best step first found after" in capsys.readouterr().out
+
+
+def test_label_shows_only_the_options_given(small) -> None:  # type: ignore[no-untyped-def]
+    # repair's default depends on seeded; resolved, it must not read as an option given.
+    assert run("ga", small, 0.5, options={"max_evaluations": 100}).solver == (
+        "ga(max_evaluations=100)"
+    )
+    assert run("ga-random", small, 0.5, options={"max_generations": 1}).solver == (
+        "ga-random(max_generations=1)"
+    )
+    rec = run("ga", small, 0.5, options={"max_generations": 1, "repair": True})
+    assert rec.solver == "ga(max_generations=1, repair=True)"
+    assert rec.solver_config["repair"] is True

@@ -235,10 +235,12 @@ class RunRecord:
         return d
 
 
-def _solver_label(name: str, solver: Solver, fixed: dict[str, Any]) -> str:
-    """``ga`` or ``ga(pop_size=50)``: the registry name plus non-default, non-fixed options."""
+def _solver_label(name: str, solver: Solver, fixed: dict[str, Any], options: dict[str, Any]) -> str:
+    """``ga`` or ``ga(pop_size=50)``: the registry name plus the options given that differ from
+    the defaults. The given ones, not the solver's resolved parameters: a default that depends on
+    another option (``ga``'s ``repair``) would otherwise show as if it had been given."""
     defaults = {**type(solver).option_defaults(), **fixed}
-    changed = {k: v for k, v in solver.get_params().items() if defaults.get(k) != v}
+    changed = {k: v for k, v in options.items() if defaults.get(k) != v}
     if not changed:
         return name
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in sorted(changed.items()))})"
@@ -264,7 +266,7 @@ def run(
     if isinstance(solver, str):
         entry = REGISTRY[solver]
         solver_obj = entry.make(**(options or {}))
-        label = _solver_label(solver, solver_obj, entry.fixed)
+        label = _solver_label(solver, solver_obj, entry.fixed, options or {})
     else:
         solver_obj, label = solver, repr(solver)
     budget_bytes = bud.bytes_for(inst)
