@@ -304,3 +304,17 @@ def test_label_shows_only_the_options_given(small) -> None:  # type: ignore[no-u
     rec = run("ga", small, 0.5, options={"max_generations": 1, "repair": True})
     assert rec.solver == "ga(max_generations=1, repair=True)"
     assert rec.solver_config["repair"] is True
+
+
+def test_compare_table_counts_a_search_plans(small) -> None:  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    from slackswap.commands.compare import format_results
+
+    base = run("slackswap", small, 0.5).to_row()
+    ga = run("ga", small, 0.5, options={"max_evaluations": 200}).to_row()
+    table = format_results(pd.DataFrame([base, ga]))
+    header, _, row_base, row_ga = table.splitlines()
+    assert header.split()[-1] == "plans"
+    assert row_ga.split()[-1] == f"{ga['evaluations']:,}" and row_base.split()[-1] == "-"
+    assert "plans" not in format_results(pd.DataFrame([base])).splitlines()[0]

@@ -177,8 +177,13 @@ def format_results(df: Any) -> str:
     def f(x: Any, scale: float, digits: int) -> str:
         return "-" if pd.isna(x) else f"{scale * float(x):.{digits}f}"
 
+    # Plans scored: a column only when some row is a search (the GA), whose count it is.
+    searched = "evaluations" in df and bool(df["evaluations"].notna().any())
     rows = []
     for r in df.itertuples(index=False):
+        plans = (
+            [] if not searched else ["-" if pd.isna(r.evaluations) else f"{int(r.evaluations):,}"]
+        )
         rows.append(
             [
                 r.instance,
@@ -194,10 +199,11 @@ def format_results(df: Any) -> str:
                 f(r.d2h_bytes, 1e-9, 2),
                 f(r.plan_s, 1e3, 1),
                 f(r.gap, 100, 2),
+                *plans,
             ]
         )
     header = [
         "instance", "budget", "solver", "seed", "status", "step ms", "thr %", "recomp ms",
         "fwd stall ms", "bwd stall ms", "D2H GB", "plan ms", "gap %",
     ]  # fmt: skip
-    return format_table(rows, header)
+    return format_table(rows, header + ["plans"] * searched)
