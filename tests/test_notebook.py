@@ -35,11 +35,13 @@ def test_notebook_executes_and_renders_figures(tmp_path) -> None:
         o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
         if "image/png" in o.get("data", {})
     ]  # fmt: skip
-    assert len(images) >= 7  # Fig. 4, Table 2 bars, heat map, plan time, Fig. 3, Fig. 5, Fig. 6a
+    # Fig. 4, Table 2 bars, heat map, plan time, Fig. 3, Fig. 5, Fig. 6a, search convergence
+    assert len(images) >= 8
     text = "".join(
         o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
     )
     assert "gap best" in text and "runs," in text
+    assert "ga: " in text and "ga-random: " in text and " plans, " in text  # the searches ran
 
 
 def test_notebook_is_committed_without_outputs() -> None:
