@@ -206,4 +206,4 @@ def format_results(df: Any) -> str:
         "instance", "budget", "solver", "seed", "status", "step ms", "thr %", "recomp ms",
         "fwd stall ms", "bwd stall ms", "D2H GB", "plan ms", "gap %",
     ]  # fmt: skip
-    return format_table(rows, header + ["plans"] * searched)
+    return format_table(rows, header + (["plans"] if searched else []))
