@@ -374,15 +374,14 @@ def convergence(
     ``references`` (say, SlackSwap's record on the same case) are drawn as dashed levels."""
     fig = Figure(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.subplots()
-    labels = [str(_field(r, "solver")) for r in records]
     cases = {
         (_field(r, "instance"), round(float(_field(r, "budget_fraction")), 6)) for r in records
     }
-    for i, (record, solver) in enumerate(zip(records, labels, strict=True)):
+    for i, record in enumerate(records):
         xs, ys = convergence_points(record, x)
         if not xs:
             continue
-        label = f"{solver} seed {_field(record, 'seed')}"
+        label = f"{_field(record, 'solver')} seed {_field(record, 'seed')}"
         if len(cases) > 1:
             budget = 100 * float(_field(record, "budget_fraction"))
             label = f"{_field(record, 'instance')} {budget:.0f}%: {label}"

@@ -121,6 +121,21 @@ class RegisteredSolver:
     def tags(self) -> Tags:
         return self.cls.tags
 
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Every option's value when none is given (the registered fixed ones included)."""
+        return {**self.cls.option_defaults(), **self.fixed}
+
+    def label(self, options: dict[str, Any]) -> str:
+        """``ga`` or ``ga(pop_size=50)``: the name plus the options given that differ from the
+        defaults. The given ones, not the solver's resolved parameters: a default that depends
+        on another option (``ga``'s ``repair``) would otherwise show as if it had been given."""
+        defaults = self.defaults
+        changed = {k: v for k, v in options.items() if defaults.get(k) != v}
+        if not changed:
+            return self.name
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(changed.items()))})"
+
 
 class Registry:
     """Solvers by name; registering a name twice is an error."""
@@ -235,17 +250,6 @@ class RunRecord:
         return d
 
 
-def _solver_label(name: str, solver: Solver, fixed: dict[str, Any], options: dict[str, Any]) -> str:
-    """``ga`` or ``ga(pop_size=50)``: the registry name plus the options given that differ from
-    the defaults. The given ones, not the solver's resolved parameters: a default that depends on
-    another option (``ga``'s ``repair``) would otherwise show as if it had been given."""
-    defaults = {**type(solver).option_defaults(), **fixed}
-    changed = {k: v for k, v in options.items() if defaults.get(k) != v}
-    if not changed:
-        return name
-    return f"{name}({', '.join(f'{k}={v!r}' for k, v in sorted(changed.items()))})"
-
-
 def run(
     solver: str | Solver,
     instance: Instance | str,
@@ -266,7 +270,7 @@ def run(
     if isinstance(solver, str):
         entry = REGISTRY[solver]
         solver_obj = entry.make(**(options or {}))
-        label = _solver_label(solver, solver_obj, entry.fixed, options or {})
+        label = entry.label(options or {})
     else:
         solver_obj, label = solver, repr(solver)
     budget_bytes = bud.bytes_for(inst)
@@ -429,7 +433,7 @@ def describe_solvers() -> list[dict[str, Any]]:
     """Registered solvers with their tags and options (for ``slackswap solvers``)."""
     out = []
     for entry in REGISTRY:
-        opts = {**entry.cls.option_defaults(), **entry.fixed}
+        opts = entry.defaults
         out.append(
             {
                 "name": entry.name,
