@@ -14,6 +14,18 @@ the five convolution stages and the classifier (the segments checkpointing recom
 are the individual convolution, pooling and fully-connected layers (vDNN's unit of
 synchronisation). Stage inputs are block inputs and are never recomputed, as in the transformer
 builder.
+
+Convolutions run as PyTorch eager runs ``nn.Conv2d`` with a bias on a GPU. A profiler's dispatch
+mode records one ATen operator, ``convolution``, so the model has one operator per convolution;
+but cuDNN's convolution takes no bias, so on CUDA that operator launches two kernels: the cuDNN
+convolution, then ``output.add_(bias)``, a separate memory-bound kernel that reads and writes the
+whole output (ATen's ``_convolution``, ``ConvBackend::Cudnn``). Its backward,
+``convolution_backward``, runs cuDNN's data and weight gradients, then reduces the output
+gradient for the bias (``grad_output.sum((0, 2, 3))``), a memory-bound pass over it. The
+operator times are the sum of those kernels on the roofline. Neither adds a saved tensor: the
+add runs in place, below autograd, and the bias gradient needs only the incoming gradient.
+Caffe's cuDNN convolution layer (vDNN's era, the Titan X check) runs the same separate kernels:
+``cudnnAddTensor`` after the convolution, ``cudnnConvolutionBackwardBias`` in backward.
 """
 
 from __future__ import annotations
@@ -53,6 +65,18 @@ def _relu_bwd(rf: Roofline, prefix: str, block: int, layer: int, out_b: int) -> 
     )
 
 
+def _conv_s(rf: Roofline, flops: float, in_b: int, out_b: int, wt_b: int, bias_b: int) -> float:
+    """Forward ``convolution`` with a bias: cuDNN's convolution, then the bias added in place
+    (its own kernel: the output read and written once more)."""
+    return rf.gemm(flops, in_b + out_b + wt_b) + rf.memory(2 * out_b + bias_b)
+
+
+def _conv_bwd_s(rf: Roofline, flops: float, in_b: int, out_b: int, wt_b: int, bias_b: int) -> float:
+    """``convolution_backward``: cuDNN's data and weight gradients (2x the forward FLOPs), then
+    the bias gradient, a reduction of the output gradient (its own kernel)."""
+    return rf.gemm(2 * flops, 2 * (in_b + out_b + wt_b)) + rf.memory(out_b + bias_b)
+
+
 def build_vgg(
     cfg: VGGConfig,
     gpu: str = "a100",
@@ -87,8 +111,8 @@ def build_vgg(
             out_b = B * cout * side**2 * e
             in_b = B * cin * side**2 * e
             flops = 2.0 * B * side**2 * cout * cin * 9
-            wt_b = cout * cin * 9 * e
-            t_conv = rf.gemm(flops, in_b + out_b + wt_b)
+            wt_b, bias_b = cout * cin * 9 * e, cout * e
+            t_conv = _conv_s(rf, flops, in_b, out_b, wt_b, bias_b)
             t_relu = rf.memory(2 * out_b)
             b.op(
                 p + ".conv",
@@ -117,7 +141,7 @@ def build_vgg(
                     block=s,
                     layer=layer,
                     kind="conv",
-                    duration_s=rf.gemm(2 * flops, 2 * (in_b + out_b + wt_b)),
+                    duration_s=_conv_bwd_s(rf, flops, in_b, out_b, wt_b, bias_b),
                     flops=2 * flops,
                     reads=[x],
                     transient_bytes=out_b + in_b,

@@ -31,11 +31,12 @@ ABLATIONS = ("swap-first", "recompute-only", "barriers")
 TOL = 0.025  # throughput facts hold within 2.5 points (the issue's Table 3 tolerance)
 VGG_NOTE = (
     "context: the toolkit's VGG-16 ideal step is {step:.0f} ms against Table 1's 82 ms and its f "
-    "is {f:.1f}% against 17% (see `slackswap reproduce table1`): its link hides fewer bytes"
+    "is {f:.1f}% against 17% (see `slackswap reproduce table1`)"
 )
 VGG_SLACKSWAP_WHY = (
-    "at 65% of P the best plan recomputes the first convolution output of stages 0-2 and swaps "
-    "nothing: swap plans stall, since the runtime admits a prefetch only next to the following "
+    "at 65% of P the best plan recomputes the first convolution output of stages 0-2 (each "
+    "re-runs its cuDNN convolution, its bias add and its ReLU) and swaps nothing: swap plans "
+    "stall, since the runtime admits a prefetch only next to the following "
     "operators' allocations and the gradient buffers grow as the backward pass nears the input "
     "(0.2 P at the first stage), so prefetches start only when their reader waits; the exact "
     "solvers and the genetic search find no faster plan there (`slackswap compare vgg16 "
@@ -44,7 +45,7 @@ VGG_SLACKSWAP_WHY = (
 VGG_VDNN_WHY = (
     "the toolkit's VGG-16 model has no convolution workspace (Sec. 4.1 names none), so vDNN-all, "
     "which offloads every saved tensor and prefetches one layer ahead, fits down to about 63% "
-    "of P, at about 31% of ideal"
+    "of P, at about 33% of ideal"
 )
 
 
