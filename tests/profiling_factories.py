@@ -113,3 +113,49 @@ class Broken(nn.Module):
 
 def broken():
     return Broken(), torch.zeros(2, 4)
+
+
+# A small VGG laid out as torchvision's (features: 3x3 convolutions with a bias, in-place ReLU,
+# max-pool per stage; classifier: Linear, ReLU, Linear, ReLU, Linear), without dropout or the
+# adaptive average pool, as slackswap.models.vgg builds it.
+VGG_CONFIG = dict(stages=((4, 4), (8,)), fc=16, classes=5, image=8, batch=2)
+
+
+class TinyVGG(nn.Module):
+    def __init__(
+        self, stages: tuple[tuple[int, ...], ...], fc: int, classes: int, image: int
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin = 3
+        for widths in stages:
+            for cout in widths:
+                layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(inplace=True)]
+                cin = cout
+            layers.append(nn.MaxPool2d(2))
+        self.features = nn.Sequential(*layers)
+        side = image // 2 ** len(stages)
+        self.classifier = nn.Sequential(
+            nn.Linear(cin * side * side, fc),
+            nn.ReLU(inplace=True),
+            nn.Linear(fc, fc),
+            nn.ReLU(inplace=True),
+            nn.Linear(fc, classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def vgg(**overrides: object):
+    """(model, (images,), loss_fn): one classification step with cross-entropy."""
+    cfg = {**VGG_CONFIG, **overrides}
+    torch.manual_seed(0)
+    model = TinyVGG(cfg["stages"], cfg["fc"], cfg["classes"], cfg["image"])
+    images = torch.randn(cfg["batch"], 3, cfg["image"], cfg["image"])
+    labels = torch.randint(0, cfg["classes"], (cfg["batch"],))
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, labels)
+
+    return model, (images,), loss_fn

@@ -6,7 +6,8 @@ its ReLU's output are one saved tensor, which serves the ReLU backward and the n
 weight gradient; and the ReLU backward runs in place on the incoming gradient (in Caffe an
 in-place layer's top and bottom blobs share their gradient buffer too), so it holds one gradient
 buffer, not two. The backward pass is the chain rule's order: a layer's ReLU backward, then its
-convolution backward (weight and input gradients, so that operator holds two gradient buffers).
+convolution backward (weight and input gradients, so that operator holds two gradient buffers;
+the first convolution's holds one, see below).
 Each pool saves its output, the next stage's input; its backward reads its input, whose max
 positions it recomputes. Simplification: cuDNN's pooling backward also reads the output
 (PyTorch's keeps int64 indices instead); the model keeps neither alive until then. Blocks are
@@ -25,7 +26,10 @@ gradient for the bias (``grad_output.sum((0, 2, 3))``), a memory-bound pass over
 operator times are the sum of those kernels on the roofline. Neither adds a saved tensor: the
 add runs in place, below autograd, and the bias gradient needs only the incoming gradient.
 Caffe's cuDNN convolution layer (vDNN's era, the Titan X check) runs the same separate kernels:
-``cudnnAddTensor`` after the convolution, ``cudnnConvolutionBackwardBias`` in backward.
+``cudnnAddTensor`` after the convolution, ``cudnnConvolutionBackwardBias`` in backward. The
+first convolution computes no input gradient, since the image needs none (autograd asks
+``convolution_backward`` for the weight and bias gradients only): its backward costs the weight
+gradient and the bias reduction, and holds no input-gradient buffer.
 """
 
 from __future__ import annotations
@@ -71,10 +75,17 @@ def _conv_s(rf: Roofline, flops: float, in_b: int, out_b: int, wt_b: int, bias_b
     return rf.gemm(flops, in_b + out_b + wt_b) + rf.memory(2 * out_b + bias_b)
 
 
-def _conv_bwd_s(rf: Roofline, flops: float, in_b: int, out_b: int, wt_b: int, bias_b: int) -> float:
-    """``convolution_backward``: cuDNN's data and weight gradients (2x the forward FLOPs), then
-    the bias gradient, a reduction of the output gradient (its own kernel)."""
-    return rf.gemm(2 * flops, 2 * (in_b + out_b + wt_b)) + rf.memory(out_b + bias_b)
+def _conv_bwd_s(
+    rf: Roofline, flops: float, in_b: int, out_b: int, wt_b: int, bias_b: int, input_grad: bool
+) -> float:
+    """``convolution_backward``: cuDNN's weight gradient and, when the input needs one, its data
+    gradient (2x the forward FLOPs with both), then the bias gradient, a reduction of the
+    output gradient (its own kernel)."""
+    if input_grad:
+        grads = rf.gemm(2 * flops, 2 * (in_b + out_b + wt_b))
+    else:
+        grads = rf.gemm(flops, in_b + out_b + wt_b)
+    return grads + rf.memory(out_b + bias_b)
 
 
 def build_vgg(
@@ -113,6 +124,7 @@ def build_vgg(
             flops = 2.0 * B * side**2 * cout * cin * 9
             wt_b, bias_b = cout * cin * 9 * e, cout * e
             t_conv = _conv_s(rf, flops, in_b, out_b, wt_b, bias_b)
+            input_grad = layer > 0  # the image needs no gradient
             t_relu = rf.memory(2 * out_b)
             b.op(
                 p + ".conv",
@@ -141,10 +153,10 @@ def build_vgg(
                     block=s,
                     layer=layer,
                     kind="conv",
-                    duration_s=_conv_bwd_s(rf, flops, in_b, out_b, wt_b, bias_b),
-                    flops=2 * flops,
+                    duration_s=_conv_bwd_s(rf, flops, in_b, out_b, wt_b, bias_b, input_grad),
+                    flops=2 * flops if input_grad else flops,
                     reads=[x],
-                    transient_bytes=out_b + in_b,
+                    transient_bytes=out_b + (in_b if input_grad else 0),
                 )
             )
             backward.append(_relu_bwd(rf, p, s, layer, out_b))
