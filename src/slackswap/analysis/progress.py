@@ -42,9 +42,9 @@ def job_line(row: dict[str, Any]) -> str:
         head += f" seed {row['seed']}"
     status = str(row.get("status", "?"))
     parts = [status]
-    if _number(row.get("throughput")) and status not in FAILED:
+    if _number(row.get("throughput")):
         parts.append(f"{100 * float(row['throughput']):.1f}% of ideal")
-    elif status in FAILED and row.get("error"):
+    if row.get("error"):
         parts.append(str(row["error"]).splitlines()[0][:120])
     seconds = row.get("wall_s", row.get("plan_s"))
     if _number(seconds):
