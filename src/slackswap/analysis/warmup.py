@@ -14,9 +14,12 @@ numba's compile event, so a cache load stays silent).
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,6 +39,9 @@ COMPILED_PARTS: tuple[tuple[str, float, str, str], ...] = (
     ("simulator", 20.0, "slackswap.simulator.kernel", "run_batch"),
     ("planner", 13.0, "slackswap.solvers._passes", "pass2_kernel"),
 )
+
+#: Seconds the warm-up waits for the process compiling the planner before going on without it.
+HELPER_TIMEOUT_S = 600.0
 
 _warm: set[str] = set()
 _announced: set[str] = set()
@@ -62,10 +68,78 @@ def warm_up(
             todo.append(s)
     if not todo:
         return
+    helper = _planner_helper(say) if "" in todo else None
     with _watch_numba(say) as numba_calls:
         inst = _instance()
         for solver in todo:
+            if solver != "" and helper is not None:
+                _wait(helper)  # the planner is in the cache now: load it, do not compile it twice
+                helper = None
             _warm_one(inst, solver, numba_calls)
+    if helper is not None:
+        _wait(helper)
+
+
+def _wait(helper: subprocess.Popen[bytes]) -> None:
+    try:
+        helper.wait(timeout=HELPER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # this process compiles what the helper did not
+        helper.kill()
+        helper.wait()
+
+
+def _planner_helper(say: Callable[[str], None] | None) -> subprocess.Popen[bytes] | None:
+    """With the simulator and the planner both to compile (a fresh clone) and a second core,
+    compile the planner in a second process while this one compiles the simulator: the cold
+    warm-up then takes about the longer of the two, not their sum. None when not worth it."""
+    stale = dict(stale_parts())
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    if "simulator" not in stale or "planner" not in stale or cores < 2:
+        return None
+    import slackswap
+
+    env = dict(os.environ)
+    # the same sources, so the same numba cache files
+    src = str(Path(slackswap.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    try:
+        helper = subprocess.Popen(
+            [sys.executable, "-c", "from slackswap.analysis.warmup import compile_planner; "
+             "compile_planner()"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    except OSError:
+        return None
+    if say is not None:
+        _announced.update(stale)
+        say(
+            f"first run: compiling the simulator and, in a second process, the planner, about "
+            f"{max(stale.values()):.0f} s (once: numba caches them for later runs)"
+        )
+    return helper
+
+
+def compile_planner() -> None:
+    """Compile SlackSwap's passes (not the simulator) on the warm-up instance, into numba's
+    cache: the second process of `_planner_helper`."""
+    import numpy as np
+
+    from slackswap.solvers._memory import need_ops, static_arrays
+    from slackswap.solvers._passes import plan_passes
+
+    inst = _instance()
+    sa = static_arrays(inst)
+    for frac in WARM_BUDGETS:
+        for pass1 in (True, False):
+            res = plan_passes(
+                sa, int(frac * inst.peak_bytes), int(inst.peak_bytes), pass1=pass1,
+                excluded=np.zeros(inst.n_tensors, dtype=bool),
+                forced_recomp=np.zeros(inst.n_tensors, dtype=bool),
+            )  # fmt: skip
+            # the repair's call, with the read-only first-reader array as ``back``
+            need_ops(res.actions, sa.fbr, sa.fbr, sa.prod, sa.rb_ptr, sa.rb_idx)
 
 
 def _instance() -> Instance:
