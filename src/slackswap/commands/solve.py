@@ -119,8 +119,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     REGISTRY[args.solver].make(**options)  # unknown solver or option: a UserError, exit 2
     warm_up([args.solver])  # compile or load the kernels before the solve is timed
     tags = REGISTRY[args.solver].tags
-    # A search or exact solver may take its whole time limit: say what runs (quick ones do not).
-    mode = args.progress if (tags.uses_time_limit or tags.exact) else False
+    # A search or exact solver may take its whole time limit: say what runs (quick ones only
+    # with --progress).
+    mode = args.progress if (tags.uses_time_limit or tags.exact or args.progress) else False
     with JobProgress(1, desc="solve", mode=mode) as progress:
         limit = "" if args.time_limit is None else f", up to {args.time_limit:g} s"
         progress.start(f"{args.solver} on {inst.name} at {budget}{limit}")
