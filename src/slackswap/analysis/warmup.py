@@ -92,7 +92,7 @@ def _planner_helper(say: Callable[[str], None] | None) -> subprocess.Popen[bytes
     """With the simulator and the planner both to compile (a fresh clone) and a second core,
     compile the planner in a second process while this one compiles the simulator: the cold
     warm-up then takes about the longer of the two, not their sum. None when not worth it."""
-    stale = dict(stale_parts())
+    stale = dict(stale_parts(unknown=False))  # only a cache known to be empty starts a process
     affinity = getattr(os, "sched_getaffinity", None)
     cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
     if "simulator" not in stale or "planner" not in stale or cores < 2:
@@ -173,18 +173,19 @@ def _warm_one(inst: Instance, solver: Any, numba_calls: list[int]) -> None:
         pass
 
 
-def stale_parts() -> list[tuple[str, float]]:
-    """The compiled parts numba's cache holds nothing for (what, seconds a compile took here)."""
+def stale_parts(*, unknown: bool = True) -> list[tuple[str, float]]:
+    """The compiled parts numba's cache holds nothing for (what, seconds a compile took here);
+    a part whose cache cannot be read (another numba's layout) counts as stale if ``unknown``."""
     import importlib
 
     out = []
     for what, seconds, module, name in COMPILED_PARTS:
         try:
             dispatcher = getattr(importlib.import_module(module), name)
-            cached = bool(dispatcher._cache._cache_file._load_index())  # numba internals
-        except Exception:  # noqa: BLE001 - an unknown cache layout: assume it compiles
-            cached = False
-        if not cached:
+            stale = not dispatcher._cache._cache_file._load_index()  # numba internals
+        except Exception:  # noqa: BLE001 - an unknown cache layout
+            stale = unknown
+        if stale:
             out.append((what, seconds))
     return out
 
