@@ -147,11 +147,12 @@ def test_guard_stops_a_job_in_a_joblib_worker() -> None:
 
 def test_first_job_of_a_solver_is_warmed_up_untimed() -> None:
     """The warm-up solve is not recorded: planning time is the timed solve alone."""
-    from slackswap.analysis import execute as ex
+    from slackswap.analysis import warmup
 
     inst = build_model("gpt2-xl", layers=1, seq=64, batch=1)
-    sweep = Sweep([ref_from_instance(inst)], ["1"], [SolverSpec.of_object(ToyKeep(delay_s=0.3))])
-    ex._WARM.discard("toy-keep(delay_s=0.3)")
+    solver = ToyKeep(delay_s=0.3)
+    sweep = Sweep([ref_from_instance(inst)], ["1"], [SolverSpec.of_object(solver)])
+    warmup._warm.discard(repr(solver))
     row = execute(sweep.jobs()[0])
-    assert "toy-keep(delay_s=0.3)" in ex._WARM
+    assert repr(solver) in warmup._warm
     assert 0.3 <= row["plan_s"] < 0.55 <= row["wall_s"]  # two solves ran, one was timed

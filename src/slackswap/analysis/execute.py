@@ -15,11 +15,11 @@ that never comes back; the *wall-clock guard* here does, so the sweep goes on:
 Either way the row is ``timeout`` with the reason in ``error``. Any other failure around the
 solve (an instance that fails to load, a scoring error) is an ``error`` row.
 
-Warm-up: the first call of a compiled (numba) function in a fresh process loads it from the
-cache, which takes a second or two and would land in the first job's planning time. So before its
-first timed job, each worker runs each solver that does not search against a time limit once on
-that job, untimed and unrecorded. Time-limited searches and exact solvers are not warmed (that
-would cost their whole time limit); their first job in a worker carries the loading time.
+Warm-up: the first call of a compiled (numba) function in a fresh process compiles it, or loads
+it from numba's cache (a second or two), which would land in the first job's planning time. So
+before its first timed job with a solver, each worker warms that solver (`warm_up`: untimed, on a
+one-layer instance; searches and exact solvers with a fraction of a second each). The runner
+warms its own process before handing out jobs, so workers find the cache filled.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from slackswap.analysis.jobs import InstanceRef, Job
+from slackswap.analysis.warmup import warm_up
 from slackswap.problem import Instance
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.
 _INSTANCES: dict[tuple[str, str], Instance] = {}
-# Solvers (by label) this process has already run once (see the warm-up above).
-_WARM: set[str] = set()
 
 
 class JobTimeout(BaseException):
@@ -106,11 +105,7 @@ def _run_job(job: Job, instance: Instance | None) -> dict[str, Any]:
     inst = worker_instance(job.instance, instance)
     solver: Any = job.solver.obj if job.solver.obj is not None else job.solver.name
     options = dict(job.solver.options) or None
-    if job.solver.label not in _WARM:
-        _WARM.add(job.solver.label)
-        if not _uses_time_limit(job):
-            run(solver, inst, job.budget, time_limit=job.time_limit, seed=job.seed,
-                options=options, find_min_budget=False)  # fmt: skip
+    warm_up([solver])
     rec = run(
         solver,
         inst,
@@ -124,16 +119,6 @@ def _run_job(job: Job, instance: Instance | None) -> dict[str, Any]:
     if job.solver.obj is None:
         row["solver"] = job.solver.label  # the label the job key uses (options spelled out)
     return row
-
-
-def _uses_time_limit(job: Job) -> bool:
-    from slackswap.solvers.base import REGISTRY
-
-    if job.solver.obj is not None:
-        tags = type(job.solver.obj).tags
-    else:
-        tags = REGISTRY[job.solver.name].tags
-    return bool(tags.uses_time_limit or tags.exact)
 
 
 def _in_thread(job: Job, instance: Instance | None, seconds: float, t0: float) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The batch runner: a sweep's jobs through joblib (one machine) or Dask (a cluster).
 
 Rows come back as jobs finish (in any order); each is appended to the results file at once
-(`ResultsWriter`), shown on a progress bar (jobs done, failures, time left) and handed to
-``on_row``. ``resume=True`` skips jobs whose ``job_id`` is already in the results file.
+(`ResultsWriter`), shown on stderr (`JobProgress`: a bar on a terminal, a line per job when
+piped) and handed to ``on_row``. ``resume=True`` skips jobs whose ``job_id`` is already in the
+results file. Before the first job the compiled kernels the jobs need are compiled or loaded
+here, untimed (`warm_up`), so no job's planning time pays for them.
 
 Backends:
 - ``joblib`` with ``jobs=1`` runs in this process (no pickling, the wall-clock guard is a
@@ -15,7 +17,6 @@ Backends:
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -23,7 +24,9 @@ import pandas as pd
 
 from slackswap.analysis.execute import execute, failure_row
 from slackswap.analysis.jobs import Job, Sweep
+from slackswap.analysis.progress import JobProgress
 from slackswap.analysis.results import ResultsWriter, rows_to_frame
+from slackswap.analysis.warmup import warm_up
 from slackswap.problem import UserError
 
 BACKENDS = ("joblib", "dask")
@@ -41,11 +44,13 @@ def run_sweep(
     client: Any = None,
     progress: bool | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    desc: str = "sweep",
 ) -> pd.DataFrame:
     """Run every job (skipping those already in ``results`` when ``resume``); return all rows.
 
     The frame holds one row per job of the sweep, in the sweep's order, including rows found in
-    the results file. ``progress=None`` shows the bar only on a terminal.
+    the results file. ``progress``: None shows a bar on a terminal and a line per finished job
+    otherwise, True always the bar, False nothing (`JobProgress`, labelled ``desc``).
     """
     if backend not in BACKENDS:
         raise UserError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
@@ -71,47 +76,34 @@ def run_sweep(
                 on_row(found[j.job_id])
 
     rows = dict(found)
-    bar = _progress(len(all_jobs), len(found), progress)
-    failures = sum(1 for r in found.values() if r.get("status") in FAILED)
+    if pending:  # compile (or load) the kernels here, untimed, once for every worker
+        warm_up(_solvers(pending))
+    bar = JobProgress(len(all_jobs), desc=desc, mode=progress, done=len(found))
+    bar.failures = sum(1 for r in found.values() if r.get("status") in FAILED)
     try:
+        if pending:
+            bar.start(f"{len(pending)} jobs" + (f" ({len(found)} already done)" if found else ""))
         for row in _dispatch(pending, jobs, backend, scheduler, client):
             rows[row["job_id"]] = row
             if writer is not None:
                 writer.append(row)
             if on_row is not None:
                 on_row(row)
-            if row.get("status") in FAILED:
-                failures += 1
-            if bar is not None:
-                bar.set_postfix_str(f"failed={failures}", refresh=False)
-                bar.update(1)
+            bar.finished(row)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         if writer is not None:
             writer.close()
     ordered = [rows[j.job_id] for j in all_jobs if j.job_id in rows]
     return rows_to_frame(ordered)
 
 
-def _progress(total: int, done: int, progress: bool | None) -> Any:
-    if progress is False:
-        return None
-    from tqdm.auto import tqdm
-
-    # No monitor thread (it only corrects a bar's refresh rate after a slow update): a process
-    # running a second thread cannot safely fork, and the genetic search forks its island
-    # workers only when it runs alone (otherwise they become threads, about 1.5x slower).
-    tqdm.monitor_interval = 0
-    return tqdm(
-        total=total,
-        initial=done,
-        unit="job",
-        desc="sweep",
-        file=sys.stderr,
-        disable=None if progress is None else False,  # None: only on a terminal
-        dynamic_ncols=True,
-    )
+def _solvers(pending: list[Job]) -> list[Any]:
+    """The distinct solvers of these jobs: registry names, or the objects of unregistered ones."""
+    out: dict[str, Any] = {}
+    for j in pending:
+        out.setdefault(j.solver.label, j.solver.name if j.solver.obj is None else j.solver.obj)
+    return list(out.values())
 
 
 def _dispatch(

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import add_execution_arguments
 from slackswap.problem import UserError
 
@@ -51,9 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not bisect the smallest feasible budget of infeasible runs",
     )
-    prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", action="store_true", default=None, help="always show the bar")
-    prog.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
+    add_progress_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -151,6 +150,7 @@ def main(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         progress=args.progress,
         on_row=emit if args.json else None,
+        desc="compare",
     )
     if not args.json:
         print(format_results(df))

@@ -8,6 +8,7 @@ import math
 import sys
 from typing import Any
 
+from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import format_table, load_instance_arg, print_json
 from slackswap.problem import UserError
 
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("-o", "--output", help="write the plan here (JSON)")
     s.add_argument("--json", action="store_true", help="print the result row as one JSON object")
+    add_progress_arguments(s)
     s.set_defaults(func=cmd_solve)
 
 
@@ -106,6 +108,8 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    from slackswap.analysis.progress import JobProgress
+    from slackswap.analysis.warmup import warm_up
     from slackswap.plan import Budget
     from slackswap.solvers import REGISTRY, Status, run
 
@@ -113,9 +117,18 @@ def cmd_solve(args: argparse.Namespace) -> int:
     budget = Budget.parse(args.budget)
     options = parse_options(args.option)
     REGISTRY[args.solver].make(**options)  # unknown solver or option: a UserError, exit 2
-    rec = run(
-        args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed, options=options
-    )
+    warm_up([args.solver])  # compile or load the kernels before the solve is timed
+    tags = REGISTRY[args.solver].tags
+    # A search or exact solver may take its whole time limit: say what runs (quick ones only
+    # with --progress).
+    mode = args.progress if (tags.uses_time_limit or tags.exact or args.progress) else False
+    with JobProgress(1, desc="solve", mode=mode) as progress:
+        limit = "" if args.time_limit is None else f", up to {args.time_limit:g} s"
+        progress.start(f"{args.solver} on {inst.name} at {budget}{limit}")
+        rec = run(
+            args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed, options=options
+        )
+        progress.finished(rec.to_row())
     if args.output:
         if rec.plan is None:
             print(

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
+from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import add_execution_arguments
 
 WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
@@ -123,7 +124,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-budget", action="store_true",
                    help="bisect the smallest feasible budget of infeasible runs (slower)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    add_progress_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -138,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     df = run_sweep(
         sweep, results=out / "fig4.csv", resume=args.resume, jobs=args.jobs,
-        backend=args.backend, scheduler=args.scheduler, progress=args.progress,
+        backend=args.backend, scheduler=args.scheduler, progress=args.progress, desc="fig4",
     )  # fmt: skip
     wall = time.perf_counter() - t0
     facts = fig4_facts(df)

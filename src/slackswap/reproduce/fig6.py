@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from slackswap.analysis.facts import Fact, no_plan_reasons, pct, render, span
+from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import add_execution_arguments
 
 LINKS_GBPS = (12, 16, 25, 32, 50, 64, 100, 200, 450)
@@ -62,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, help="shrink both models to this many layers (quick look)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig6.csv")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    add_progress_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -76,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     df = run_sweep(
         sweep, results=out / "fig6.csv", resume=args.resume, jobs=args.jobs,
-        backend=args.backend, scheduler=args.scheduler, progress=args.progress,
+        backend=args.backend, scheduler=args.scheduler, progress=args.progress, desc="fig6",
     )  # fmt: skip
     wall = time.perf_counter() - t0
     files = F.save(F.sensitivity(df, "link_bw_Bps"), out, "fig6a_link")

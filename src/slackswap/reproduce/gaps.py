@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from typing import Any
+
+from slackswap.reproduce._batch import add_batch_arguments
 
 DEFAULT_MODELS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 DEFAULT_BUDGETS = (0.5, 0.2)
@@ -28,28 +29,38 @@ def certified_gaps(
     *,
     time_limit: float | None = 60.0,
     seed: int = 0,
-    progress: bool = False,
+    args: argparse.Namespace | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (model, budget, solver): its record's row plus ``best_lower_bound_s`` (the
     largest bound any solver proved for that case, seconds) and ``certified_gap`` (its step's
-    distance to that bound, a fraction; None without a plan or a bound)."""
-    from slackswap.instances.catalog import load
-    from slackswap.solvers import REGISTRY, run
+    distance to that bound, a fraction; None without a plan or a bound).
 
+    The solves run as batch jobs (`run_cases`; ``args`` gives ``--jobs``, ``--backend`` and the
+    progress mode, else one after another, silently); searches and exact solvers get
+    ``time_limit``, the others none."""
+    from slackswap.reproduce._batch import run_cases
+    from slackswap.solvers import REGISTRY, RunRecord
+
+    exact = {name: REGISTRY[name].tags.exact for name in solvers}
+    cases = [
+        (model, frac, name, time_limit if REGISTRY[name].tags.uses_time_limit else None)
+        for model in models
+        for frac in budgets
+        for name in solvers
+    ]
+    done = run_cases(cases, seed=seed, args=args, desc="gaps")
     rows: list[dict[str, Any]] = []
     for model in models:
-        inst = load(model)
         for frac in budgets:
             case = []
             for name in solvers:
-                limit = time_limit if REGISTRY[name].tags.uses_time_limit else None
-                if progress:
-                    print(f"  {model} {frac:.0%} {name} ...", file=sys.stderr, flush=True)
-                rec = run(name, inst, frac, time_limit=limit, seed=seed, find_min_budget=False)
-                row = rec.to_row()
+                got = done[model, frac, name]
+                row = {k: got.get(k) for k in RunRecord.ROW_KEYS}
                 row["model"] = model
-                row["proven_infeasible"] = rec.status.value == "infeasible" and (
-                    rec.lower_bound_s is not None and math.isinf(rec.lower_bound_s)
+                # An exact solver's proof of infeasibility is an infinite bound, which a results
+                # row stores as None; every other planless exit leaves a finite bound.
+                row["proven_infeasible"] = (
+                    exact[name] and row["status"] == "infeasible" and row["lower_bound_s"] is None
                 )
                 case.append(row)
             bounds = [r["lower_bound_s"] for r in case if r["lower_bound_s"] is not None]
@@ -125,6 +136,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="one JSON object per row")
+    add_batch_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -144,9 +156,8 @@ def main(args: argparse.Namespace) -> int:
         REGISTRY[s]  # a UserError naming the registered solvers
     if args.time_limit is not None and args.time_limit <= 0:
         raise UserError(f"--time-limit {args.time_limit}: must be positive")
-    rows = certified_gaps(
-        models, budgets, solvers, time_limit=args.time_limit, seed=args.seed, progress=True
-    )
+    rows = certified_gaps(models, budgets, solvers, time_limit=args.time_limit, seed=args.seed,
+                          args=args)  # fmt: skip
     if args.json:  # one object per line
         for r in rows:
             clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v

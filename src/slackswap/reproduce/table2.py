@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from slackswap.reproduce._batch import add_batch_arguments
 from slackswap.reproduce._cells import Cell
 
 BUDGET = 0.4
@@ -127,18 +128,21 @@ def measure(model: str, solver: str) -> tuple[float, float, float, float, float]
     """The toolkit's row, or None when the solver finds no plan at 40%."""
     from slackswap.solvers import run
 
-    rec = run(solver, model, BUDGET, find_min_budget=False)
-    if rec.step_s is None:
+    return ratios(run(solver, model, BUDGET, find_min_budget=False).to_row())
+
+
+def ratios(row: dict[str, Any]) -> tuple[float, float, float, float, float] | None:
+    """A results row as the table's cells (multiples of the ideal step, GB), None without a
+    plan."""
+    if row["step_s"] is None:
         return None
-    ideal = rec.ideal_s
-    assert rec.recompute_s is not None and rec.fwd_stall_s is not None
-    assert rec.bwd_stall_s is not None and rec.d2h_bytes is not None
+    ideal = row["ideal_s"]
     return (
-        rec.step_s / ideal,
-        rec.recompute_s / ideal,
-        rec.fwd_stall_s / ideal,
-        rec.bwd_stall_s / ideal,
-        rec.d2h_bytes / 1e9,
+        row["step_s"] / ideal,
+        row["recompute_s"] / ideal,
+        row["fwd_stall_s"] / ideal,
+        row["bwd_stall_s"] / ideal,
+        row["d2h_bytes"] / 1e9,
     )
 
 
@@ -158,10 +162,17 @@ def solver_note(solver: str) -> str:
     return ""
 
 
-def table2_cells() -> list[Cell]:
+def table2_cells(args: argparse.Namespace | None = None) -> list[Cell]:
+    """Every cell; the solves run as batch jobs (``args``: ``--jobs``, progress; see
+    `run_cases`)."""
+    from slackswap.reproduce._batch import run_cases
+
+    rows = run_cases(
+        [(model, BUDGET, solver, None) for model, solver in PAPER], args=args, desc="table2"
+    )
     cells = []
     for (model, solver), paper in PAPER.items():
-        got = measure(model, solver)
+        got = ratios(rows[model, BUDGET, solver])
         why = WHY.get(solver) or (vdnn_why() if solver == "vdnn" else solver_note(solver))
         row = f"{model} {LABELS[solver]}"
         for k, col in enumerate(COLUMNS):
@@ -175,13 +186,14 @@ def table2_cells() -> list[Cell]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="cells as JSON")
+    add_batch_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     from slackswap.commands.common import print_json
     from slackswap.reproduce._cells import print_table
 
-    cells = table2_cells()
+    cells = table2_cells(args)
     if args.json:
         out: dict[str, Any] = {"budget_fraction": BUDGET, "cells": [c.as_dict() for c in cells]}
         print_json(out)

@@ -17,6 +17,7 @@ import statistics
 import time
 from typing import Any
 
+from slackswap.reproduce._batch import add_batch_arguments
 from slackswap.reproduce._cells import Cell
 
 TOLERANCE_POINTS = 2.5
@@ -77,14 +78,6 @@ WHY = {
 }
 
 
-def _run_cell(solver: str, model: str, frac: float, ga_seconds: float) -> float | None:
-    from slackswap.solvers import run
-
-    limit = ga_seconds if solver in ("ga", "ga-random") else None
-    rec = run(solver, model, frac, time_limit=limit, seed=0, find_min_budget=False)
-    return None if rec.throughput is None else rec.throughput * 100
-
-
 def plan_ms(model: str, frac: float, repeats: int) -> float:
     """Median CPU time (ms) of the thread running SlackSwap's solve (all repair rounds), after
     one warm-up: on a shared machine wall time also counts other processes' turns."""
@@ -104,15 +97,30 @@ def plan_ms(model: str, frac: float, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def table3_cells(ga_seconds: float = 0.0, repeats: int = 5) -> list[Cell]:
-    """The throughput cells (and, with ``repeats``, the planning-time cells)."""
+def table3_cells(
+    ga_seconds: float = 0.0, repeats: int = 5, args: argparse.Namespace | None = None
+) -> list[Cell]:
+    """The throughput cells (and, with ``repeats``, the planning-time cells). The solves run as
+    batch jobs (``args``: ``--jobs``, progress; see `run_cases`), the planning-time plans after
+    them, one at a time."""
+    from slackswap.reproduce._batch import run_cases
+
+    ga = ("ga", "ga-random")
+    cases = [
+        (model, frac, solver, ga_seconds if solver in ga else None)
+        for model, frac in PAPER
+        for solver, _ in COLUMNS
+        if solver not in ga or ga_seconds > 0
+    ]
+    done = run_cases(cases, args=args, desc="table3")
     cells = []
     for (model, frac), paper in PAPER.items():
         row = f"{model} {frac * 100:.0f}%"
         for k, (solver, label) in enumerate(COLUMNS):
-            if solver in ("ga", "ga-random") and ga_seconds <= 0:
+            if solver in ga and ga_seconds <= 0:
                 continue
-            got = _run_cell(solver, model, frac, ga_seconds)
+            thr = done[model, frac, solver]["throughput"]
+            got = None if thr is None else thr * 100
             why = WHY.get(solver, "")
             cells.append(Cell(row, label, paper[k], got, "% of ideal", TOLERANCE_POINTS, why=why))
         if repeats > 0:
@@ -174,13 +182,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also replay SlackSwap's plans under barriers synchronised per block and per op",
     )
     p.add_argument("--json", action="store_true", help="cells as JSON")
+    add_batch_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     from slackswap.commands.common import format_table, print_json
     from slackswap.reproduce._cells import print_table
 
-    cells = table3_cells(ga_seconds=args.ga_seconds, repeats=args.repeats)
+    cells = table3_cells(ga_seconds=args.ga_seconds, repeats=args.repeats, args=args)
     barriers = explain_barriers() if args.explain_barriers else None
     if args.json:
         out: dict[str, Any] = {"cells": [c.as_dict() for c in cells]}

@@ -136,7 +136,7 @@ def pass1_kernel(  # type: ignore[no-untyped-def]
     edf_cum = np.zeros(n_c + 1, dtype=np.int64)  # bytes of the first k copies
     edf_e[0] = forward_s
     limit = fifo_limit_s + _EPS
-    n = 0
+    n = np.int64(0)  # not a literal 0: typing it as one compiles each callee twice
     total = np.int64(0)
     bound = 0.0  # an upper bound on the FIFO chain's end (exact after each full walk)
     for c in range(n_c):

@@ -1,0 +1,234 @@
+"""Compile (or load from numba's disk cache) what a run needs before anything is timed.
+
+The simulator's event kernel and SlackSwap's planning passes are numba functions, compiled on
+their first call and cached beside their sources (``cache=True``). A fresh clone or an edited
+source compiles them again, which takes tens of seconds (benchmarks/README.md); a later process
+loads them from the cache in about a second. Either would otherwise land in the first job's
+planning time (``plan_s``), or eat a search's time limit.
+
+`warm_up` runs each solver, untimed and unrecorded, on a one-layer GPT-2 XL at a few budgets (the
+kernels' argument types are those of every catalog instance), once per process, and says on
+stderr, once per part, when numba actually compiles the simulator or the planner (it listens for
+numba's compile event, so a cache load stays silent).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slackswap.problem import Instance
+    from slackswap.solvers.base import Solver
+
+#: Seconds a search or exact solver gets per warm-up solve (the tiny instance needs far less).
+WARM_TIME_LIMIT_S = 0.2
+#: Budgets (fractions of P) a solver is warmed at, binding first: some compiled paths run only
+#: at some budgets (SlackSwap's replay repair only at 60% on the warm-up instance).
+WARM_BUDGETS = (0.4, 1.0, 0.8, 0.6, 0.5, 0.3, 0.2, 0.15, 0.1, 0.05)
+#: The same for searches and exact solvers, which may take their time limit at each.
+WARM_BUDGETS_TIMED = (0.4, 1.0, 0.1)
+#: (what, seconds a cold compile took on the 2-core development VM (benchmarks/README.md),
+#: module, its function called from Python): the parts the compile notice names.
+COMPILED_PARTS: tuple[tuple[str, float, str, str], ...] = (
+    ("simulator", 20.0, "slackswap.simulator.kernel", "run_batch"),
+    ("planner", 13.0, "slackswap.solvers._passes", "pass2_kernel"),
+)
+
+#: Seconds the warm-up waits for the process compiling the planner before going on without it.
+HELPER_TIMEOUT_S = 600.0
+
+_warm: set[str] = set()
+_announced: set[str] = set()
+_tiny: Instance | None = None
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def warm_up(
+    solvers: Iterable[str | Solver], *, say: Callable[[str], None] | None = _stderr
+) -> None:
+    """Compile or load every compiled function the given solvers (names or objects) and the
+    simulator use, once per process; ``say`` gets the one-line compile notices (None: silent).
+
+    Never raises: a solver that fails here fails again, and is reported, in its real run.
+    """
+    todo: list[Any] = []
+    for s in ["", *solvers]:  # "": the simulator itself, whatever the solvers
+        key = s if isinstance(s, str) else repr(s)
+        if key not in _warm:
+            _warm.add(key)
+            todo.append(s)
+    if not todo:
+        return
+    helper = _planner_helper(say) if "" in todo else None
+    with _watch_numba(say) as numba_calls:
+        inst = _instance()
+        for solver in todo:
+            if solver != "" and helper is not None:
+                _wait(helper)  # the planner is in the cache now: load it, do not compile it twice
+                helper = None
+            _warm_one(inst, solver, numba_calls)
+    if helper is not None:
+        _wait(helper)
+
+
+def _wait(helper: subprocess.Popen[bytes]) -> None:
+    try:
+        helper.wait(timeout=HELPER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # this process compiles what the helper did not
+        helper.kill()
+        helper.wait()
+
+
+def _planner_helper(say: Callable[[str], None] | None) -> subprocess.Popen[bytes] | None:
+    """With the simulator and the planner both to compile (a fresh clone) and a second core,
+    compile the planner in a second process while this one compiles the simulator: the cold
+    warm-up then takes about the longer of the two, not their sum. None when not worth it."""
+    stale = dict(stale_parts(unknown=False))  # only a cache known to be empty starts a process
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    if "simulator" not in stale or "planner" not in stale or cores < 2:
+        return None
+    import slackswap
+
+    env = dict(os.environ)
+    # the same sources, so the same numba cache files
+    src = str(Path(slackswap.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    try:
+        helper = subprocess.Popen(
+            [sys.executable, "-c", "from slackswap.analysis.warmup import compile_planner; "
+             "compile_planner()"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    except OSError:
+        return None
+    if say is not None:
+        _announced.update(stale)
+        say(
+            f"first run: compiling the simulator and, in a second process, the planner, about "
+            f"{max(stale.values()):.0f} s (once: numba caches them for later runs)"
+        )
+    return helper
+
+
+def compile_planner() -> None:
+    """Compile SlackSwap's passes (not the simulator) on the warm-up instance, into numba's
+    cache: the second process of `_planner_helper`."""
+    import numpy as np
+
+    from slackswap.solvers._memory import need_ops, static_arrays
+    from slackswap.solvers._passes import plan_passes
+
+    inst = _instance()
+    sa = static_arrays(inst)
+    for frac in WARM_BUDGETS:
+        for pass1 in (True, False):
+            res = plan_passes(
+                sa, int(frac * inst.peak_bytes), int(inst.peak_bytes), pass1=pass1,
+                excluded=np.zeros(inst.n_tensors, dtype=bool),
+                forced_recomp=np.zeros(inst.n_tensors, dtype=bool),
+            )  # fmt: skip
+            # the repair's call, with the read-only first-reader array as ``back``
+            need_ops(res.actions, sa.fbr, sa.fbr, sa.prod, sa.rb_ptr, sa.rb_idx)
+
+
+def _instance() -> Instance:
+    global _tiny
+    if _tiny is None:
+        from slackswap.instances.catalog import build_model
+
+        _tiny = build_model("gpt2-xl", layers=1, name="warm-up")
+    return _tiny
+
+
+def _warm_one(inst: Instance, solver: Any, numba_calls: list[int]) -> None:
+    import numpy as np
+
+    from slackswap.simulator import simulate
+    from slackswap.solvers.base import REGISTRY, run
+
+    try:
+        if solver == "":
+            simulate(inst, np.zeros(inst.n_tensors, dtype=np.int8), 1.0)
+            return
+        tags = REGISTRY[solver].tags if isinstance(solver, str) else type(solver).tags
+        timed = tags.uses_time_limit or tags.exact
+        limit = WARM_TIME_LIMIT_S if timed else None
+        for k, frac in enumerate(WARM_BUDGETS_TIMED if timed else WARM_BUDGETS):
+            before = numba_calls[0]
+            run(solver, inst, frac, time_limit=limit, seed=0, find_min_budget=False)
+            if k == 0 and numba_calls[0] == before:
+                return  # its first solve compiled or loaded nothing: it has no compiled code
+    except Exception:  # noqa: BLE001 - the real run reports it
+        pass
+
+
+def stale_parts(*, unknown: bool = True) -> list[tuple[str, float]]:
+    """The compiled parts numba's cache holds nothing for (what, seconds a compile took here);
+    a part whose cache cannot be read (another numba's layout) counts as stale if ``unknown``."""
+    import importlib
+
+    out = []
+    for what, seconds, module, name in COMPILED_PARTS:
+        try:
+            dispatcher = getattr(importlib.import_module(module), name)
+            stale = not dispatcher._cache._cache_file._load_index()  # numba internals
+        except Exception:  # noqa: BLE001 - an unknown cache layout
+            stale = unknown
+        if stale:
+            out.append((what, seconds))
+    return out
+
+
+@contextmanager
+def _watch_numba(say: Callable[[str], None] | None) -> Iterator[list[int]]:
+    """Count numba's compiles and cache loads in a one-item list; and say on ``say``, once per
+    process and part, when a real compile (not a cache load) of the simulator or the planner
+    starts, with about how long it takes."""
+    from numba.core import event
+
+    stale = dict(stale_parts()) if say is not None else {}
+    modules = {module: what for what, _, module, _ in COMPILED_PARTS if what in stale}
+    count = [0]
+
+    class Loads(event.Listener):  # every compile or cache load takes numba's compiler lock
+        def on_start(self, ev: Any) -> None:
+            count[0] += 1
+
+        def on_end(self, ev: Any) -> None:
+            pass
+
+    class Compiles(event.Listener):  # a real compile only
+        def on_start(self, ev: Any) -> None:
+            dispatcher = ev.data.get("dispatcher") if isinstance(ev.data, dict) else None
+            module = getattr(getattr(dispatcher, "py_func", None), "__module__", None)
+            what = modules.get(module or "")
+            if say is None or what is None or what in _announced:
+                return
+            _announced.add(what)
+            say(
+                f"first run: compiling the {what}, about {stale[what]:.0f} s "
+                "(once: numba caches it for later runs)"
+            )
+
+        def on_end(self, ev: Any) -> None:
+            pass
+
+    listeners = {"numba:compiler_lock": Loads(), "numba:compile": Compiles()}
+    for kind, listener in listeners.items():
+        event.register(kind, listener)
+    try:
+        yield count
+    finally:
+        for kind, listener in listeners.items():
+            event.unregister(kind, listener)
