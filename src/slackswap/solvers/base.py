@@ -109,13 +109,21 @@ class RegisteredSolver:
     description: str
 
     def make(self, **options: Any) -> Solver:
-        unknown = set(options) - set(self.cls.option_defaults())
+        """The solver with ``options``; an unknown option or a value of the wrong type (or a
+        value its constructor refuses) is a `UserError` naming solver, option and value."""
+        defaults = self.cls.option_defaults()
+        unknown = set(options) - set(defaults)
         if unknown:
             raise UserError(
                 f"solver {self.name!r} has no option {sorted(unknown)[0]!r} "
-                f"(options: {', '.join(self.cls.option_defaults()) or 'none'})"
+                f"(options: {', '.join(defaults) or 'none'})"
             )
-        return self.cls(**{**self.fixed, **options})
+        for key, value in options.items():
+            check_option(self.name, key, value, self.defaults.get(key, defaults[key]))
+        try:
+            return self.cls(**{**self.fixed, **options})
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"solver {self.name!r}: {exc}") from None
 
     @property
     def tags(self) -> Tags:
@@ -135,6 +143,26 @@ class RegisteredSolver:
         if not changed:
             return self.name
         return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(changed.items()))})"
+
+
+def check_option(solver: str, key: str, value: Any, default: Any) -> None:
+    """An option value of its default's type: true/false for a flag, a non-negative integer
+    for a count, a non-negative finite number for a number, text for a name; an option whose
+    default is None takes any of these. Ranges beyond that are each solver's own check."""
+    where = f"solver {solver!r} option {key}"
+    if isinstance(default, bool) or (default is None and isinstance(value, bool)):
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: expected true or false, got {value!r}")
+    elif isinstance(default, int) or (default is None and isinstance(value, int)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UserError(f"{where}: expected a non-negative integer, got {value!r}")
+    elif isinstance(default, float) or (default is None and isinstance(value, float)):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or value < 0:
+            raise UserError(f"{where}: expected a non-negative finite number, got {value!r}")
+    elif isinstance(default, str) or default is None:
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"{where}: expected a name, got {value!r}")
 
 
 class Registry:
