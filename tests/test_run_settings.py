@@ -4,6 +4,7 @@ the same bad values with the same words, before any work, and nothing unreadable
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from analysis_toys import registered
 
 import slackswap
 from slackswap.analysis.jobs import SolverSpec, Sweep, parse_budgets, ref_from_arg
+from slackswap.analysis.runner import run_sweep
 from slackswap.analysis.sweepfile import load_sweep
 from slackswap.cli import main
 from slackswap.problem import UserError
@@ -102,7 +104,7 @@ def test_the_library_sweep_checks_what_the_cli_checks() -> None:
         with pytest.raises(UserError):
             sweep.check()
         with pytest.raises(UserError):  # nor can a runner skip the check
-            slackswap.analysis.runner.run_sweep(sweep, progress=False)
+            run_sweep(sweep, progress=False)
 
 
 def test_budgets_above_p_are_warned_about(capsys) -> None:
@@ -115,46 +117,36 @@ def test_budgets_above_p_are_warned_about(capsys) -> None:
     assert "budget 0.5" not in err
 
 
+BASE = 'instances = ["vgg16"]\nbudgets = [0.5]\n'
+GRID = "[[grid]]\nmodel = 'gpt2-xl'\n"
+MANY = "[" + ",".join(str(i) for i in range(1, 200)) + "]"
+# case: (file name, text, words the one-line error must hold)
 SWEEPS = {
-    "time_limit = nan": (
-        "sweep.toml",
-        'budgets = [0.5]\nsolvers = ["checkpoint"]\ntime_limit = nan\n',
-    ),  # noqa: E501
-    "job_timeout = inf": (
-        "sweep.toml",
-        'budgets = [0.5]\nsolvers = ["checkpoint"]\njob_timeout = inf\n',
-    ),  # noqa: E501
-    'min_budget = "false"': (
-        "sweep.toml",
-        'budgets = [0.5]\nsolvers = ["checkpoint"]\nmin_budget = "false"\n',
-    ),  # noqa: E501
-    "seeds = [-1]": ("sweep.toml", 'budgets = [0.5]\nsolvers = ["checkpoint"]\nseeds = [-1]\n'),
-    "pop_size = abc": (
-        "sweep.toml",
-        'budgets = [0.5]\nsolvers = [{name = "ga", options = {pop_size = "abc"}}]\n',
-    ),  # noqa: E501
-    'grid seq = "abc"': (
-        "sweep.toml",
-        'budgets = [0.5]\nsolvers = ["checkpoint"]\n[[grid]]\nmodel = "gpt2-xl"\nseq = "abc"\n',
-    ),  # noqa: E501
-    "absurd grid": (
-        "sweep.toml",
-        'budgets = [0.5]\nsolvers = ["checkpoint"]\n[[grid]]\nmodel = "gpt2-xl"\nseq = ['
-        + ",".join(str(i) for i in range(1, 200))
-        + "]\nbatch = ["
-        + ",".join(str(i) for i in range(1, 200))
-        + "]\n",
-    ),  # noqa: E501
-    "output = 3": ("sweep.toml", 'budgets = [0.5]\nsolvers = ["checkpoint"]\noutput = 3\n'),
-    "non-UTF-8": ("sweep.toml", b"budgets = [0.5]\n# \xff\xfe\n"),
-    "YAML 5000 deep": ("sweep.yaml", "budgets: " + "[" * 5000 + "]" * 5000 + "\n"),
-    "a directory": ("x.toml", None),
-}
+    "time_limit = nan": ("s.toml", BASE + 'solvers = ["checkpoint"]\ntime_limit = nan\n',
+                         "time_limit: expected a positive number of seconds"),
+    "job_timeout = inf": ("s.toml", BASE + 'solvers = ["checkpoint"]\njob_timeout = inf\n',
+                          "job_timeout: expected a positive number of seconds"),
+    'min_budget = "false"': ("s.toml", BASE + 'solvers = ["checkpoint"]\nmin_budget = "false"\n',
+                             "min_budget: expected true or false, got 'false'"),
+    "seeds = [-1]": ("s.toml", BASE + 'solvers = ["checkpoint"]\nseeds = [-1]\n',
+                     "seeds: expected an integer seed from 0 to 4294967295, got -1"),
+    "pop_size = abc": ("s.toml", BASE + 'solvers = [{name = "ga", options = {pop_size = "abc"}}]\n',
+                       "solver 'ga' option pop_size: expected a non-negative integer"),
+    'grid seq = "abc"': ("s.toml", 'budgets = [0.5]\nsolvers = ["checkpoint"]\n' + GRID
+                         + 'seq = "abc"\n', "grid: seq: expected a positive integer, got 'abc'"),
+    "absurd grid": ("s.toml", 'budgets = [0.5]\nsolvers = ["checkpoint"]\n' + GRID
+                    + f"seq = {MANY}\nbatch = {MANY}\n", "make more than 10,000 instances"),
+    "output = 3": ("s.toml", BASE + 'solvers = ["checkpoint"]\noutput = 3\n',
+                   "output: expected a file name, got 3"),
+    "non-UTF-8": ("s.toml", b"budgets = [0.5]\n# \xff\xfe\n", "not UTF-8"),
+    "YAML 5000 deep": ("s.yaml", "budgets: " + "[" * 5000 + "]" * 5000 + "\n", "s.yaml: "),
+    "a directory": ("x.toml", None, "is a directory"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(SWEEPS))
 def test_a_bad_sweep_file_is_one_line(tmp_path, capsys, case) -> None:
-    name, text = SWEEPS[case]
+    name, text, words = SWEEPS[case]
     path = tmp_path / name
     if text is None:
         path.mkdir()
@@ -162,9 +154,9 @@ def test_a_bad_sweep_file_is_one_line(tmp_path, capsys, case) -> None:
         path.write_bytes(text)
     else:
         path.write_text(text)
-    with pytest.raises(UserError):
+    with pytest.raises(UserError, match=re.escape(words)):
         load_sweep(path).check()
-    error_of(["compare", "vgg16", "--sweep", str(path), "--no-progress"], capsys)
+    assert words in error_of(["compare", "--sweep", str(path), "--no-progress"], capsys)
 
 
 @pytest.mark.parametrize(

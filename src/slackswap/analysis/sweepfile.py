@@ -89,7 +89,8 @@ def _read(p: Path) -> Any:
         except ModuleNotFoundError:
             raise UserError(f"{p}: YAML sweep files need PyYAML (pip install pyyaml)") from None
         try:
-            return yaml.safe_load(text)
+            # libyaml's loader where built: fast, and it bounds nesting depth itself
+            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
             raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
     except RecursionError:
