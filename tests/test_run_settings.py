@@ -269,3 +269,26 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         out += [int(c) for c in (task / "children").read_text().split()]
     return out
+
+
+@pytest.mark.parametrize(
+    ("solver", "options", "words"),
+    [
+        ("ga", {"repair": "yes"}, "option repair: expected true or false or null, got 'yes'"),
+        ("ga", {"max_evaluations": 1.5}, "expected a non-negative integer or null, got 1.5"),
+        ("cpsat", {"hint": None}, "option hint: expected a name, got None"),
+        ("cpsat", {"lns_seconds": float("inf")}, "expected a non-negative finite number"),
+    ],
+)
+def test_options_follow_their_annotations(solver, options, words) -> None:
+    from slackswap.solvers.base import REGISTRY
+
+    with pytest.raises(UserError, match=re.escape(words)):
+        REGISTRY[solver].make(**options)
+
+
+def test_options_of_the_right_type_are_taken() -> None:
+    from slackswap.solvers.base import REGISTRY
+
+    ga = REGISTRY["ga"].make(repair=None, indpb=0.5, max_evaluations=100, cxpb=1)
+    assert (ga.repair, ga.indpb, ga.max_evaluations) == (False, 0.5, 100)  # repair None: seeded

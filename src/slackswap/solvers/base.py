@@ -19,6 +19,7 @@ import json
 import math
 import time
 import traceback
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -118,8 +119,9 @@ class RegisteredSolver:
                 f"solver {self.name!r} has no option {sorted(unknown)[0]!r} "
                 f"(options: {', '.join(defaults) or 'none'})"
             )
+        types = option_types(self.cls)
         for key, value in options.items():
-            check_option(self.name, key, value, self.defaults.get(key, defaults[key]))
+            check_option(self.name, key, value, *types[key])
         try:
             return self.cls(**{**self.fixed, **options})
         except (TypeError, ValueError) as exc:
@@ -145,24 +147,51 @@ class RegisteredSolver:
         return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(changed.items()))})"
 
 
-def check_option(solver: str, key: str, value: Any, default: Any) -> None:
-    """An option value of its default's type: true/false for a flag, a non-negative integer
-    for a count, a non-negative finite number for a number, text for a name; an option whose
-    default is None takes any of these. Ranges beyond that are each solver's own check."""
-    where = f"solver {solver!r} option {key}"
-    if isinstance(default, bool) or (default is None and isinstance(value, bool)):
-        if not isinstance(value, bool):
-            raise UserError(f"{where}: expected true or false, got {value!r}")
-    elif isinstance(default, int) or (default is None and isinstance(value, int)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise UserError(f"{where}: expected a non-negative integer, got {value!r}")
-    elif isinstance(default, float) or (default is None and isinstance(value, float)):
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < 0:
-            raise UserError(f"{where}: expected a non-negative finite number, got {value!r}")
-    elif isinstance(default, str) or default is None:
-        if value is not None and not isinstance(value, str):
-            raise UserError(f"{where}: expected a name, got {value!r}")
+_WANT = {
+    bool: "true or false",
+    int: "a non-negative integer",
+    float: "a non-negative finite number",
+    str: "a name",
+}
+
+
+def option_types(cls: type[Solver]) -> dict[str, tuple[tuple[type, ...], bool]]:
+    """Each option's accepted types (from its annotation, else its default's type) and whether
+    it may be None."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: use the defaults
+        hints = {}
+    out: dict[str, tuple[tuple[type, ...], bool]] = {}
+    for key, default in cls.option_defaults().items():
+        hint = hints.get(key)
+        args = typing.get_args(hint) if typing.get_args(hint) else (hint,)
+        types = tuple(t for t in args if t in _WANT)
+        none_ok = type(None) in args or default is None
+        if not types and default is not None and type(default) in _WANT:
+            types = (type(default),)
+        out[key] = (types, none_ok)
+    return out
+
+
+def check_option(solver: str, key: str, value: Any, types: tuple[type, ...], none_ok: bool) -> None:
+    """A `UserError` unless ``value`` is one of ``types`` (a flag true/false, a count a
+    non-negative integer, a number non-negative and finite, a name text) or None where allowed.
+    An option of no known type takes anything; ranges beyond these are each solver's own."""
+    if not types or (value is None and none_ok):
+        return
+    ok = False
+    if isinstance(value, bool):
+        ok = bool in types
+    elif isinstance(value, int) and (int in types or float in types):
+        ok = value >= 0
+    elif isinstance(value, float) and float in types:
+        ok = math.isfinite(value) and value >= 0
+    elif isinstance(value, str):
+        ok = str in types
+    if not ok:
+        want = " or ".join(_WANT[t] for t in types) + (" or null" if none_ok else "")
+        raise UserError(f"solver {solver!r} option {key}: expected {want}, got {value!r}")
 
 
 class Registry:
