@@ -105,6 +105,11 @@ def test_the_library_sweep_checks_what_the_cli_checks() -> None:
             sweep.check()
         with pytest.raises(UserError):  # nor can a runner skip the check
             run_sweep(sweep, progress=False)
+    import numpy as np
+
+    fine = Sweep([ref], ["0.5"], [SolverSpec.of("checkpoint")], seeds=[np.int64(3)])
+    fine.time_limit, fine.find_min_budget = np.float64(2.0), np.bool_(False)
+    assert fine.check() == [] and fine.seeds == [3]  # numpy numbers from code are numbers
 
 
 def test_budgets_above_p_are_warned_about(capsys) -> None:

@@ -7,11 +7,14 @@ one wording everywhere and is refused before any work starts. Budgets are checke
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from slackswap.problem import UserError
 
@@ -32,8 +35,8 @@ def seconds(value: Any, name: str) -> float:
             v = float(value)
         except ValueError:
             v = None
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        v = float(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
+        v = float(value)  # numpy numbers too
     if v is None or not (math.isfinite(v) and 0 < v <= MAX_SECONDS):
         raise UserError(
             f"{name}: expected a positive number of seconds (at most {MAX_SECONDS:g}), "
@@ -50,8 +53,8 @@ def seed(value: Any, name: str) -> int:
             v = int(value.strip())
         except ValueError:
             v = None
-    elif isinstance(value, int) and not isinstance(value, bool):
-        v = int(value)
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
+        v = int(value)  # numpy integers too
     if v is None or not 0 <= v <= MAX_SEED:
         raise UserError(f"{name}: expected an integer seed from 0 to {MAX_SEED}, got {value!r}")
     return v
@@ -70,9 +73,9 @@ def seeds(value: Any, name: str) -> list[int]:
 
 def flag(value: Any, name: str) -> bool:
     """A true/false setting: only a real boolean (the string "false" is not false-y enough)."""
-    if not isinstance(value, bool):
+    if not isinstance(value, bool | np.bool_):
         raise UserError(f"{name}: expected true or false, got {value!r}")
-    return value
+    return bool(value)
 
 
 def sweep_size(counts: dict[str, int]) -> int:
