@@ -71,8 +71,11 @@ def test_csv_resume_drops_a_cut_row_and_keeps_the_rest(tmp_path) -> None:
     w.append(row(2))
     w.close()
     assert [r["job_id"] for r in read_rows(path)] == ["j0", "j1", "j2"]
-    # without resume the file starts over
-    ResultsWriter(path).close()
+    # without resume the file is refused, with overwrite it starts over
+    with pytest.raises(UserError, match="--resume .* --overwrite"):
+        ResultsWriter(path)
+    assert len(read_rows(path)) == 3
+    ResultsWriter(path, overwrite=True).close()
     assert read_rows(path) == []
 
 
@@ -84,6 +87,7 @@ def test_parquet_rows_live_in_the_journal_until_rewritten(tmp_path) -> None:
     # killed now: the Parquet file is valid (maybe empty) and the journal holds the rows
     assert journal_path(path).exists()
     assert {r["job_id"] for r in read_rows(path)} == {"j0", "j1"}
+    del w  # as in a killed process, its lock on the file goes with it (nothing is closed)
     # a cut journal line is dropped
     with open(journal_path(path), "a") as fh:
         fh.write(json.dumps(row(2))[:40])

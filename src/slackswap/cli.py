@@ -46,11 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from slackswap.problem import UserError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
     try:
+        # Inside the try: an argument's type check may raise UserError (one line, exit 2).
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"slackswap: error: {exc}", file=sys.stderr)

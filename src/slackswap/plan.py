@@ -213,6 +213,16 @@ _UNITS = {
     "TIB": 2.0**40,
 }
 _BYTES_RE = re.compile(r"^\s*([0-9.eE+\-]+)\s*([KMGT]I?B|B)\s*$", re.IGNORECASE)
+#: The largest budget in bytes (2**53, 9.0 PB: far above any device, exact as a float and
+#: an int64, so every results row can be read back).
+MAX_BUDGET_BYTES = 2**53
+_EXPECTED = "expected a fraction of P (0.5, 50%) or bytes (11GB, 11e9B)"
+_POSITIVE = "must be > 0 (a fraction of P, or bytes) and finite"
+
+
+def budget_too_big(nbytes: float) -> str:
+    """Why a budget of ``nbytes`` is refused (the common wording)."""
+    return f"{nbytes:.3g} bytes is more than any device holds (at most {MAX_BUDGET_BYTES:.3g})"
 
 
 @dataclass(frozen=True)
@@ -227,7 +237,9 @@ class Budget:
             raise PlanError(f"budget kind {self.kind!r}: expected 'fraction' or 'bytes'")
         v = float(self.value)
         if not math.isfinite(v) or v <= 0:
-            raise PlanError(f"budget = {self.value!r}: must be a positive finite number")
+            raise PlanError(f"budget {self.value!r}: {_POSITIVE}")
+        if self.kind == "bytes" and v > MAX_BUDGET_BYTES:
+            raise PlanError(f"budget {self.value!r}: {budget_too_big(v)}")
         object.__setattr__(self, "value", v)
 
     @classmethod
@@ -244,30 +256,40 @@ class Budget:
         """``0.5``, ``"0.5"``, ``"50%"`` (fractions of P) or ``"11GB"``, ``"11e9B"`` (bytes)."""
         if isinstance(spec, Budget):
             return spec
-        if isinstance(spec, bool):
-            raise PlanError(f"budget = {spec!r}: expected a fraction of P or bytes")
-        if isinstance(spec, int | float | np.integer | np.floating):
-            return cls.fraction(float(spec))
+        if isinstance(spec, int | float | np.integer | np.floating) and not isinstance(spec, bool):
+            return cls._checked("fraction", float(spec), spec)
         if not isinstance(spec, str):
-            raise PlanError(f"budget = {spec!r}: expected a fraction of P or bytes")
+            raise PlanError(f"budget {spec!r}: {_EXPECTED}")
         s = spec.strip()
+        m = _BYTES_RE.match(s)
         try:
             if s.endswith("%"):
-                return cls.fraction(float(s[:-1]) / 100.0)
-            m = _BYTES_RE.match(s)
-            if m:
-                return cls.bytes(float(m.group(1)) * _UNITS[m.group(2).upper()])
-            return cls.fraction(float(s))
+                kind, value = "fraction", float(s[:-1]) / 100.0
+            elif m:
+                kind, value = "bytes", float(m.group(1)) * _UNITS[m.group(2).upper()]
+            else:
+                kind, value = "fraction", float(s)
         except ValueError:
-            raise PlanError(
-                f"budget = {spec!r}: expected a fraction of P (0.5, 50%) or bytes (11GB, 11e9B)"
-            ) from None
+            raise PlanError(f"budget {spec!r}: {_EXPECTED}") from None
+        return cls._checked(kind, value, spec)
+
+    @classmethod
+    def _checked(cls, kind: str, value: float, spec: object) -> Budget:
+        """A budget whose errors name the value as the user wrote it (``'50%'``, ``'1e30GB'``)."""
+        if not math.isfinite(value) or value <= 0:
+            raise PlanError(f"budget {spec!r}: {_POSITIVE}")
+        if kind == "bytes" and value > MAX_BUDGET_BYTES:
+            raise PlanError(f"budget {spec!r}: {budget_too_big(value)}")
+        return cls(kind, value)
 
     def bytes_for(self, instance: Instance) -> int:
         """The budget in bytes for ``instance`` (a fraction is taken of its peak P, rounded down)."""
         if self.kind == "bytes":
             return int(math.floor(self.value))
-        return int(math.floor(self.value * instance.peak_bytes))
+        nbytes = self.value * instance.peak_bytes
+        if nbytes > MAX_BUDGET_BYTES:
+            raise PlanError(f"budget {self.value:g} of {instance.name}: {budget_too_big(nbytes)}")
+        return int(math.floor(nbytes))
 
     def fraction_of(self, instance: Instance) -> float:
         """The budget as a share of ``instance``'s peak P."""

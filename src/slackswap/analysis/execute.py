@@ -24,7 +24,10 @@ warms its own process before handing out jobs, so workers find the cache filled.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -38,6 +41,9 @@ from slackswap.problem import Instance
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.
 _INSTANCES: dict[tuple[str, str], Instance] = {}
+# The parent process this worker dies with (see `die_with_parent`).
+_TIED_TO: int | None = None
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 class JobTimeout(BaseException):
@@ -76,6 +82,35 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 def _can_alarm() -> bool:
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+def execute_in_worker(job: Job, instance: Instance | None, parent_pid: int) -> dict[str, Any]:
+    """`execute` in a worker process of ``parent_pid`` that must not outlive it (see
+    `die_with_parent`)."""
+    die_with_parent(parent_pid)
+    return execute(job, instance)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel kill this worker process when the process that started it dies.
+
+    A sweep killed hard (``kill -9``, an out-of-memory kill) cannot stop its loky workers; they
+    would finish their job and then idle for loky's five minutes, holding memory and cores.
+    On Linux ``PR_SET_PDEATHSIG`` ends them at once; elsewhere they end after their job and
+    loky's idle timeout. Once per process; a worker whose parent is already gone exits now.
+    """
+    global _TIED_TO
+    if _TIED_TO == parent_pid:
+        return
+    _TIED_TO = parent_pid
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl (an unusual libc): the idle timeout stays
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
 
 
 def execute(job: Job, instance: Instance | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ PNG and SVG. Units on the axes: % of the no-swap peak P, % of the ideal step, ms
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,12 @@ def save(
     out = []
     for fmt in formats:
         p = d / f"{name}.{fmt}"
-        fig.savefig(p, format=fmt, dpi=130, bbox_inches="tight")
+        tmp = d / f".{name}.{fmt}.tmp"  # written whole, then renamed: never half a figure
+        try:
+            fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
+            os.replace(tmp, p)
+        finally:
+            tmp.unlink(missing_ok=True)
         out.append(p)
     return out
 

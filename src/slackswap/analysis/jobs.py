@@ -22,6 +22,8 @@ from slackswap.problem import Instance, UserError
 if TYPE_CHECKING:
     from slackswap.solvers.base import Solver
 
+#: Most instances one model grid may build.
+MAX_GRID_POINTS = 10_000
 #: Keys a model-grid point may set (``build_model`` arguments plus two conveniences).
 GRID_KEYS = ("model", "gpu", "link", "seq", "batch", "layers", "link_bw_GBps", "tokens")
 
@@ -128,8 +130,30 @@ def grid_points(grid: dict[str, Any]) -> list[dict[str, Any]]:
     if "model" not in grid:
         raise UserError("grid: 'model' is required")
     axes = {k: (v if isinstance(v, list) else [v]) for k, v in grid.items()}
+    for k, values in axes.items():
+        for v in values:
+            _check_grid_value(k, v)
     names = list(axes)
+    if math.prod(len(v) for v in axes.values()) > MAX_GRID_POINTS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in axes.items())
+        raise UserError(f"grid: {sizes} make more than {MAX_GRID_POINTS:,} instances: split it")
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes.values())]
+
+
+def _check_grid_value(key: str, v: Any) -> None:
+    """A grid value of the right type: names are text, sizes positive integers, bandwidths
+    positive finite numbers (so a typo is one line, not a traceback while building)."""
+    if key in ("model", "gpu", "link"):
+        ok = isinstance(v, str) and bool(v.strip())
+        want = "a name"
+    elif key == "link_bw_GBps":
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
+        want = "a positive number (GB/s)"
+    else:
+        ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 2**31 - 1
+        want = "a positive integer"
+    if not ok:
+        raise UserError(f"grid: {key}: expected {want}, got {v!r}")
 
 
 def ref_from_grid_point(point: dict[str, Any]) -> InstanceRef:
@@ -238,30 +262,27 @@ def parse_budgets(text: str | list[Any]) -> list[str]:
     """Budgets from ``1.0,0.9,0.5``, ``50%``, ``11GB`` or ``1.0:0.1:-0.1`` (stop included).
 
     Fractions come back normalised (``0.3`` not ``0.30000000000000004``) so they make stable
-    job keys; byte budgets are kept as written and parsed by `Budget.parse` at run time.
+    job keys; byte budgets are kept as written. Each is checked by `Budget.parse` (the wording
+    ``solve --budget`` uses); a range is counted before it is expanded (at most
+    `checks.MAX_BUDGETS` points).
     """
     items: list[Any] = text if isinstance(text, list) else [t for t in text.split(",")]
     out: list[str] = []
     for item in items:
         if isinstance(item, int | float) and not isinstance(item, bool):
-            out.append(_fraction(float(item), item))
+            out.append(_fraction(item))
             continue
+        if not isinstance(item, str):
+            _budget(item)  # refused with the common wording
         s = str(item).strip()
         if not s:
             continue
         m = _RANGE.match(s)
         if m:
-            start, stop, step = (_float(g, s) for g in m.groups())
-            if step == 0 or (stop - start) * step < 0:
-                raise UserError(f"budget range {s!r}: step {step:g} never reaches {stop:g}")
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1
-            out.extend(_fraction(start + i * step, s) for i in range(n))
-        elif s.endswith("%"):
-            out.append(_fraction(_float(s[:-1], s) / 100.0, s))
-        elif re.fullmatch(r"[0-9.eE+-]+", s):
-            out.append(_fraction(_float(s, s), s))
-        else:
-            out.append(_check_bytes(s))
+            out.extend(_range(s, *m.groups()))
+            continue
+        b = _budget(s)
+        out.append(_fraction(b.value) if b.kind == "fraction" else s)
     if not out:
         raise UserError("no budgets given")
     seen: dict[str, None] = {}
@@ -270,29 +291,55 @@ def parse_budgets(text: str | list[Any]) -> list[str]:
     return list(seen)
 
 
-def _float(text: str, whole: object) -> float:
+def _budget(spec: Any) -> Any:
+    from slackswap.plan import Budget
+
+    return Budget.parse(spec)
+
+
+def _range(whole: str, *parts: str) -> list[str]:
+    from slackswap.analysis.checks import MAX_BUDGETS
+
+    vals = []
+    for p in parts:
+        try:
+            vals.append(float(p))
+        except ValueError:
+            raise UserError(f"budget range {whole!r}: {p.strip()!r} is not a number") from None
+    start, stop, step = vals
+    if not all(math.isfinite(v) for v in vals):
+        raise UserError(f"budget range {whole!r}: start, stop and step must be finite")
+    if step == 0 or (stop - start) * step < 0:
+        raise UserError(f"budget range {whole!r}: step {step:g} never reaches {stop:g}")
+    steps = (stop - start) / step
+    if not steps < MAX_BUDGETS:  # counted before it is built (also catches an overflow to inf)
+        count = f"{math.floor(steps + 1e-9) + 1:,}" if math.isfinite(steps) else "too many"
+        raise UserError(
+            f"budget range {whole!r}: {count} budgets (at most {MAX_BUDGETS:,}): use a larger step"
+        )
+    n = math.floor(steps + 1e-9) + 1
+    values = [round(start + i * step, 9) for i in range(n)]  # 0.1 * 3 is 0.30000000000000004
+    if min(values) <= 0:
+        raise UserError(f"budget range {whole!r} reaches {min(values):g}: budgets must be > 0")
+    return [_fraction(v, whole) for v in values]
+
+
+def _fraction(x: float, whole: object = None) -> str:
+    """A fraction of P as a stable job key (``0.3``), checked by `Budget`."""
+    from slackswap.plan import Budget
+
+    b = Budget.parse(x) if whole is None else _budget_in(whole, x)
+    r = round(b.value, 6)
+    return f"{r:g}" if r > 0 else f"{b.value:.6g}"  # a tiny fraction keeps its digits
+
+
+def _budget_in(whole: object, x: float) -> Any:
+    from slackswap.plan import Budget, PlanError
+
     try:
-        return float(text)
-    except ValueError:
-        raise UserError(f"budget {whole!r}: {text!r} is not a number") from None
-
-
-def _fraction(x: float, whole: object) -> str:
-    if not math.isfinite(x) or x <= 0:
-        raise UserError(f"budget {whole!r}: a fraction of the peak must be > 0, got {x:g}")
-    return f"{round(x, 6):g}"
-
-
-def _check_bytes(s: str) -> str:
-    try:
-        from slackswap.plan import Budget
-    except ModuleNotFoundError:  # the plan module parses it at run time
-        return s
-    try:
-        Budget.parse(s)
-    except (ValueError, UserError) as exc:
-        raise UserError(f"budget {s!r}: {exc}") from None
-    return s
+        return Budget.fraction(x)
+    except PlanError as exc:
+        raise UserError(f"budget range {whole!r}: {exc}") from None
 
 
 @dataclass
@@ -310,6 +357,7 @@ class Sweep:
 
     def jobs(self) -> list[Job]:
         """Every job, instance-major, then budget, solver and seed."""
+        self._size()
         out: list[Job] = []
         for inst, budget, solver, seed in itertools.product(
             self.instances, self.budgets, self.solvers, self.seeds
@@ -332,13 +380,58 @@ class Sweep:
             raise UserError("the sweep names the same job twice (repeated instance or solver?)")
         return out
 
-    def check(self) -> None:
-        for s in self.solvers:
-            s.check()
+    def check(self) -> list[str]:
+        """Refuse (UserError) anything a job would fail on, before any job runs; return warnings.
+
+        The same checks as ``solve`` (`checks`, `Budget`, solver options), whichever entry
+        point built the sweep: ``compare`` flags, a sweep file or code.
+        """
+        from slackswap.analysis import checks
+        from slackswap.plan import MAX_BUDGET_BYTES, Budget, PlanError, budget_too_big
+
         if not self.instances:
             raise UserError("no instances given")
         if not self.solvers:
             raise UserError("no solvers given")
+        if not self.budgets:
+            raise UserError("no budgets given")
+        self._size()
+        for s in self.solvers:
+            s.check()
+            if s.time_limit is not None:
+                checks.seconds(s.time_limit, f"{s.name} time limit")
+        self.seeds = [checks.seed(x, "seeds") for x in self.seeds]
+        if self.time_limit is not None:
+            self.time_limit = checks.seconds(self.time_limit, "time limit")
+        if self.job_timeout is not None:
+            self.job_timeout = checks.seconds(self.job_timeout, "job timeout")
+        self.find_min_budget = checks.flag(self.find_min_budget, "min_budget")
+        notes: list[str] = []
+        for b in self.budgets:
+            budget = Budget.parse(b)
+            over = []
+            for ref in self.instances:
+                peak = int(ref.columns.get("instance_peak_bytes") or ref.load().peak_bytes)
+                nbytes = budget.value * peak if budget.kind == "fraction" else budget.value
+                if nbytes > MAX_BUDGET_BYTES:
+                    raise PlanError(f"budget {b!r} of {ref.label}: {budget_too_big(nbytes)}")
+                if nbytes > peak:
+                    over.append((ref.label, nbytes / peak))
+            if over:
+                notes.append(checks.above_peak(b, over))
+        return notes
+
+    def _size(self) -> int:
+        from slackswap.analysis.checks import sweep_size
+
+        return sweep_size(
+            {
+                "instances": len(self.instances),
+                "budgets": len(self.budgets),
+                "solvers": len(self.solvers),
+                "seeds": len(self.seeds),
+            }
+        )
 
 
 def default_job_timeout(time_limit: float | None) -> float | None:

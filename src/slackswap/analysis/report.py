@@ -22,6 +22,12 @@ from slackswap.analysis import figures as F
 from slackswap.analysis import planfigs as PF
 
 PREFERRED = ("slackswap", "vdnn", "superneurons", "swapadvisor", "checkpoint")
+#: Every figure a report may draw (each as NAME.FORMAT), and the pattern of its trace files.
+FIGURE_NAMES = (
+    "throughput_vs_budget", "time_breakdown", "gap_heatmap", "plan_time_vs_size",
+    "sensitivity_link", "sensitivity_seq", "plan_by_recompute_cost", "timeline",
+)  # fmt: skip
+TRACE_PATTERN = "timeline_*.trace.json"
 
 
 @dataclass

@@ -67,10 +67,10 @@ def _kind(path: Path) -> str:
     raise UserError(f"{path}: results file must end in .csv or .parquet (got {suffix or 'none'!r})")
 
 
-def _clean(row: dict[str, Any]) -> dict[str, Any]:
+def _clean(row: dict[str, Any], columns: tuple[str, ...] = COLUMNS) -> dict[str, Any]:
     """The row in column order; strings on one line, non-finite floats as missing."""
     out: dict[str, Any] = {}
-    for k in COLUMNS:
+    for k in columns:
         v: Any = row.get(k)
         if isinstance(v, float) and not math.isfinite(v):
             v = None
@@ -82,26 +82,74 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
             v = v.item()
             if isinstance(v, float) and not math.isfinite(v):
                 v = None
+        if k in INT_COLUMNS and v is not None and not _fits_int64(v):
+            # Validation before a sweep keeps such values out; a row that could not be read
+            # back must never reach the file, so this is a bug, said loudly.
+            raise ValueError(
+                f"results row {row.get('job_id')}: {k} = {v!r} is not a 64-bit integer"
+            )
         out[k] = v
     return out
 
 
-class ResultsWriter:
-    """Appends finished rows to a results file; ``done_ids`` lists jobs already there."""
+def _fits_int64(v: Any) -> bool:
+    if isinstance(v, float):
+        return v.is_integer() and -(2**63) <= v < 2**63
+    return isinstance(v, int) and -(2**63) <= v < 2**63
 
-    def __init__(self, path: str | os.PathLike[str], *, resume: bool = False) -> None:
+
+class ResultsWriter:
+    """Appends finished rows to a results file; ``done_ids`` lists jobs already there.
+
+    An existing results file is continued (``resume``), replaced (``overwrite``) or refused:
+    nothing already written is lost by default. The writer holds a lock on the file
+    (``.NAME.lock`` beside it) while it is open, so a second writer is refused at once and rows
+    of two processes never interleave. Columns a user added to a CSV file are kept on resume.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, resume: bool = False, overwrite: bool = False
+    ) -> None:
         self.path = Path(path)
         self.kind = _kind(self.path)
+        if self.path.is_dir():
+            raise UserError(f"{self.path}: is a directory, not a results file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{self.path}: cannot create its directory ({exc.strerror})") from None
+        self._lock = _lock(self.path)
+        try:
+            self._open(resume, overwrite)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, resume: bool, overwrite: bool) -> None:
         self.rows: list[dict[str, Any]] = []  # rows already in the file (and the journal)
-        if resume and (self.path.exists() or self._journal_path().exists()):
-            self.rows = read_rows(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns: tuple[str, ...] = COLUMNS  # COLUMNS, then any a user added
         self._last_flush = time.monotonic()
         self._flush_cost = 0.0
         self._dirty = False
+        holds = _holds_data(self.path) or _holds_data(self._journal_path())
+        if holds and not (resume or overwrite):
+            raise UserError(
+                f"{self.path} already holds results: pass --resume to continue it or "
+                "--overwrite to replace it"
+            )
+        fresh = overwrite or not holds
+        if not fresh:
+            self.rows, extra, intact = _read_for_resume(self.path)
+            self.columns = (*COLUMNS, *extra)
         if self.kind == "csv":
-            self._open_csv()
+            if fresh or not intact:
+                # Fresh, or repair a cut last line / adopt today's columns: rewrite what was read
+                # atomically, then append. An intact file is appended to as it is.
+                _atomic_csv(self.path, self.rows, self.columns)
+            self._fh = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115
         else:
+            if fresh:
+                self._journal_path().unlink(missing_ok=True)
             self._write_parquet()  # a valid file from the start (resumed rows, or none)
             self._journal = open(self._journal_path(), "w", encoding="utf-8")  # noqa: SIM115
 
@@ -112,11 +160,11 @@ class ResultsWriter:
 
     def append(self, row: dict[str, Any]) -> None:
         """Add one finished job's row durably (flushed before returning)."""
-        clean = _clean(row)
+        clean = _clean(row, self.columns)
         self.rows.append(clean)
         if self.kind == "csv":
             buf = io.StringIO()
-            csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n").writerow(clean)
+            csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n").writerow(clean)
             self._fh.write(buf.getvalue())
             self._fh.flush()
         else:
@@ -136,12 +184,15 @@ class ResultsWriter:
             self._dirty = False
 
     def close(self) -> None:
-        if self.kind == "csv":
-            self._fh.close()
-        else:
-            self.flush()
-            self._journal.close()
-            self._journal_path().unlink(missing_ok=True)
+        try:
+            if self.kind == "csv":
+                self._fh.close()
+            else:
+                self.flush()
+                self._journal.close()
+                self._journal_path().unlink(missing_ok=True)
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> ResultsWriter:
         return self
@@ -153,19 +204,9 @@ class ResultsWriter:
     def _journal_path(self) -> Path:
         return journal_path(self.path)
 
-    def _open_csv(self) -> None:
-        if self.rows:
-            # Rewrite what was read (repairs a cut last line, adopts today's columns), then append.
-            _atomic_csv(self.path, self.rows)
-            self._fh = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115
-        else:
-            self._fh = open(self.path, "w", encoding="utf-8", newline="")  # noqa: SIM115
-            self._fh.write(",".join(COLUMNS) + "\n")
-            self._fh.flush()
-
     def _write_parquet(self) -> None:
         t0 = time.perf_counter()
-        table = _arrow_table(self.rows)
+        table = _arrow_table(self.rows, self.columns)
         import pyarrow.parquet as pq
 
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -175,22 +216,70 @@ class ResultsWriter:
         self._last_flush = time.monotonic()
 
 
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    """The lock file a writer of results file ``path`` holds."""
+    p = Path(path)
+    return p.with_name(f".{p.name}.lock")
+
+
+def _lock(path: Path) -> Any:
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(lock_path(path)), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise UserError(
+            f"{path}: another slackswap process is writing this results file (it holds "
+            f"{lock_path(path)}); wait for it to finish or write to another file"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write beside it ({exc.strerror})") from None
+    return lock
+
+
+def _holds_data(p: Path) -> bool:
+    try:
+        return p.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read ({exc.strerror})") from None
+
+
+def _read_for_resume(p: Path) -> tuple[list[dict[str, Any]], tuple[str, ...], bool]:
+    """Rows, the columns a user added (in file order), and whether a CSV file can be appended
+    to as it is (today's header, no cut last line)."""
+    if _kind(p) == "csv":
+        table = _read_csv(p) if p.exists() else _CsvTable([], (), True)
+        extra = tuple(c for c in table.header if c not in COLUMNS)
+        intact = table.complete and table.header == (*COLUMNS, *extra)
+        return _dedupe(table.rows), extra, intact
+    rows, extra = _read_parquet(p)
+    return rows, extra, True
+
+
 def journal_path(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     return p.with_name(p.name + ".journal")
 
 
-def _atomic_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow(_clean(r))
-    os.replace(tmp, path)
+def _atomic_csv(path: Path, rows: list[dict[str, Any]], columns: tuple[str, ...]) -> None:
+    """Write the whole file through a temporary file and a rename: never half-written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
+            w.writeheader()
+            for r in rows:
+                w.writerow(_clean(r, columns))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def _arrow_schema() -> Any:
+def _arrow_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> Any:
     import pyarrow as pa
 
     def typ(c: str) -> Any:
@@ -200,14 +289,12 @@ def _arrow_schema() -> Any:
             return pa.int64()
         return pa.string()
 
-    return pa.schema([(c, typ(c)) for c in COLUMNS])
-
-
-def _arrow_table(rows: list[dict[str, Any]]) -> Any:
-    import pyarrow as pa
-
+    schema = pa.schema([(c, typ(c)) for c in COLUMNS])
     typed = [{k: _typed(k, r.get(k)) for k in COLUMNS} for r in rows]
-    return pa.Table.from_pylist(typed, schema=_arrow_schema())
+    table = pa.Table.from_pylist(typed, schema=schema)
+    for c in columns[len(COLUMNS) :]:  # a user's own columns keep their values as they were
+        table = table.append_column(c, pa.array([r.get(c) for r in rows]))
+    return table
 
 
 def _typed(col: str, v: Any) -> Any:
@@ -221,59 +308,129 @@ def _typed(col: str, v: Any) -> Any:
 
 
 def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every complete row of a results file (plus its journal), deduplicated by ``job_id``."""
+    """Every complete row of a results file (plus its journal), deduplicated by ``job_id``.
+
+    A file that is not a readable results file (bad cell, broken quoting, not UTF-8, a
+    directory) is refused with one line naming the file, line and column."""
     p = Path(path)
-    kind = _kind(p)
+    if _kind(p) == "csv":
+        return _dedupe(_read_csv(p).rows) if p.exists() else []
+    return _read_parquet(p)[0]
+
+
+def _read_parquet(p: Path) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     rows: list[dict[str, Any]] = []
-    if kind == "csv":
-        if p.exists():
-            rows = _read_csv_rows(p)
-    else:
-        if p.exists():
-            import pyarrow.parquet as pq
+    extra: tuple[str, ...] = ()
+    if p.is_dir():
+        raise UserError(f"{p}: is a directory, not a results file")
+    if p.exists():
+        import pyarrow.parquet as pq
 
-            try:
-                rows = pq.read_table(p).to_pylist()
-            except Exception as exc:
-                raise UserError(f"{p}: not a readable Parquet file ({exc})") from None
-        jp = journal_path(p)
-        if jp.exists():
-            rows += _read_journal(jp)
-    return _dedupe([{k: _typed(k, r.get(k)) for k in COLUMNS} for r in rows])
-
-
-def _read_csv_rows(p: Path) -> list[dict[str, Any]]:
-    text = p.read_text(encoding="utf-8")
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]  # a row cut by a kill: drop it, it reruns
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None:
-        return []
-    if "job_id" not in reader.fieldnames:
-        raise UserError(f"{p}: not a slackswap results file (no 'job_id' column)")
+        try:
+            table = pq.read_table(p)
+        except Exception as exc:
+            raise UserError(f"{p}: not a readable Parquet file ({exc})") from None
+        if "job_id" not in table.column_names:
+            raise UserError(f"{p}: not a slackswap results file (no 'job_id' column)")
+        extra = tuple(c for c in table.column_names if c not in COLUMNS)
+        rows = table.to_pylist()
+    jp = journal_path(p)
+    if jp.exists():
+        rows += _read_journal(jp)
     out = []
-    for r in reader:
-        out.append({k: (None if r.get(k) in (None, "") else _from_text(k, r[k])) for k in COLUMNS})
-    return out
+    for r in rows:
+        try:
+            row = {k: _typed(k, r.get(k)) for k in COLUMNS}
+        except (TypeError, ValueError, OverflowError):
+            raise UserError(f"{p}: row {r.get('job_id')!r} has a value of the wrong type") from None
+        row.update({k: r.get(k) for k in extra})
+        out.append(row)
+    return _dedupe(out), extra
+
+
+class _CsvTable:
+    def __init__(self, rows: list[dict[str, Any]], header: tuple[str, ...], complete: bool):
+        self.rows, self.header, self.complete = rows, header, complete
+
+
+def _read_csv(p: Path) -> _CsvTable:
+    try:
+        text = p.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise UserError(f"{p}: is a directory, not a results file") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{p}: not a slackswap results file (not UTF-8 text at byte {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read ({exc.strerror})") from None
+    complete = not text or text.endswith("\n")
+    if not complete:
+        text = text[: text.rfind("\n") + 1]  # a row cut by a kill: drop it, it reruns
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise UserError(f"{p}: line {line}: a NUL byte; not a slackswap results file")
+    reader = csv.reader(io.StringIO(text), strict=True)
+    try:
+        header = tuple(next(reader, []))
+        if not header:
+            return _CsvTable([], (), complete)
+        if "job_id" not in header:
+            raise UserError(f"{p}: not a slackswap results file (no 'job_id' column)")
+        out = []
+        for cells in reader:
+            if len(cells) != len(header):
+                raise UserError(
+                    f"{p}: line {reader.line_num}: {len(cells)} cells where the header names "
+                    f"{len(header)} (a broken or hand-edited row?)"
+                )
+            r = dict(zip(header, cells, strict=True))
+            row = {k: (None if r.get(k) in (None, "") else _from_text(k, r[k])) for k in COLUMNS}
+            row.update({k: (r[k] or None) for k in header if k not in COLUMNS})
+            out.append(row)
+    except csv.Error as exc:
+        raise UserError(f"{p}: line {reader.line_num}: {exc} (broken quoting?)") from None
+    except _BadCell as exc:
+        raise UserError(f"{p}: line {reader.line_num}: {exc}") from None
+    return _CsvTable(out, header, complete)
+
+
+class _BadCell(Exception):
+    pass
 
 
 def _from_text(col: str, s: str) -> Any:
     if col in FLOAT_COLUMNS:
-        return float(s)
+        try:
+            return float(s)
+        except ValueError:
+            raise _BadCell(f"column {col}: {s!r} is not a number") from None
     if col in INT_COLUMNS:
-        return int(float(s)) if ("e" in s or "." in s) else int(s)
+        try:
+            v = int(s) if not ("e" in s or "E" in s or "." in s) else float(s)
+        except ValueError:
+            raise _BadCell(f"column {col}: {s!r} is not an integer") from None
+        if not _fits_int64(v):
+            raise _BadCell(f"column {col}: {s!r} is not a 64-bit integer")
+        return int(v)
     return s
 
 
 def _read_journal(p: Path) -> list[dict[str, Any]]:
     out = []
-    for line in p.read_text(encoding="utf-8").splitlines(keepends=True):
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read the results journal ({exc})") from None
+    for line in text.splitlines(keepends=True):
         if not line.endswith("\n"):
             break  # cut by a kill
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
             break
+        if isinstance(row, dict):
+            out.append(row)
     return out
 
 
@@ -289,9 +446,13 @@ def _dedupe(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def rows_to_frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """Rows as a DataFrame with the results schema (float, nullable int and string columns)."""
-    df = pd.DataFrame([_clean(r) for r in rows], columns=list(COLUMNS))
+def rows_to_frame(
+    rows: Iterable[dict[str, Any]], extra_columns: tuple[str, ...] = ()
+) -> pd.DataFrame:
+    """Rows as a DataFrame with the results schema (float, nullable int and string columns),
+    then ``extra_columns`` (a user's own) as they are."""
+    columns = (*COLUMNS, *extra_columns)
+    df = pd.DataFrame([_clean(r, columns) for r in rows], columns=list(columns))
     for c in COLUMNS:
         if c in FLOAT_COLUMNS:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
@@ -307,4 +468,9 @@ def read_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     p = Path(path)
     if not p.exists() and not journal_path(p).exists():
         raise UserError(f"{p}: no such results file")
-    return rows_to_frame(read_rows(p))
+    if _kind(p) == "csv":
+        table = _read_csv(p)
+        extra = tuple(c for c in table.header if c not in COLUMNS)
+        return rows_to_frame(_dedupe(table.rows), extra)
+    rows, extra = _read_parquet(p)
+    return rows_to_frame(rows, extra)

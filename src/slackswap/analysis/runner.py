@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from slackswap.analysis.execute import execute, failure_row
+from slackswap.analysis.execute import execute, execute_in_worker, failure_row
 from slackswap.analysis.jobs import Job, Sweep
 from slackswap.analysis.progress import JobProgress
 from slackswap.analysis.results import ResultsWriter, rows_to_frame
@@ -38,6 +38,7 @@ def run_sweep(
     *,
     results: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     jobs: int = 1,
     backend: str = "joblib",
     scheduler: str | None = None,
@@ -49,8 +50,10 @@ def run_sweep(
     """Run every job (skipping those already in ``results`` when ``resume``); return all rows.
 
     The frame holds one row per job of the sweep, in the sweep's order, including rows found in
-    the results file. ``progress``: None shows a bar on a terminal and a line per finished job
-    otherwise, True always the bar, False nothing (`JobProgress`, labelled ``desc``).
+    the results file. An existing results file is continued (``resume``), replaced
+    (``overwrite``) or refused (`ResultsWriter`). ``progress``: None shows a bar on a terminal
+    and a line per finished job otherwise, True always the bar, False nothing (`JobProgress`,
+    labelled ``desc``).
     """
     if backend not in BACKENDS:
         raise UserError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
@@ -64,7 +67,9 @@ def run_sweep(
     if resume and results is None:
         raise UserError("--resume needs a results file (-o FILE)")
 
-    writer = ResultsWriter(results, resume=resume) if results is not None else None
+    writer = (
+        ResultsWriter(results, resume=resume, overwrite=overwrite) if results is not None else None
+    )
     found: dict[str, dict[str, Any]] = {}
     if writer is not None and resume:
         wanted = {j.job_id for j in all_jobs}
@@ -127,7 +132,8 @@ def _joblib(pending: list[Job], jobs: int) -> Iterator[dict[str, Any]]:
     from joblib import Parallel, delayed
 
     par = Parallel(n_jobs=min(jobs, len(pending)), backend="loky", return_as="generator_unordered")
-    yield from par(delayed(execute)(j, _payload(j)) for j in pending)
+    parent = os.getpid()
+    yield from par(delayed(execute_in_worker)(j, _payload(j), parent) for j in pending)
 
 
 def _dask(

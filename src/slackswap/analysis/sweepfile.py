@@ -29,6 +29,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from slackswap.analysis import checks
 from slackswap.analysis.jobs import (
     InstanceRef,
     SolverSpec,
@@ -65,22 +66,35 @@ def _read(p: Path) -> Any:
     if not p.exists():
         raise UserError(f"{p}: no such sweep file")
     suffix = p.suffix.lower()
-    text = p.read_text(encoding="utf-8")
-    if suffix == ".toml":
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UserError(f"{p}: invalid TOML ({exc})") from None
-    if suffix in (".yaml", ".yml"):
+    if suffix not in (".toml", ".yaml", ".yml"):
+        raise UserError(f"{p}: a sweep file ends in .toml, .yaml or .yml")
+    if p.is_dir():
+        raise UserError(f"{p}: is a directory, not a sweep file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{p}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        if suffix == ".toml":
+            try:
+                return tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise UserError(f"{p}: invalid TOML ({exc})") from None
         try:
             import yaml
         except ModuleNotFoundError:
             raise UserError(f"{p}: YAML sweep files need PyYAML (pip install pyyaml)") from None
         try:
-            return yaml.safe_load(text)
+            # libyaml's loader where built: fast, and it bounds nesting depth itself
+            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
             raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
-    raise UserError(f"{p}: a sweep file ends in .toml, .yaml or .yml")
+    except RecursionError:
+        raise UserError(f"{p}: nested too deeply to be a sweep file") from None
 
 
 def _build(p: Path, data: dict[str, Any]) -> Sweep:
@@ -98,10 +112,13 @@ def _build(p: Path, data: dict[str, Any]) -> Sweep:
     budgets = data.get("budgets")
     if budgets is None:
         raise UserError("'budgets' is required")
-    seeds = [_int(s, "seeds") for s in _as_list(data.get("seeds", [0]), "seeds")]
+    seeds = checks.seeds(_as_list(data.get("seeds", [0]), "seeds"), "seeds")
     output = data.get("output")
-    if output is not None and not os.path.isabs(str(output)):
-        output = str(p.parent / str(output))
+    if output is not None:
+        if not isinstance(output, str) or not output.strip():
+            raise UserError(f"output: expected a file name, got {output!r}")
+        if not os.path.isabs(output):
+            output = str(p.parent / output)
     return Sweep(
         instances=instances,
         budgets=parse_budgets(budgets if isinstance(budgets, list) else str(budgets)),
@@ -109,7 +126,7 @@ def _build(p: Path, data: dict[str, Any]) -> Sweep:
         seeds=seeds,
         time_limit=_seconds(data.get("time_limit"), "time_limit"),
         job_timeout=_seconds(data.get("job_timeout"), "job_timeout"),
-        find_min_budget=bool(data.get("min_budget", True)),
+        find_min_budget=checks.flag(data.get("min_budget", True), "min_budget"),
         output=output,
     )
 
@@ -148,18 +165,5 @@ def _as_list(v: Any, key: str) -> list[Any]:
     raise UserError(f"{key}: expected a list, got {v!r}")
 
 
-def _int(v: Any, key: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int | str):
-        raise UserError(f"{key}: expected an integer, got {v!r}")
-    try:
-        return int(v)
-    except ValueError:
-        raise UserError(f"{key}: expected an integer, got {v!r}") from None
-
-
 def _seconds(v: Any, key: str) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise UserError(f"{key}: expected a positive number of seconds, got {v!r}")
-    return float(v)
+    return None if v is None else checks.seconds(v, key)

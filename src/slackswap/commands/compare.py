@@ -34,10 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SOLVER.KEY=VALUE",
         help="a solver option (VALUE read as JSON, else text); repeatable",
     )
-    p.add_argument("--time-limit", type=float, metavar="S", help="seconds per solve")
+    p.add_argument("--time-limit", metavar="S", help="seconds per solve")
     p.add_argument(
         "--job-timeout",
-        type=float,
         metavar="S",
         help="hard wall-clock limit per job (default: 2 x time limit + 30 s; none without one)",
     )
@@ -46,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="results file (.csv or .parquet)")
     add_execution_arguments(p, jobs=1)
     p.add_argument("--resume", action="store_true", help="skip jobs already in the results file")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing results file (else refused)"
+    )
     p.add_argument("--sweep", metavar="FILE", help="a sweep file (.toml or .yaml)")
     p.add_argument(
         "--no-min-budget",
@@ -58,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def build_sweep(args: argparse.Namespace) -> Any:
     """The sweep the arguments describe (a sweep file, overridden by explicit options)."""
+    from slackswap.analysis import checks
     from slackswap.analysis.jobs import Sweep, parse_budgets, ref_from_arg
     from slackswap.analysis.sweepfile import load_sweep, parse_solvers
 
@@ -79,29 +82,21 @@ def build_sweep(args: argparse.Namespace) -> Any:
         sweep.solvers = parse_solvers(args.solvers)
     if args.option:
         sweep.solvers = _apply_options(sweep.solvers, args.option)
-    if args.seeds:
-        sweep.seeds = _seeds(args.seeds)
+    if args.seeds is not None:
+        sweep.seeds = checks.seeds(args.seeds, "--seeds")
     if args.time_limit is not None:
-        if args.time_limit <= 0:
-            raise UserError(f"--time-limit must be positive, got {args.time_limit:g}")
-        sweep.time_limit = args.time_limit
+        sweep.time_limit = checks.seconds(args.time_limit, "--time-limit")
     if args.job_timeout is not None:
-        if args.job_timeout <= 0:
-            raise UserError(f"--job-timeout must be positive, got {args.job_timeout:g}")
-        sweep.job_timeout = args.job_timeout
+        sweep.job_timeout = checks.seconds(args.job_timeout, "--job-timeout")
     if args.no_min_budget:
         sweep.find_min_budget = False
-    if args.output:
+    if args.output is not None:
+        if not args.output.strip():
+            raise UserError(f"-o: expected a results file name, got {args.output!r}")
         sweep.output = args.output
-    sweep.check()
+    for note in sweep.check():
+        checks.warn(note)
     return sweep
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise UserError(f"--seeds: expected integers like 0,1,2, got {text!r}") from None
 
 
 def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
@@ -134,6 +129,8 @@ def main(args: argparse.Namespace) -> int:
     sweep = build_sweep(args)
     if args.resume and not sweep.output:
         raise UserError("--resume needs a results file: -o FILE (or output in the sweep file)")
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues the results file, --overwrite replaces it: pick one")
     if args.scheduler and args.backend != "dask":
         raise UserError("--scheduler needs --backend dask")
 
@@ -145,6 +142,7 @@ def main(args: argparse.Namespace) -> int:
         sweep,
         results=sweep.output,
         resume=args.resume,
+        overwrite=args.overwrite,
         jobs=args.jobs,
         backend=args.backend,
         scheduler=args.scheduler,

@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--link-gbps", type=positive_float, help="override link GB/s per direction")
     b.add_argument("--name", help="instance name (default MODEL@GPU-LINK)")
     b.add_argument("-o", "--output", required=True, help="instance file to write (JSON)")
+    b.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     b.set_defaults(func=cmd_build)
     i = isub.add_parser("info", help="derived quantities of an instance (Table 1 columns)")
     i.add_argument("instance", help="instance file or catalog name")
@@ -61,9 +62,11 @@ def _usage(p: argparse.ArgumentParser) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from slackswap.analysis.checks import output_file
     from slackswap.instances.catalog import build_model
     from slackswap.models.hardware import GPUS, LINKS
 
+    output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
     if args.gpu.lower() not in GPUS:
         raise UserError(f"--gpu {args.gpu!r}: unknown GPU (one of {', '.join(GPUS)})")
     if args.link is not None and args.link.lower() not in LINKS:

@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("factory", metavar="SCRIPT_OR_MODULE:FACTORY", help="e.g. train.py:make")
     p.add_argument("-o", "--output", required=True, help="instance file to write (JSON)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     p.add_argument("--gpu", default="a100", help="titanx, v100, a100, h100, h200 (default a100)")
     p.add_argument("--link", default=None, help="pcie3, pcie4, pcie5, c2c (default: the GPU's)")
     p.add_argument("--link-gbps", type=positive_float, help="override link GB/s per direction")
@@ -66,11 +67,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from slackswap.profiling import require_torch
 
     torch = require_torch()
+    from slackswap.analysis.checks import output_file
     from slackswap.models.hardware import hardware
     from slackswap.problem import UserError
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
 
+    output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
     try:
         hardware(args.gpu, args.link)  # fail before the factory builds the model
     except KeyError as exc:
@@ -89,7 +92,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
         link_bw_Bps=args.link_gbps * GB if args.link_gbps else None,
     )
     inst.meta["source"] = args.factory
-    inst.save(args.output)
+    try:
+        inst.save(args.output)
+    except OSError as exc:
+        raise UserError(f"-o {args.output}: cannot write ({exc.strerror})") from None
     _note_precision(inst, args.gpu)
     if args.json:
         print_json({**inst.summary(), "file": args.output, "n_blocks": inst.meta["n_blocks"]})

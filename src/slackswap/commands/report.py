@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("results", metavar="RESULTS", help="results file (.csv or .parquet)")
     p.add_argument("-o", "--output", metavar="DIR", help="directory for the figures")
     p.add_argument(
+        "--overwrite", action="store_true", help="replace figures already in DIR (else refused)"
+    )
+    p.add_argument(
         "--breakdown-budget", type=float, default=0.4, metavar="F",
         help="budget (fraction of P) of the time-breakdown bars (default 0.4)",
     )  # fmt: skip
@@ -39,16 +42,20 @@ def main(args: argparse.Namespace) -> int:
     from slackswap.analysis.gapanalysis import format_gaps, gaps
     from slackswap.analysis.results import read_results
 
+    formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
+    if args.output is not None:  # checked before the work, not after it
+        bad = [f for f in formats if f not in ("png", "svg", "pdf")]
+        if bad or not formats:
+            raise UserError(f"--format: {bad[0] if bad else args.format!r} is not png, svg or pdf")
+        if not 0 < args.breakdown_budget <= 1.5:
+            raise UserError(
+                f"--breakdown-budget must be a fraction of P, got {args.breakdown_budget}"
+            )
+        _check_output(args.output, formats, overwrite=args.overwrite)
     df = read_results(args.results)
     print(format_gaps(gaps(df)))
-    if not args.output:
+    if args.output is None:
         return 0
-    formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
-    bad = [f for f in formats if f not in ("png", "svg", "pdf")]
-    if bad or not formats:
-        raise UserError(f"--format: {bad[0] if bad else args.format!r} is not png, svg or pdf")
-    if not 0 < args.breakdown_budget <= 1.5:
-        raise UserError(f"--breakdown-budget must be a fraction of P, got {args.breakdown_budget}")
     from slackswap.analysis.report import write_report
 
     rep = write_report(
@@ -63,3 +70,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {len(rep.files)} files to {args.output}", file=sys.stderr)
     return 0
+
+
+def _check_output(directory: str, formats: tuple[str, ...], *, overwrite: bool) -> None:
+    """Refuse to replace figures or traces already in ``directory`` unless ``overwrite``."""
+    from pathlib import Path
+
+    from slackswap.analysis.checks import output_dir
+    from slackswap.analysis.report import FIGURE_NAMES, TRACE_PATTERN
+
+    names = [f"{n}.{fmt}" for n in FIGURE_NAMES for fmt in formats]
+    d = Path(directory)
+    if d.is_dir():
+        names += [t.name for t in d.glob(TRACE_PATTERN)]
+    output_dir(directory, "-o", names, overwrite=overwrite)

@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"runtime (default: the plan's): {', '.join(RUNTIMES)}",
     )
     p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --trace file")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_simulate)
 
@@ -45,6 +46,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from slackswap.plan import Budget, Plan
     from slackswap.simulator import simulate
 
+    if args.trace is not None:  # checked before the work, not after it
+        from slackswap.analysis.checks import output_file
+
+        output_file(args.trace, "--trace", overwrite=args.overwrite)
     inst = load_instance_arg(args.instance)
     budget = Budget.parse(args.budget)
     if args.plan == "keep-all":

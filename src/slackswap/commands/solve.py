@@ -44,29 +44,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="solver option (repeatable); VALUE is read as JSON, else as a string",
     )
     s.add_argument("-o", "--output", help="write the plan here (JSON)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     s.add_argument("--json", action="store_true", help="print the result row as one JSON object")
     add_progress_arguments(s)
     s.set_defaults(func=cmd_solve)
 
 
 def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return v
+    """``--time-limit``, checked as ``compare`` and sweep files check it (one line, exit 2)."""
+    from slackswap.analysis import checks
+
+    return checks.seconds(text, "--time-limit")
 
 
 def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative seed, got {text!r}")
-    return v
+    from slackswap.analysis import checks
+
+    return checks.seed(text, "--seed")
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:
@@ -108,15 +102,21 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    from slackswap.analysis import checks
     from slackswap.analysis.progress import JobProgress
     from slackswap.analysis.warmup import warm_up
     from slackswap.plan import Budget
     from slackswap.solvers import REGISTRY, Status, run
 
+    if args.output is not None:  # checked before the work, not after it
+        checks.output_file(args.output, "-o", overwrite=args.overwrite)
     inst = load_instance_arg(args.instance)
     budget = Budget.parse(args.budget)
+    nbytes = budget.bytes_for(inst)  # a budget no device holds: refused here
+    if nbytes > inst.peak_bytes:
+        checks.warn(checks.above_peak(args.budget, [(inst.name, nbytes / inst.peak_bytes)]))
     options = parse_options(args.option)
-    REGISTRY[args.solver].make(**options)  # unknown solver or option: a UserError, exit 2
+    REGISTRY[args.solver].make(**options)  # unknown solver or bad option: a UserError, exit 2
     warm_up([args.solver])  # compile or load the kernels before the solve is timed
     tags = REGISTRY[args.solver].tags
     # A search or exact solver may take its whole time limit: say what runs (quick ones only
@@ -136,7 +136,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         else:
-            rec.plan.save(args.output)
+            try:
+                rec.plan.save(args.output)
+            except OSError as exc:
+                raise UserError(f"-o {args.output}: cannot write ({exc.strerror})") from None
     if args.json:
         row = rec.to_row()
         if rec.history:

@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,6 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
     p.add_argument("--solvers", help="comma-separated (default: every heuristic policy)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig4.csv")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR/fig4.csv (else refused)")
     p.add_argument("--min-budget", action="store_true",
                    help="bisect the smallest feasible budget of infeasible runs (slower)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -129,17 +129,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from slackswap.analysis import figures as F
+    from slackswap.analysis.checks import output_dir
     from slackswap.analysis.runner import run_sweep
 
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     solvers = [s.strip() for s in args.solvers.split(",")] if args.solvers else None
     sweep = fig4_sweep(workloads, solvers, min_budget=args.min_budget)
-    out = Path(args.output)
+    out = output_dir(args.output, "-o", [], overwrite=True)  # a directory we can write in
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     df = run_sweep(
-        sweep, results=out / "fig4.csv", resume=args.resume, jobs=args.jobs,
-        backend=args.backend, scheduler=args.scheduler, progress=args.progress, desc="fig4",
+        sweep, results=out / "fig4.csv", resume=args.resume, overwrite=args.overwrite,
+        jobs=args.jobs, backend=args.backend, scheduler=args.scheduler, progress=args.progress,
+        desc="fig4",
     )  # fmt: skip
     wall = time.perf_counter() - t0
     facts = fig4_facts(df)

@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,22 +61,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--solvers", default=",".join(SOLVERS), help="comma-separated")
     p.add_argument("--layers", type=int, help="shrink both models to this many layers (quick look)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig6.csv")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR/fig6.csv (else refused)")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     add_progress_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     from slackswap.analysis import figures as F
+    from slackswap.analysis.checks import output_dir
     from slackswap.analysis.runner import run_sweep
 
     solvers = tuple(s.strip() for s in args.solvers.split(",") if s.strip())
     sweep = fig6_sweep(solvers=solvers, layers=args.layers)
-    out = Path(args.output)
+    out = output_dir(args.output, "-o", [], overwrite=True)  # a directory we can write in
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     df = run_sweep(
-        sweep, results=out / "fig6.csv", resume=args.resume, jobs=args.jobs,
-        backend=args.backend, scheduler=args.scheduler, progress=args.progress, desc="fig6",
+        sweep, results=out / "fig6.csv", resume=args.resume, overwrite=args.overwrite,
+        jobs=args.jobs, backend=args.backend, scheduler=args.scheduler, progress=args.progress,
+        desc="fig6",
     )  # fmt: skip
     wall = time.perf_counter() - t0
     files = F.save(F.sensitivity(df, "link_bw_Bps"), out, "fig6a_link")

@@ -19,6 +19,7 @@ import json
 import math
 import time
 import traceback
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -109,13 +110,22 @@ class RegisteredSolver:
     description: str
 
     def make(self, **options: Any) -> Solver:
-        unknown = set(options) - set(self.cls.option_defaults())
+        """The solver with ``options``; an unknown option or a value of the wrong type (or a
+        value its constructor refuses) is a `UserError` naming solver, option and value."""
+        defaults = self.cls.option_defaults()
+        unknown = set(options) - set(defaults)
         if unknown:
             raise UserError(
                 f"solver {self.name!r} has no option {sorted(unknown)[0]!r} "
-                f"(options: {', '.join(self.cls.option_defaults()) or 'none'})"
+                f"(options: {', '.join(defaults) or 'none'})"
             )
-        return self.cls(**{**self.fixed, **options})
+        types = option_types(self.cls)
+        for key, value in options.items():
+            check_option(self.name, key, value, *types[key])
+        try:
+            return self.cls(**{**self.fixed, **options})
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"solver {self.name!r}: {exc}") from None
 
     @property
     def tags(self) -> Tags:
@@ -135,6 +145,53 @@ class RegisteredSolver:
         if not changed:
             return self.name
         return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(changed.items()))})"
+
+
+_WANT = {
+    bool: "true or false",
+    int: "a non-negative integer",
+    float: "a non-negative finite number",
+    str: "a name",
+}
+
+
+def option_types(cls: type[Solver]) -> dict[str, tuple[tuple[type, ...], bool]]:
+    """Each option's accepted types (from its annotation, else its default's type) and whether
+    it may be None."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: use the defaults
+        hints = {}
+    out: dict[str, tuple[tuple[type, ...], bool]] = {}
+    for key, default in cls.option_defaults().items():
+        hint = hints.get(key)
+        args = typing.get_args(hint) if typing.get_args(hint) else (hint,)
+        types = tuple(t for t in args if t in _WANT)
+        none_ok = type(None) in args or default is None
+        if not types and default is not None and type(default) in _WANT:
+            types = (type(default),)
+        out[key] = (types, none_ok)
+    return out
+
+
+def check_option(solver: str, key: str, value: Any, types: tuple[type, ...], none_ok: bool) -> None:
+    """A `UserError` unless ``value`` is one of ``types`` (a flag true/false, a count a
+    non-negative integer, a number non-negative and finite, a name text) or None where allowed.
+    An option of no known type takes anything; ranges beyond these are each solver's own."""
+    if not types or (value is None and none_ok):
+        return
+    ok = False
+    if isinstance(value, bool):
+        ok = bool in types
+    elif isinstance(value, int) and (int in types or float in types):
+        ok = value >= 0
+    elif isinstance(value, float) and float in types:
+        ok = math.isfinite(value) and value >= 0
+    elif isinstance(value, str):
+        ok = str in types
+    if not ok:
+        want = " or ".join(_WANT[t] for t in types) + (" or null" if none_ok else "")
+        raise UserError(f"solver {solver!r} option {key}: expected {want}, got {value!r}")
 
 
 class Registry:

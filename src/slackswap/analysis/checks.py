@@ -1,0 +1,159 @@
+"""One validation of run settings (seconds, seeds, flags, sweep sizes, output paths) for every
+entry point: ``solve``, ``compare``, sweep files and `run_sweep`, so that one bad value gets
+one wording everywhere and is refused before any work starts. Budgets are checked by
+`slackswap.plan.Budget` (the same wording for ``solve --budget`` and ``compare --budgets``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slackswap.problem import UserError
+
+#: Longest time limit or job timeout accepted (seconds): 1e6 s is 11.6 days.
+MAX_SECONDS = 1e6
+#: Seeds are 32-bit (what every random generator here takes as is, and a results column holds).
+MAX_SEED = 2**32 - 1
+#: Most budgets one ``--budgets`` range may expand to, and most jobs one sweep may hold.
+MAX_BUDGETS = 10_000
+MAX_JOBS = 200_000
+
+
+def seconds(value: Any, name: str) -> float:
+    """A positive, finite number of seconds up to `MAX_SECONDS`, from text or a number."""
+    v: float | None = None
+    if isinstance(value, str):
+        try:
+            v = float(value)
+        except ValueError:
+            v = None
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
+        v = float(value)  # numpy numbers too
+    if v is None or not (math.isfinite(v) and 0 < v <= MAX_SECONDS):
+        raise UserError(
+            f"{name}: expected a positive number of seconds (at most {MAX_SECONDS:g}), "
+            f"got {value!r}"
+        )
+    return v
+
+
+def seed(value: Any, name: str) -> int:
+    """An integer seed from 0 to `MAX_SEED`, from text or an integer."""
+    v: int | None = None
+    if isinstance(value, str):
+        try:
+            v = int(value.strip())
+        except ValueError:
+            v = None
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
+        v = int(value)  # numpy integers too
+    if v is None or not 0 <= v <= MAX_SEED:
+        raise UserError(f"{name}: expected an integer seed from 0 to {MAX_SEED}, got {value!r}")
+    return v
+
+
+def seeds(value: Any, name: str) -> list[int]:
+    """Seeds from ``"0,1,2"`` or a list; at least one."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        items = [items]
+    out = [seed(s, name) for s in items if not (isinstance(s, str) and not s.strip())]
+    if not out:
+        raise UserError(f"{name}: expected integer seeds like 0,1,2, got {value!r}")
+    return out
+
+
+def flag(value: Any, name: str) -> bool:
+    """A true/false setting: only a real boolean (the string "false" is not false-y enough)."""
+    if not isinstance(value, bool | np.bool_):
+        raise UserError(f"{name}: expected true or false, got {value!r}")
+    return bool(value)
+
+
+def sweep_size(counts: dict[str, int]) -> int:
+    """The number of jobs of a product of axes; refused above `MAX_JOBS` before it is built."""
+    total = 1
+    for n in counts.values():
+        total *= n
+    if total > MAX_JOBS:
+        parts = " x ".join(f"{n} {axis}" for axis, n in counts.items())
+        raise UserError(
+            f"the sweep has {total:,} jobs ({parts}); at most {MAX_JOBS:,} run at once: split it"
+        )
+    return total
+
+
+def output_file(path: Any, name: str, *, overwrite: bool) -> Path:
+    """Check, before any work, that a single output file can be written to ``path``.
+
+    Refuses an empty name, a directory, a parent that is a file or not writable, and an
+    existing file unless ``overwrite`` (nothing already written is lost by default).
+    """
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{name}: expected a file name, got {text!r}")
+    p = Path(text)
+    if p.is_dir():
+        raise UserError(f"{name} {text}: is a directory; name a file")
+    if p.exists() and not overwrite:
+        raise UserError(f"{name} {text}: the file exists; pass --overwrite to replace it")
+    writable_parent(p, name)
+    return p
+
+
+def writable_parent(p: Path, name: str) -> None:
+    """Make the folders above ``p`` and try a file there: a place that cannot be written
+    (permission, a file in the way, a read-only or virtual file system) is refused now."""
+    parent = p.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise UserError(f"{name} {p}: cannot write in {parent} ({exc.strerror})") from None
+
+
+def output_dir(path: Any, name: str, files: list[str], *, overwrite: bool) -> Path:
+    """Check a directory that will receive ``files`` (names): none of them is replaced unless
+    ``overwrite``; the directory is a directory (or can be made)."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{name}: expected a directory name, got {text!r}")
+    d = Path(text)
+    if d.exists() and not d.is_dir():
+        raise UserError(f"{name} {text}: is a file, not a directory")
+    if d.is_dir():
+        writable_parent(d / "x", name)
+        taken = sorted(f for f in files if (d / f).exists())
+        if taken and not overwrite:
+            more = f" and {len(taken) - 1} more" if len(taken) > 1 else ""
+            raise UserError(
+                f"{name} {text}: it already holds {taken[0]}{more}; pass --overwrite to "
+                "replace them (or name another directory)"
+            )
+    else:
+        writable_parent(d / "x", name)
+    return d
+
+
+def above_peak(budget: str, over: list[tuple[str, float]]) -> str:
+    """The warning for a budget above the no-swap peak P of instances (name, fraction of P)."""
+    shown = ", ".join(f"{name}: {100 * f:.0f}%" for name, f in over[:3])
+    more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+    return (
+        f"budget {budget} is above the no-swap peak P ({shown}{more}): keep-all fits, "
+        "there is nothing to plan"
+    )
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, in the CLI's voice."""
+    print(f"slackswap: warning: {message}", file=sys.stderr)
