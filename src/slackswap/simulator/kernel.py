@@ -467,18 +467,23 @@ def _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, alloc, j, fwd)
     ns[I_MEMBLK] = 1
     failed_at = np.int64(-1)
     while ns[I_USED] + alloc > budget and ns[I_BAD] == 0:
-        if ns[I_ENG] >= 0:
-            # An offload in flight frees its buffer when done (if no operator still reads it).
+        # Backward: evict first unless the offload in flight frees a buffer when it ends. An
+        # offload still running in the backward pass belongs to a tensor that stays on the
+        # device, so its end frees nothing unless the tensor's last backward reader is done;
+        # it only gives one more tensor a host copy. Waiting for such copies while a device copy
+        # with a host copy could go stalled for the whole lagging queue (`slackswap.simulator`).
+        d2h = ns[I_ENG]
+        frees = d2h >= 0 and fl[L_FREEOK, d2h] != 0
+        if not fwd and not frees and ns[I_VER] != failed_at:
+            if _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, j):
+                break
+            failed_at = ns[I_VER]
+        # Then wait for the next copy to end: a finished offload frees its buffer if no
+        # operator still needs it; in the backward pass any finished copy may make a tensor
+        # evictable. (No H2D copy runs in the forward pass.)
+        if d2h >= 0 or ns[I_ENG + 1] >= 0:
             _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
             continue
-        if not fwd:
-            if ns[I_VER] != failed_at:
-                if _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, j):
-                    break
-                failed_at = ns[I_VER]
-            if ns[I_ENG + 1] >= 0:
-                _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
-                continue
         _fail(ns, R_OOM_COMPUTE, j, -1, ns[I_USED] + alloc - budget)
     ns[I_MEMBLK] = 0
     over = ns[I_USED] + alloc - budget
@@ -508,15 +513,18 @@ def _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, horizon):
             _start_h2d(fs, ns, fl, st, hw, rec, h)
             continue
         ns[I_MEMBLK] = 1
-        if ns[I_ENG] >= 0:
-            _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
-            ns[I_MEMBLK] = 0
-            continue
+        # The order of `_ensure_memory`: evict first unless the offload in flight frees a
+        # buffer when it ends, then wait for it.
         ok = False
-        if ns[I_VER] != failed_at:
+        d2h = ns[I_ENG]
+        if (d2h < 0 or fl[L_FREEOK, d2h] == 0) and ns[I_VER] != failed_at:
             ok = _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, need, j, horizon)
             if not ok:
                 failed_at = ns[I_VER]
+        if not ok and d2h >= 0:
+            _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+            ns[I_MEMBLK] = 0
+            continue
         ns[I_MEMBLK] = 0
         if not ok:
             _fail(ns, R_OOM_H2D, j, h, ns[I_USED] + need - budget)
