@@ -50,6 +50,12 @@ wait for memory. The deadlock rule above uses the same order.
 If nothing is in flight and nothing can be evicted the plan is infeasible: ``reason`` and
 ``fail_op`` name the first failure, the run continues over budget and ``overflow_bytes`` is the
 largest excess seen (so a search can rank infeasible plans); ``step_s`` is inf.
+Numbers outside any physical range (instance validation should refuse them; the kernel does
+not rely on it) end the run instead of hanging it, since a timer signal cannot interrupt
+compiled code: a copy that never ends (a denormal link bandwidth) or a wait no copy can serve
+is ``stuck``, a time that overflows to inf or nan (durations, latencies or recompute costs near
+1e308) is ``not finite``, and more evictions than a correct run can make (a bound derived in
+`kernel.sim_one`) stops it; each gives ``feasible=False`` with its reason.
 
 Other runtimes (`RUNTIMES`): ``barriers`` (vDNN, Sec. 2.1: each offload counts against the layer
 of its tensor's last forward reader, so it overlaps that layer; the first forward operator of the
