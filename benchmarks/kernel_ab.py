@@ -84,6 +84,24 @@ def plans_for(inst: Instance, budget: Budget, rng: np.random.Generator) -> np.nd
     return np.ascontiguousarray(np.vstack([seeds, rand, mut]))
 
 
+def how(fa: np.ndarray, ia: np.ndarray, fb: np.ndarray, ib: np.ndarray) -> str:
+    """How the second kernel's per-plan results differ from the first's: plans whose outputs
+    differ, plans that turn feasible / infeasible, and among plans feasible under both, how many
+    get a shorter / longer step and the largest changes of the compute delay (ms)."""
+    rows = ~(np.all(fa == fb, axis=1) & np.all(ia == ib, axis=1))
+    bad_a, bad_b = ia[:, 0] != 0, ib[:, 0] != 0
+    both = ~bad_a & ~bad_b
+    d = (fb[:, 0] - fa[:, 0])[both] * 1e3
+    text = (
+        f"{int(rows.sum())} of {len(rows)} plans differ; {int((bad_a & ~bad_b).sum())} turn "
+        f"feasible, {int((~bad_a & bad_b).sum())} infeasible; {int((d < 0).sum())} faster, "
+        f"{int((d > 0).sum())} slower"
+    )
+    if d.size and (d != 0).any():
+        text += f" (step change {d.min():+.3f} .. {d.max():+.3f} ms)"
+    return text
+
+
 def check(a: ModuleType, b: ModuleType, models: list[str]) -> int:
     """Count the (instance, budget, runtime) cases where the two kernels differ."""
     rng = np.random.default_rng(0)
@@ -110,7 +128,7 @@ def check(a: ModuleType, b: ModuleType, models: list[str]) -> int:
                 cases += 1
                 if not same:
                     differ += 1
-                    print(f"DIFFER: {name} at {frac:.0%}, runtime {runtime}")
+                    print(f"DIFFER: {name} at {frac:.0%}, runtime {runtime}: {how(fa, ia, fb, ib)}")
     print(f"{cases} cases ({len(models)} instances x {len(FRACTIONS)} budgets x "
           f"{len(RUNTIMES)} runtimes), {differ} differ; {events:,} timeline rows compared")  # fmt: skip
     return differ

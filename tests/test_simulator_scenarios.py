@@ -6,6 +6,7 @@ from simhelpers import HW, MS, chain, eviction_case
 
 from slackswap.models.graph import GraphBuilder
 from slackswap.plan import KEEP, RECOMP, SWAP, Plan
+from slackswap.problem import Instance
 from slackswap.simulator import simulate
 
 
@@ -107,3 +108,126 @@ def test_barriers_next_layer_waits_for_the_offload() -> None:
     assert starts[3] == approx(2.82 * MS) and starts[4] == approx(3.33 * MS)
     d2h = tl.copy_engine == 0
     assert tl.copy_end_s[d2h].tolist() == [approx(1.51 * MS), approx(1.82 * MS)]
+
+
+def _lagging_offload_case(*, b2_reads_y: bool = True) -> Instance:
+    """Two swapped tensors whose offloads lag into the backward pass, then a short allocation."""
+    g = GraphBuilder("lagging", HW)
+    g.op("f0", block=0, kind="memory", duration_s=0.1 * MS)
+    g.saved("x", nbytes=2e6, producer="f0", category="block_input", block=0)
+    g.op("f1", block=1, kind="memory", duration_s=0.1 * MS, reads=["x"])
+    g.saved("y", nbytes=3e6, producer="f1", category="block_input", block=1)
+    g.op("b0", backward=True, block=1, kind="memory", duration_s=2.5 * MS, reads=["y"])
+    g.op("b1", backward=True, block=1, kind="memory", duration_s=1 * MS, transient_bytes=1e6)
+    reads = ["y"] if b2_reads_y else []
+    g.op("b2", backward=True, block=1, kind="memory", duration_s=4 * MS, reads=reads)
+    g.op("b3", backward=True, block=0, kind="memory", duration_s=1 * MS, reads=["x"])
+    return g.build()
+
+
+def test_short_of_memory_in_backward_evicts_a_lagging_offload_at_once() -> None:
+    """Issue 19 item 13, worked by hand: compute short of memory in the backward pass evicts a
+    tensor that has its host copy instead of waiting for the rest of the lagging D2H queue."""
+    inst = _lagging_offload_case()
+    r = simulate(inst, Plan(inst, [SWAP, SWAP]), 5.5e6 / inst.peak_bytes, timeline=True)
+    assert r.budget_bytes == 5_500_000
+    # Forward: x (2 MB) from 0, y (3 MB) from 0.1 ms: 5 MB. D2H x 0.1 -> 0.1 + 0.01 + 2 = 2.11
+    # ms; y queued behind it. Backward starts at 0.2 ms with both offloads unfinished: x and y
+    # stay on the device (no H2D). x's copy ends at 2.11 ms, inside b0 (0.2 -> 2.7 ms): x keeps
+    # its buffer but now has a host copy; y's D2H runs 2.11 -> 2.11 + 0.01 + 3 = 5.12 ms.
+    # b1 at 2.7 ms needs 1 MB: 5 + 1 > 5.5 MB. x (next use b3) has its host copy: evicted at
+    # once, 3 MB + 1 MB fit, no stall. (Waiting for y's D2H first stalled b1 until 5.12 ms,
+    # 2.42 ms, and y's end freed nothing: b2 still reads y.)
+    # At 3.7 ms b1's 1 MB goes; x's H2D is admitted (3 + 2 MB + no look-ahead <= 5.5 MB) while
+    # y's D2H runs: both at 0.85 GB/s. y has 1.42 MB left: ends 3.7 + 1.42 / 0.85 = 5.370588
+    # ms. x: latency to 3.71, 0.85 GB/s to 5.370588 (1.411 MB), the last 0.5885 MB at 1 GB/s:
+    # 5.959088 ms, before b3 (7.7 ms). The step is the ideal 8.7 ms.
+    assert r.feasible and r.evictions == 1
+    assert r.bwd_stall_s == 0 and r.fwd_stall_s == 0
+    assert r.step_s == r.ideal_s == approx(8.7 * MS)
+    tl = r.timeline
+    assert tl is not None
+    ev = tl.compute_kind == 4
+    assert tl.compute_tensor[ev].tolist() == [0] and tl.compute_start_s[ev][0] == approx(2.7 * MS)
+    at = np.isclose(tl.mem_time_s, 2.7 * MS, rtol=1e-12, atol=0)
+    assert tl.mem_bytes[at].tolist() == [3_000_000, 4_000_000]
+    d2h, h2d = tl.copy_engine == 0, tl.copy_engine == 1
+    assert tl.copy_end_s[d2h].tolist() == [approx(2.11 * MS), approx(3.7 * MS + 1.42 * MS / 0.85)]
+    y_end = 3.7 * MS + 1.42 * MS / 0.85
+    x_left = 2e6 - 0.85e9 * (y_end - 3.71 * MS)
+    assert tl.copy_start_s[h2d].tolist() == [approx(3.7 * MS)]
+    assert tl.copy_end_s[h2d].tolist() == [approx(y_end + x_left / 1e9)]
+    assert r.d2h_bytes == 5_000_000 and r.h2d_bytes == 2_000_000
+
+
+def test_short_of_memory_waits_for_an_offload_that_frees_its_buffer() -> None:
+    """The rule's other half (a pin; the rule before issue 19 did the same here): when the
+    offload in flight frees its buffer on ending, compute waits for it rather than evict."""
+    inst = _lagging_offload_case(b2_reads_y=False)
+    r = simulate(inst, Plan(inst, [SWAP, SWAP]), 5.5e6 / inst.peak_bytes, timeline=True)
+    # As above to 2.7 ms, but y's last reader is b0: its buffer goes when its D2H ends at 5.12
+    # ms. b1 waits for that (2.42 ms), runs 5.12 -> 6.12 ms; b2 6.12 -> 10.12, b3 (x never left)
+    # 10.12 -> 11.12 ms. (Evicting x at 2.7 ms and prefetching it during b2 would have cost
+    # nothing here: the rule does not look ahead at what an eviction costs later.)
+    assert r.feasible and r.evictions == 0 and r.h2d_bytes == 0
+    assert r.bwd_stall_mem_s == approx(2.42 * MS) and r.bwd_stall_copy_s == 0
+    assert r.step_s == approx(11.12 * MS)
+    tl = r.timeline
+    assert tl is not None
+    at = np.isclose(tl.mem_time_s, 5.12 * MS, rtol=1e-12, atol=0)
+    assert tl.mem_bytes[at].tolist() == [2_000_000, 3_000_000]
+
+
+def test_offload_ending_in_the_last_forward_operator_frees_its_buffer() -> None:
+    """The boundary itself: an offload that ends inside the last forward operator, after its
+    tensor's last forward reader, frees the buffer then (a pin; it held before issue 19 too)."""
+    inst = chain(f1_s=0.8 * MS)
+    r = simulate(inst, Plan(inst, [SWAP, KEEP]), 1.0, timeline=True)
+    tl = r.timeline
+    assert tl is not None
+    # a: D2H 1.0 -> 1.51 ms inside f1 (1.0 -> 1.8 ms, a's last forward reader and the last
+    # forward operator): freed at f1's end, 1.8 ms, before b1 (the backward start) at 1.8 ms.
+    at = np.isclose(tl.mem_time_s, 1.8 * MS, rtol=1e-12, atol=0)
+    assert tl.mem_bytes[at].tolist() == [0, 500_000]  # freed, then its H2D admitted
+    assert tl.copy_start_s[tl.copy_engine == 1][0] == approx(1.8 * MS)
+
+
+def test_gpt2_xl_lagging_offloads_do_not_stall_the_first_backward_gemm() -> None:
+    """Issue 19 item 13's reproduction (GPT-2 XL at 70% of P, a random plan that swaps more than
+    the link hides)."""
+    import slackswap
+
+    inst = slackswap.load("gpt2-xl")
+    rng = np.random.default_rng(1)
+    for _ in range(26):
+        b = rng.choice([0.3, 0.5, 0.7, 1.0])
+        plan = rng.choice([0, 1, 2], size=inst.n_tensors, p=[0.6, 0.2, 0.2]).astype(np.int8)
+        plan[np.isinf(inst.tensor_recompute_s) & (plan == 2)] = 1
+    assert b == 0.7
+    r = simulate(inst, Plan(inst, plan), b, timeline=True)
+    tl = r.timeline
+    assert tl is not None
+    nf = inst.n_forward_ops
+    u = inst.tensor_name.index("L43.norm2.out")
+    # Its D2H ends at 136.668 ms, inside head.loss.bwd (136.049 -> 137.023 ms): the first
+    # backward operator (the issue read it as the last forward one), so the tensor stays on the
+    # device with its host copy; 15.370 GB are held when head.lm.bwd (0.850 GB) starts.
+    assert inst.op_name[nf] == "head.loss.bwd" and inst.op_name[nf + 1] == "head.lm.bwd"
+    ops = tl.compute_kind == 0
+    start = dict(zip(tl.compute_op[ops].tolist(), tl.compute_start_s[ops].tolist(), strict=True))
+    end_u = tl.copy_end_s[(tl.copy_engine == 0) & (tl.copy_tensor == u)][0]
+    assert start[nf] < end_u < start[nf + 1]
+    # head.lm.bwd evicts it at once (26.2 MB): 15.344 GB held, its 0.850 GB fit the 16.200 GB
+    # budget, no wait (before the fix it waited 56.3 ms for the whole lagging D2H queue, to the
+    # end of head.logits' 823 MB offload, and the step was 468.9 ms).
+    ev = (tl.compute_kind == 4) & (tl.compute_op == nf + 1)
+    assert tl.compute_tensor[ev].tolist() == [u]
+    # At its start: head.loss.bwd's transient freed (15.370 GB), the eviction (15.344 GB), its
+    # own allocation.
+    at = tl.mem_time_s == start[nf + 1]
+    held = [15_369_945_088, 15_343_730_688]
+    assert tl.mem_bytes[at].tolist() == [*held, held[1] + 849_625_088]
+    assert r.feasible and r.bwd_stall_mem_s == 0 and r.fwd_stall_s == 0
+    # An independent event model with the release gives 412.6 ms: ideal + rebuilds.
+    assert r.step_s == pytest.approx(r.ideal_s + r.recompute_s, rel=1e-12)
+    assert r.step_s == pytest.approx(0.4126, abs=1e-4)

@@ -23,23 +23,39 @@ while the other engine is busy (a copy in its latency phase counts as busy), aft
 Barrier-free runtime (SlackSwap, Sec. 3.4). D2H: swapped tensors in production order (FIFO),
 each starting no earlier than the end of its producer; the device buffer is freed once both the
 copy and the last forward reader are done. A swapped tensor whose copy is not finished when the
-backward pass starts stays on the device (no H2D); it becomes evictable once its host copy
+backward pass starts (when its first operator starts, e.g. the loss's backward) stays on the
+device (no H2D) and keeps its buffer when the copy ends; it becomes evictable once its host copy
 exists. H2D: from the start of backward, in deadline order; the head copy is admitted when used
 memory + its bytes + the transient bytes of the next three operators not yet started fit in M
 (rebuilt tensors are not part of the look-ahead); its bytes are allocated on admission. Compute
 waits only for the swapped tensors the next operator or rebuild reads (stall: copy).
 Deadlock rule: when compute waits for a tensor still queued and the H2D engine is idle (the
 look-ahead refused the head), the head is admitted without the look-ahead, evicting if needed.
-When compute lacks memory (stall: memory) no H2D copy is admitted; compute waits for the D2H
-copy in flight (a finished offload frees a buffer no operator still needs); if none is in flight,
-in the backward pass it evicts device copies of swapped tensors that have a host copy and are not
-needed by the current operator, furthest next use first (queued again for H2D with that use as
-deadline; ties: the latest produced), else waits for the H2D copy in flight. The buffer of a
-swapped tensor whose last reader ends before its offload stays until the offload ends, so even a
-keep/swap plan at a budget of P may wait for memory. The deadlock rule above uses the same order.
+When compute lacks memory (stall: memory) no H2D copy is admitted. If the D2H copy in flight
+frees its buffer when it ends (no operator still needs the tensor), compute waits for it. If it
+does not, in the backward pass compute evicts device copies of swapped tensors that have a host
+copy and are not needed by the current operator, furthest next use first (queued again for H2D
+with that use as deadline; ties: the latest produced); when that is not enough (and in the
+forward pass, which never evicts) it waits for the next copy to end and tries again. Why not
+always wait for the copy in flight first, as the paper's runtime does ("while no copy is in
+flight")? There every offload frees its buffer when it ends. Here an offload still running in
+the backward pass belongs to a tensor that stays on the device, so its end frees nothing unless
+the tensor's last backward reader is done; it only gives one more tensor a host copy. Waiting
+for such copies held compute for the whole lagging queue while a tensor with its host copy could
+leave at once (56 ms on GPT-2 XL at 70% of P with a random plan, issue 19; measured against the
+wait-first rule in `benchmarks/README.md`, where it is also shown not to be better every time:
+an eviction costs a prefetch later). The buffer of a swapped tensor whose last reader ends
+before its offload stays until the offload ends, so even a keep/swap plan at a budget of P may
+wait for memory. The deadlock rule above uses the same order.
 If nothing is in flight and nothing can be evicted the plan is infeasible: ``reason`` and
 ``fail_op`` name the first failure, the run continues over budget and ``overflow_bytes`` is the
 largest excess seen (so a search can rank infeasible plans); ``step_s`` is inf.
+Numbers outside any physical range (instance validation should refuse them; the kernel does
+not rely on it) end the run instead of hanging it, since a timer signal cannot interrupt
+compiled code: a copy that never ends (a denormal link bandwidth) or a wait no copy can serve
+is ``stuck``, a time that overflows to inf or nan (durations, latencies or recompute costs near
+1e308) is ``not finite``, and more evictions than a correct run can make (a bound derived in
+`kernel.sim_one`) stops it; each gives ``feasible=False`` with its reason.
 
 Other runtimes (`RUNTIMES`): ``barriers`` (vDNN, Sec. 2.1: each offload counts against the layer
 of its tensor's last forward reader, so it overlaps that layer; the first forward operator of the

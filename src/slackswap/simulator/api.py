@@ -68,6 +68,18 @@ def _reason(inst: Instance, code: int, op: int, tensor: int, over: int) -> str:
             f"out of memory at {where}: the prefetch of {inst.tensor_name[tensor]!r} does not "
             f"fit and nothing is evictable (run on, the step peaks {over} bytes over the budget)"
         )
+    if code == K.R_NOT_FINITE:
+        return (
+            "simulation stopped: a time is not finite (a duration, recompute cost, link "
+            "bandwidth or copy latency outside any physical range)"
+        )
+    if code == K.R_LIMIT:
+        return f"simulation stopped at {where}: more evictions than any run can need (a bug)"
+    if code == K.R_STUCK and tensor >= 0:
+        return (
+            f"simulation stuck at {where}: the copy of {inst.tensor_name[tensor]!r} never ends "
+            "or cannot start (no progress possible)"
+        )
     return f"simulation stuck at {where} (no progress possible)"
 
 

@@ -125,14 +125,17 @@ I_REC = 28  # recording on
 I_NSWAP = 29  # number of swapped tensors
 I_VER = 30  # copies finished so far (an eviction scan that failed is retried only after one)
 I_NPEND = 31  # tensors waiting for an H2D copy
-N_I = 32
+I_EVLIM = 32  # evictions allowed (a bound no correct run reaches; see `sim_one`)
+N_I = 33
 
 # Reasons (the Python side words them).
 R_OK = 0
 R_NO_RECOMPUTE = 1  # RECOMP of a tensor with infinite recompute cost
 R_OOM_COMPUTE = 2  # an operator or rebuild does not fit; nothing in flight or evictable
 R_OOM_H2D = 3  # a needed prefetch does not fit; nothing in flight or evictable
-R_STUCK = 4  # no progress possible (guard; not expected)
+R_STUCK = 4  # no progress possible: a copy never ends, or no copy can serve a wait
+R_NOT_FINITE = 5  # a time is not finite (instance values out of any physical range)
+R_LIMIT = 6  # more evictions than any correct run makes (guard; not expected)
 
 # Record lanes of `rec` (3, cap, 5) and compute kinds.
 LANE_COMPUTE, LANE_COPY, LANE_MEM = 0, 1, 2
@@ -373,7 +376,8 @@ def _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
 def _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t):
     """Run the engines up to time t (events at exactly t included); the clock ends at t."""
     while fs[F_NEXT] <= t:
-        _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+        if not _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
+            break  # t is inf: nothing left to run (`sim_one` reports the time)
     if t > fs[F_NOW]:
         fs[F_NOW] = t
 
@@ -418,6 +422,9 @@ def _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, horizon):
                     best = u
                     best_nu = nu
         if best < 0:
+            return False
+        if ns[I_EVICT] >= ns[I_EVLIM]:
+            _fail(ns, R_LIMIT, j, best, 0)
             return False
         u = best
         now = fs[F_NOW]
@@ -467,18 +474,25 @@ def _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, alloc, j, fwd)
     ns[I_MEMBLK] = 1
     failed_at = np.int64(-1)
     while ns[I_USED] + alloc > budget and ns[I_BAD] == 0:
-        if ns[I_ENG] >= 0:
-            # An offload in flight frees its buffer when done (if no operator still reads it).
-            _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
-            continue
-        if not fwd:
-            if ns[I_VER] != failed_at:
-                if _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, j):
-                    break
-                failed_at = ns[I_VER]
-            if ns[I_ENG + 1] >= 0:
-                _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+        # Backward: evict first unless the offload in flight frees a buffer when it ends. An
+        # offload still running in the backward pass belongs to a tensor that stays on the
+        # device, so its end frees nothing unless the tensor's last backward reader is done;
+        # it only gives one more tensor a host copy. Waiting for such copies while a device copy
+        # with a host copy could go stalled for the whole lagging queue (`slackswap.simulator`).
+        d2h = ns[I_ENG]
+        frees = d2h >= 0 and fl[L_FREEOK, d2h] != 0
+        if not fwd and not frees and ns[I_VER] != failed_at:
+            if _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, alloc, j, j):
+                break
+            failed_at = ns[I_VER]
+        # Then wait for the next copy to end: a finished offload frees its buffer if no
+        # operator still needs it; in the backward pass any finished copy may make a tensor
+        # evictable. (No H2D copy runs in the forward pass.)
+        if d2h >= 0 or ns[I_ENG + 1] >= 0:
+            if _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
                 continue
+            _fail(ns, R_STUCK, j, -1, 0)  # a copy in flight never ends
+            break
         _fail(ns, R_OOM_COMPUTE, j, -1, ns[I_USED] + alloc - budget)
     ns[I_MEMBLK] = 0
     over = ns[I_USED] + alloc - budget
@@ -497,7 +511,9 @@ def _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, horizon):
     failed_at = np.int64(-1)
     while fl[L_RES, u] == 0:
         if ns[I_ENG + 1] >= 0:
-            _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+            if not _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
+                _fail(ns, R_STUCK, j, u, 0)  # the prefetch in flight never ends
+                return
             continue
         h = _h2d_head(ns, wt, fl, wo, n)
         if h < 0:
@@ -508,15 +524,21 @@ def _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, horizon):
             _start_h2d(fs, ns, fl, st, hw, rec, h)
             continue
         ns[I_MEMBLK] = 1
-        if ns[I_ENG] >= 0:
-            _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
-            ns[I_MEMBLK] = 0
-            continue
+        # The order of `_ensure_memory`: evict first unless the offload in flight frees a
+        # buffer when it ends, then wait for it.
         ok = False
-        if ns[I_VER] != failed_at:
+        d2h = ns[I_ENG]
+        if (d2h < 0 or fl[L_FREEOK, d2h] == 0) and ns[I_VER] != failed_at:
             ok = _evict_until(fs, ns, wt, fl, wo, st, idx, rec, act, need, j, horizon)
             if not ok:
                 failed_at = ns[I_VER]
+        if not ok and d2h >= 0:
+            moved = _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+            ns[I_MEMBLK] = 0
+            if not moved:
+                _fail(ns, R_STUCK, j, u, 0)  # the offload in flight never ends
+                return
+            continue
         ns[I_MEMBLK] = 0
         if not ok:
             _fail(ns, R_OOM_H2D, j, h, ns[I_USED] + need - budget)
@@ -538,7 +560,17 @@ def _wait_offloads_read_before(fs, ns, wt, fl, wo, st, so, hw, rec, j):
     u = wt[W_FIFO, q]
     while fl[L_HOST, u] == 0:
         if not _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
+            _fail(ns, R_STUCK, j, u, 0)  # an offload never ends
             break
+
+
+@_jit
+def _wait_all_offloads(fs, ns, wt, fl, wo, st, so, hw, rec, j):
+    """Wait until every offload is done (the barriers before operator j)."""
+    while ns[I_ENG] >= 0:
+        if not _step_event(fs, ns, wt, fl, wo, st, so, hw, rec):
+            _fail(ns, R_STUCK, j, ns[I_ENG], 0)  # an offload never ends
+            return
 
 
 # ----- one plan --------------------------------------------------------------------------------
@@ -679,6 +711,13 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
     ns[I_LA] = la
     ns[I_LIMIT] = -1
     bad = _prepare(ns, wt, fl, wo, st, trec, idx, act, nf, n)
+    # Every wait loop either ends a copy, starts one or evicts; copies are bounded by the
+    # offloads and prefetches, so evictions are what could cycle. One memory wait evicts each
+    # swapped tensor at most once (plus the prefetch in flight when it began: no H2D copy is
+    # admitted meanwhile), one prefetch wait evicts only tensors used after those it fetches,
+    # and there is at most one wait per operator, rebuild, read and rebuild input: a correct
+    # run stays under this bound, so passing it means a loop that cannot end.
+    ns[I_EVLIM] = (n + 2 * act.shape[0] + idx.shape[0] + 1) * (ns[I_NSWAP] + 1)
     if bad >= 0:
         over = 0
         for u in range(act.shape[0]):
@@ -701,8 +740,7 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
                 _wait_offloads_read_before(fs, ns, wt, fl, wo, st, so, hw, rec, j)
             else:
                 # Every earlier offload, before each inline op.
-                while ns[I_ENG] >= 0:
-                    _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+                _wait_all_offloads(fs, ns, wt, fl, wo, st, so, hw, rec, j)
             _account(fs, ns, base, rec, j, F_FSC, K_STALL_COPY, -1)
         t1 = _op_run(
             fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, base, j, ju, budget, True, recording
@@ -735,14 +773,12 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
         if j == nf:
             if fw != 0:
                 # Every earlier offload, at the start of backward.
-                while ns[I_ENG] >= 0:
-                    _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+                _wait_all_offloads(fs, ns, wt, fl, wo, st, so, hw, rec, j)
                 _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
             _backward_start(fs, ns, wt, fl, wo, st, so, hw, rec, nf)
         elif fw == 2:
             # Every earlier offload, before each inline op.
-            while ns[I_ENG] >= 0:
-                _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+            _wait_all_offloads(fs, ns, wt, fl, wo, st, so, hw, rec, j)
             _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, -1)
         if segmented and so[O_SEG_FIRST, ju] != 0:
             ahead = so[O_NEXT_SEG_END, ju] if hr == 2 else _next_prefetch_end(ns, wt, fl, wo, so, j)
@@ -811,6 +847,15 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
     # do not lengthen the step.
     while fs[F_NEXT] != np.inf:
         _step_event(fs, ns, wt, fl, wo, st, so, hw, rec)
+    # Overflowing times (durations, latencies or rebuild costs near 1e308, a denormal link)
+    # make the clock inf or nan: the run is not a result. (The first failure is the one
+    # reported; this is the cause of most of the others, so it goes first.)
+    if not (fs[F_NOW] < np.inf and fs[F_DELAY] < np.inf):
+        ns[I_BAD] = 0
+        _fail(ns, R_NOT_FINITE, -1, -1, 0)
+    for e in range(2):
+        if ns[I_ENG + e] >= 0:
+            _fail(ns, R_STUCK, n - 1, ns[I_ENG + e], 0)  # a copy that never ends
 
 
 @_jit
