@@ -183,6 +183,15 @@ def build_instance(
     meta["block_modules"] = list(trace.block_modules)
     meta["parameter_bytes"] = trace.param_bytes
     meta["saved_dtypes"] = sorted({values[v].dtype for v in tensor_values})
+    # What `slackswap.runtime` matches a live step against: each saved tensor's value id (the
+    # recorder numbers values in a fixed order, so the same step numbers them the same way), its
+    # dtype and the shape its producer wrote; op_shift is 1 when operator 0 is the synthetic input.
+    meta["runtime_signature"] = {
+        "op_shift": shift,
+        "values": list(tensor_values),
+        "dtypes": [values[v].dtype for v in tensor_values],
+        "shapes": [list(values[v].shape) for v in tensor_values],
+    }
     cols: dict[str, Any] = dict(
         op_name=names,
         op_phase=[0] * shift + [op.phase for op in ops],

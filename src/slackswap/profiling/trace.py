@@ -39,6 +39,7 @@ class Value:
     nbytes: int  # bytes of the whole storage (what a saved view keeps alive)
     producer: int  # op index, or EXTERNAL
     dtype: str
+    shape: tuple[int, ...] = ()  # shape of the tensor whose write created the value
 
 
 @dataclass
