@@ -78,6 +78,8 @@ class RunStats:
     simulated_peak_bytes: int = 0
     simulated_step_s: float = 0.0
     runtime: str = ""
+    #: The instance index of the operator the step is at (0 before the step starts).
+    op_index: Any = None
 
 
 def __getattr__(name: str) -> Any:
@@ -137,22 +139,36 @@ def apply(
     model: torch.nn.Module | None = None,
     instance: Instance | None = None,
     runtime: str | None = None,
+    schedule: str | None = None,
 ) -> Iterator[RunStats]:
     """Run the step inside the ``with`` block under ``plan`` (see `slackswap.runtime`).
 
     ``budget``: a `Budget`, a fraction of P or a string as ``--budget`` takes. ``model``: the
     step's module (default: the first module called inside the block). ``instance``: refuse a
     plan made for another instance. ``runtime``: run the actions under another runtime than
-    the plan's (``barrier-free``, ``layer-prefetch`` or ``sync``). Yields a `RunStats`, filled
-    on exit.
+    the plan's (``barrier-free``, ``layer-prefetch`` or ``sync``). ``schedule``: when copies
+    run; ``"live"`` (default on CUDA) starts each H2D copy by the look-ahead rule as the step
+    runs; ``"simulated"`` (default without CUDA, where copies are synchronous and take no
+    modelled link time) replays the simulator's copy times for this plan at operator
+    granularity, so the measured memory checks the simulator's accounting. Yields a
+    `RunStats`, filled on exit.
     """
     from slackswap.profiling import require_torch
 
     require_torch()
-    from slackswap.runtime.executor import PlanExecutor
+    import torch
+
+    from slackswap.runtime.executor import PlanExecutor, simulated_schedule
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
     mode = RUNTIME_MODES[stats.runtime]
+    if schedule is None:
+        schedule = "live" if torch.cuda.is_available() else "simulated"
+    if schedule not in ("live", "simulated"):
+        raise PlanError(f"schedule = {schedule!r}: expected 'live' or 'simulated'")
+    replay = None
+    if schedule == "simulated":
+        replay = simulated_schedule(plan.instance, plan.actions, stats.budget_bytes, stats.runtime)
     ex = PlanExecutor(
         plan.instance,
         plan.actions,
@@ -160,7 +176,9 @@ def apply(
         model,
         overlap=mode["overlap"],
         prefetch=mode["prefetch"],
+        schedule=replay,
     )
+    stats.op_index = ex.current_op
     try:
         with ex.installed():
             try:

@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from slackswap.plan import KEEP, RECOMP, SWAP
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget
 from slackswap.problem import Instance, UserError
 from slackswap.profiling.recorder import Recorder, _bind
 from slackswap.profiling.trace import EXTERNAL
@@ -117,6 +117,7 @@ class PlanExecutor(Recorder):
         lookahead_ops: int = 3,
         overlap: bool = True,
         prefetch: bool = True,
+        schedule: dict[str, dict[int, list[int]]] | None = None,
     ):
         sig = instance.meta.get("runtime_signature")
         if not isinstance(sig, dict):
@@ -161,6 +162,14 @@ class PlanExecutor(Recorder):
         swapped = [e for e in self.entries if e.action == SWAP]
         fbr = instance.tensor_first_bwd_reader
         self._queue = sorted(swapped, key=lambda e: (int(fbr[e.index]), e.index))
+        # A replayed schedule (see `simulated_schedule`): operator index -> tensors whose H2D
+        # copy starts / whose offloaded device buffer is let go before that operator.
+        self._schedule = schedule
+        self._hold_until: dict[int, int] = {}
+        if schedule is not None:
+            for o, ts in schedule["d2h_done"].items():
+                for i in ts:
+                    self._hold_until[i] = o
         self._cuda = False
         self._copy_stream: Any = None
         self._h2d_stream: Any = None
@@ -225,6 +234,10 @@ class PlanExecutor(Recorder):
         self._externals.clear()
         self.release()
 
+    def current_op(self) -> int:
+        """The instance index of the next operator the step runs."""
+        return len(self.trace.ops) + self.shift
+
     # ----- numbering and matching --------------------------------------------------------------
     def __torch_dispatch__(
         self,
@@ -237,6 +250,8 @@ class PlanExecutor(Recorder):
         if self._internal:
             return func(*args, **kwargs)
         index = len(self.trace.ops)
+        if self._schedule is not None:
+            self._replay(index + self.shift)
         if index == self.n_fwd and self.phase == 0:
             self.start_backward()
             self._admit()
@@ -444,12 +459,34 @@ class PlanExecutor(Recorder):
                 host = torch.empty(src.nbytes(), dtype=torch.uint8)
                 host.untyped_storage().copy_(src)
         e.host = host.untyped_storage()
-        e.device = None
+        if self._schedule is None:
+            e.device = None
+        # else: the replayed schedule lets the device buffer go when the simulated copy ends
+        # (never, when the simulated copy had not ended by the backward pass)
+
+    def _replay(self, o: int) -> None:
+        """Before operator ``o``: drop device buffers whose simulated D2H copy has ended, and
+        start the H2D copies the simulator started by then (synchronous on CPU)."""
+        assert self._schedule is not None
+        for key, act in (("d2h_done", self._let_go), ("h2d_start", self._fetch_if_needed)):
+            due = self._schedule[key]
+            for k in [k for k in due if k <= o]:
+                for i in due.pop(k):
+                    act(self.entries[i])
+
+    def _let_go(self, e: _Entry) -> None:
+        self._hold_until.pop(e.index, None)
+        if e.host is not None and not e.admitted:
+            e.device = None
+
+    def _fetch_if_needed(self, e: _Entry) -> None:
+        if e.device is None and e.host is not None and not e.released:
+            self._fetch(e)
 
     def _admit(self) -> None:
         """Start H2D copies in deadline order while the head fits under the budget with the
         transient bytes of the next ``lookahead_ops`` operators (the simulator's rule)."""
-        if not self.prefetch:
+        if not self.prefetch or self._schedule is not None:
             return
         o = len(self.trace.ops) + self.shift  # the instance index of the next operator
         while self._queue:
@@ -603,6 +640,56 @@ def _block_modules(model: torch.nn.Module, instance: Instance) -> list[torch.nn.
     return out
 
 
+def _rebuild_points(instance: Instance, actions: np.ndarray) -> tuple[list[int], list[int]]:
+    """Per tensor, the operator before which it must be on the device (its first backward
+    reader, or an earlier rebuild of a recomputed consumer) and the operator after which it may
+    go (its last backward reader, or a later rebuild that reads it): the simulator's rule."""
+    n_t = instance.n_tensors
+    at = [int(x) for x in instance.tensor_first_bwd_reader]
+    rel = [int(x) for x in instance.tensor_last_bwd_reader]
+    consumers: list[list[int]] = [[] for _ in range(n_t)]
+    for v, ins in enumerate(instance.tensor_rebuild_inputs):
+        for u in ins:
+            consumers[u].append(v)
+    for u in sorted(range(n_t), key=lambda t: -int(instance.tensor_producer[t])):
+        for v in consumers[u]:
+            if actions[v] == RECOMP:
+                at[u] = min(at[u], at[v])
+                rel[u] = max(rel[u], at[v])
+    return at, rel
+
+
+def simulated_schedule(
+    instance: Instance, actions: np.ndarray, budget_bytes: int, runtime: str
+) -> dict[str, dict[int, list[int]]]:
+    """When the simulator ends each D2H copy and starts each H2D copy, as operator indices:
+    ``d2h_done[o]`` the swapped tensors whose offload has ended before operator o starts,
+    ``h2d_start[o]`` those whose copy back started while operator o ran or before it."""
+    from slackswap.simulator import simulate
+
+    budget = Budget.bytes(budget_bytes)  # a bare number would be a fraction of P
+    tl = simulate(instance, actions, budget, runtime=runtime, timeline=True).timeline
+    assert tl is not None
+    ops = tl.compute_kind == 0
+    op_idx, op_start = tl.compute_op[ops], tl.compute_start_s[ops]
+    order = np.argsort(op_start, kind="stable")
+    op_idx, op_start = op_idx[order], op_start[order]
+    out: dict[str, dict[int, list[int]]] = {"d2h_done": {}, "h2d_start": {}}
+    for eng, t, s0, s1 in zip(
+        tl.copy_engine, tl.copy_tensor, tl.copy_start_s, tl.copy_end_s, strict=True
+    ):
+        if eng == 0:  # D2H: the buffer may go before the first operator starting after it
+            k = int(np.searchsorted(op_start, s1, side="left"))
+            o = int(op_idx[k]) if k < len(op_idx) else instance.n_ops
+            out["d2h_done"].setdefault(o, []).append(int(t))
+        else:  # H2D: allocated when admitted, during the operator running then
+            k = max(int(np.searchsorted(op_start, s0, side="right")) - 1, 0)
+            o = int(op_idx[k])
+            if int(t) not in sum(out["h2d_start"].values(), []):
+                out["h2d_start"].setdefault(o, []).append(int(t))
+    return out
+
+
 def _base_resident(instance: Instance, actions: np.ndarray) -> np.ndarray:
     """Bytes of saved tensors resident when operator o starts, before anything is fetched back:
     kept ones from producer to last backward reader, swapped ones to their last forward reader,
@@ -612,13 +699,14 @@ def _base_resident(instance: Instance, actions: np.ndarray) -> np.ndarray:
     b = instance.tensor_bytes
     prod, lfr = instance.tensor_producer, instance.tensor_last_fwd_reader
     fbr, lbr = instance.tensor_first_bwd_reader, instance.tensor_last_bwd_reader
+    at, rel = _rebuild_points(instance, actions)
     for i, a in enumerate(actions):
         if a == KEEP:
-            spans = [(prod[i], lbr[i])]
+            spans = [(prod[i], max(lbr[i], rel[i]))]
         elif a == SWAP:
             spans = [(prod[i], lfr[i])]
         else:
-            spans = [(prod[i], lfr[i]), (fbr[i], lbr[i])]
+            spans = [(prod[i], lfr[i]), (at[i], max(lbr[i], rel[i]))]
         for lo, hi in spans:
             delta[lo] += b[i]
             delta[hi + 1] -= b[i]

@@ -69,6 +69,11 @@ class StorageTracker(TorchDispatchMode):
         ]
         self._cuda_start = 0
         self.cuda_peak_bytes: int | None = None
+        #: Set to a callable giving the instance index of the operator about to run (the
+        #: runtime's `RunStats.op_index`) to get ``op_peak_bytes``: the highest live bytes seen
+        #: while each operator index was current (for finding where two accountings differ).
+        self.op_index: Any = None
+        self.op_peak_bytes: dict[int, int] = {}
 
     def __enter__(self) -> StorageTracker:
         if torch.cuda.is_available():
@@ -117,4 +122,7 @@ class StorageTracker(TorchDispatchMode):
             self.live_bytes += nbytes
             self.allocated_bytes += nbytes
             self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+            if self.op_index is not None:
+                o = self.op_index()
+                self.op_peak_bytes[o] = max(self.op_peak_bytes.get(o, 0), self.live_bytes)
         return out
