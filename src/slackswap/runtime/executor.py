@@ -159,6 +159,7 @@ class PlanExecutor(Recorder):
             ([0], np.cumsum(instance.op_transient_bytes, dtype=np.int64))
         )
         self._admitted_bytes = 0
+        self._offloading: list[_Entry] = []  # CUDA: offloads whose copy may still run
         swapped = [e for e in self.entries if e.action == SWAP]
         fbr = instance.tensor_first_bwd_reader
         self._queue = sorted(swapped, key=lambda e: (int(fbr[e.index]), e.index))
@@ -252,6 +253,8 @@ class PlanExecutor(Recorder):
         index = len(self.trace.ops)
         if self._schedule is not None:
             self._replay(index + self.shift)
+        if self._offloading:
+            self._poll_offloads(backward_starts=index == self.n_fwd and self.phase == 0)
         if index == self.n_fwd and self.phase == 0:
             self.start_backward()
             self._admit()
@@ -449,26 +452,45 @@ class PlanExecutor(Recorder):
                     self._copy_stream.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(self._copy_stream):
                         host.untyped_storage().copy_(src, non_blocking=True)
+                        e.event = torch.cuda.Event()
+                        e.event.record(self._copy_stream)
                     # The allocator must not reuse the buffer before the copy stream read it.
                     torch.empty((0,), device=src.device).set_(src).record_stream(
                         self._copy_stream
                     )
+                    self._offloading.append(e)
                 else:
                     host.untyped_storage().copy_(src)
             else:
                 host = torch.empty(src.nbytes(), dtype=torch.uint8)
                 host.untyped_storage().copy_(src)
         e.host = host.untyped_storage()
-        if self._schedule is None:
-            e.device = None
+        if self._schedule is None and e.event is None:
+            e.device = None  # copied synchronously: the runtime's reference goes at once
         # else: the replayed schedule lets the device buffer go when the simulated copy ends
         # (never, when the simulated copy had not ended by the backward pass)
+
+    def _poll_offloads(self, backward_starts: bool) -> None:
+        """Let go of the device buffers whose D2H copy has finished; when the backward pass
+        starts, a tensor still being copied keeps its device buffer (no H2D is needed)."""
+        still = []
+        for e in self._offloading:
+            if e.event.query():
+                e.device = e.event = None
+            elif backward_starts:
+                e.event = None  # stays resident until its last backward reader
+                if e in self._queue:
+                    self._queue.remove(e)
+            else:
+                still.append(e)
+        self._offloading = still
 
     def _replay(self, o: int) -> None:
         """Before operator ``o``: drop device buffers whose simulated D2H copy has ended, and
         start the H2D copies the simulator started by then (synchronous on CPU)."""
         assert self._schedule is not None
-        for key, act in (("d2h_done", self._let_go), ("h2d_start", self._fetch_if_needed)):
+        steps = (("d2h_done", self._let_go), ("evict", self._evict), ("h2d_start", self._fetch_if_needed))
+        for key, act in steps:
             due = self._schedule[key]
             for k in [k for k in due if k <= o]:
                 for i in due.pop(k):
@@ -477,6 +499,13 @@ class PlanExecutor(Recorder):
     def _let_go(self, e: _Entry) -> None:
         self._hold_until.pop(e.index, None)
         if e.host is not None and not e.admitted:
+            e.device = None
+
+    def _evict(self, e: _Entry) -> None:
+        if e.host is not None and e.device is not None:
+            if e.admitted:
+                self._admitted_bytes -= e.nbytes
+                e.admitted = False
             e.device = None
 
     def _fetch_if_needed(self, e: _Entry) -> None:
@@ -664,7 +693,8 @@ def simulated_schedule(
 ) -> dict[str, dict[int, list[int]]]:
     """When the simulator ends each D2H copy and starts each H2D copy, as operator indices:
     ``d2h_done[o]`` the swapped tensors whose offload has ended before operator o starts,
-    ``h2d_start[o]`` those whose copy back started while operator o ran or before it."""
+    ``h2d_start[o]`` those whose copy back started while operator o ran or before it,
+    ``evict[o]`` those whose device copy was evicted before operator o."""
     from slackswap.simulator import simulate
 
     budget = Budget.bytes(budget_bytes)  # a bare number would be a fraction of P
@@ -674,10 +704,14 @@ def simulated_schedule(
     op_idx, op_start = tl.compute_op[ops], tl.compute_start_s[ops]
     order = np.argsort(op_start, kind="stable")
     op_idx, op_start = op_idx[order], op_start[order]
-    out: dict[str, dict[int, list[int]]] = {"d2h_done": {}, "h2d_start": {}}
+    out: dict[str, dict[int, list[int]]] = {"d2h_done": {}, "h2d_start": {}, "evict": {}}
+    nf = instance.n_forward_ops
+    bwd_start = float(tl.compute_start_s[ops][tl.compute_op[ops] == nf].min()) if nf < instance.n_ops else np.inf
     for eng, t, s0, s1 in zip(
         tl.copy_engine, tl.copy_tensor, tl.copy_start_s, tl.copy_end_s, strict=True
     ):
+        if eng == 0 and s1 > bwd_start:
+            continue  # not offloaded when backward began: the device copy stays (no H2D)
         if eng == 0:  # D2H: the buffer may go before the first operator starting after it
             k = int(np.searchsorted(op_start, s1, side="left"))
             o = int(op_idx[k]) if k < len(op_idx) else instance.n_ops
@@ -685,8 +719,9 @@ def simulated_schedule(
         else:  # H2D: allocated when admitted, during the operator running then
             k = max(int(np.searchsorted(op_start, s0, side="right")) - 1, 0)
             o = int(op_idx[k])
-            if int(t) not in sum(out["h2d_start"].values(), []):
-                out["h2d_start"].setdefault(o, []).append(int(t))
+            out["h2d_start"].setdefault(o, []).append(int(t))
+    for o, t in zip(tl.compute_op[tl.compute_kind == 4], tl.compute_tensor[tl.compute_kind == 4]):
+        out["evict"].setdefault(int(o), []).append(int(t))
     return out
 
 
