@@ -14,7 +14,8 @@ Modelling choices:
 - Transient bytes of an operator: the storages that are not saved tensors (parameters and
   buffers excluded) alive while it runs, each from the first operator that reads or writes it
   to the last one (a gradient the autograd engine holds for a node several operators later
-  counts in between, as it occupies memory there).
+  counts in between, as it occupies memory there; a parameter's gradient until autograd
+  accumulates it into ``.grad``, after the last operator of the node that made it).
 """
 
 from __future__ import annotations
@@ -228,6 +229,9 @@ def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
             first.setdefault(k, i)
             last[k] = i
             size[k] = max(size.get(k, 0), nb)
+    for k, op in trace.grad_accumulated.items():
+        if k in last:
+            last[k] = max(last[k], op)  # held by its autograd node until accumulated
     delta = [0] * (len(trace.ops) + 1)
     for k, lo in first.items():
         delta[lo] += size[k]

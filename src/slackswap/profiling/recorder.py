@@ -82,6 +82,9 @@ class Recorder(TorchDispatchMode):
                 self._params.add(k)
                 self.trace.param_bytes += p.untyped_storage().nbytes()
         self._block_ids = {id(m) for m in blocks}
+        for p in model.parameters():
+            if p.requires_grad:
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_accumulated))
         names = {id(m): n for n, m in model.named_modules()}
         for m in model.modules():
             name = names[id(m)]
@@ -151,6 +154,13 @@ class Recorder(TorchDispatchMode):
                 self._model_done = True
 
         return hook
+
+    def _grad_accumulated(self, p: torch.Tensor) -> None:
+        """A parameter's gradient reached ``.grad``: its buffer was in use until now (the
+        autograd node that made it may run further operators first)."""
+        k = self._key(p.grad) if p.grad is not None else None
+        if k is not None and self.trace.ops:
+            self.trace.grad_accumulated[k] = len(self.trace.ops) - 1
 
     def remove_hooks(self) -> None:
         for h in self._hooks:

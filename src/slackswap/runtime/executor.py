@@ -435,7 +435,9 @@ class PlanExecutor(Recorder):
         if e.admitted:
             self._admitted_bytes -= e.nbytes
             e.admitted = False
-        e.device = e.host = e.event = None
+        if e.index not in self._hold_until:  # else its offload still runs (replayed schedule)
+            e.device = None
+        e.host = e.event = None
         e.released = True
 
     # ----- swap --------------------------------------------------------------------------------
@@ -498,6 +500,10 @@ class PlanExecutor(Recorder):
 
     def _let_go(self, e: _Entry) -> None:
         self._hold_until.pop(e.index, None)
+        if self._schedule is not None and e.index in self._schedule["late"]:
+            if e.released:
+                e.device = None  # its last reader was done before its offload
+            return
         if e.host is not None and not e.admitted:
             e.device = None
 
@@ -704,14 +710,16 @@ def simulated_schedule(
     op_idx, op_start = tl.compute_op[ops], tl.compute_start_s[ops]
     order = np.argsort(op_start, kind="stable")
     op_idx, op_start = op_idx[order], op_start[order]
-    out: dict[str, dict[int, list[int]]] = {"d2h_done": {}, "h2d_start": {}, "evict": {}}
+    out: dict[str, dict[int, list[int]]] = {"d2h_done": {}, "h2d_start": {}, "evict": {}, "late": {}}
     nf = instance.n_forward_ops
     bwd_start = float(tl.compute_start_s[ops][tl.compute_op[ops] == nf].min()) if nf < instance.n_ops else np.inf
     for eng, t, s0, s1 in zip(
         tl.copy_engine, tl.copy_tensor, tl.copy_start_s, tl.copy_end_s, strict=True
     ):
         if eng == 0 and s1 > bwd_start:
-            continue  # not offloaded when backward began: the device copy stays (no H2D)
+            # Not offloaded when backward began: the device copy stays (no H2D), and its buffer
+            # stays until the copy ends even after its last reader.
+            out["late"][int(t)] = [1]
         if eng == 0:  # D2H: the buffer may go before the first operator starting after it
             k = int(np.searchsorted(op_start, s1, side="left"))
             o = int(op_idx[k]) if k < len(op_idx) else instance.n_ops
