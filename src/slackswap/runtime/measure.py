@@ -38,6 +38,7 @@ def run_step(
     *,
     seed: int = 0,
     runtime: str | None = None,
+    schedule: str | None = None,
 ) -> StepResult:
     """One step from no gradients, RNG seeded with ``seed``, under ``plan`` when given.
 
@@ -65,7 +66,7 @@ def run_step(
                     loss.backward()
                 else:
                     with apply(plan, 1.0 if budget is None else budget, model=model,
-                               runtime=runtime) as stats:  # fmt: skip
+                               runtime=runtime, schedule=schedule) as stats:  # fmt: skip
                         tracker.op_index = stats.op_index
                         loss = loss_of(model(*inputs))
                         loss.backward()
@@ -111,7 +112,7 @@ def simulated_op_peaks(instance: Any, plan: Plan, budget: Budget | float | str) 
 def where_they_differ(measured: dict[int, int], simulated: dict[int, int], instance: Any) -> str:
     """A line naming the operator where measured and simulated memory differ most."""
     worst, at = 0, -1
-    for o in set(measured) | set(simulated):
+    for o in measured:  # operators that allocated nothing have no measured figure
         d = measured.get(o, 0) - simulated.get(o, 0)
         if abs(d) > abs(worst):
             worst, at = d, o
