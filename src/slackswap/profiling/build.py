@@ -229,9 +229,9 @@ def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
             first.setdefault(k, i)
             last[k] = i
             size[k] = max(size.get(k, 0), nb)
-    for k, op in trace.grad_accumulated.items():
+    for k, at in trace.grad_accumulated.items():
         if k in last:
-            last[k] = max(last[k], op)  # held by its autograd node until accumulated
+            last[k] = max(last[k], at)  # held by its autograd node until accumulated
     delta = [0] * (len(trace.ops) + 1)
     for k, lo in first.items():
         delta[lo] += size[k]

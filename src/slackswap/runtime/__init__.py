@@ -122,7 +122,9 @@ def check_plan(
     b = Budget.parse(budget)
     sim = simulate(inst, plan, b, runtime=rt)
     if not sim.feasible:
-        raise PlanError(f"the plan does not fit the budget {b} ({sim.budget_bytes} B): {sim.reason}")
+        raise PlanError(
+            f"the plan does not fit the budget {b} ({sim.budget_bytes} B): {sim.reason}"
+        )
     return RunStats(
         budget_bytes=sim.budget_bytes,
         simulated_peak_bytes=sim.peak_bytes,

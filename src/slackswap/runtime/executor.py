@@ -44,7 +44,7 @@ class _Ref:
         self.value = value
         self.dtype = t.dtype
         self.device = t.device
-        self.offset = t.storage_offset()
+        self.offset = int(t.storage_offset())
         self.size = tuple(t.shape)
         self.stride = tuple(t.stride())
 
@@ -93,7 +93,7 @@ class _Handle:
         self.entry = entry
         self.tensor = t if keep else None
         self.dtype = t.dtype
-        self.offset = t.storage_offset()
+        self.offset = int(t.storage_offset())
         self.size = tuple(t.shape)
         self.stride = tuple(t.stride())
         entry.handles += 1
@@ -313,7 +313,7 @@ class PlanExecutor(Recorder):
         }
         flat, spec = tree_flatten((args, kwargs))
         mutated = frozenset(i for i, x in enumerate(flat) if id(x) in written)
-        out = []
+        out: list[Any] = []
         for x in flat:
             if isinstance(x, torch.Tensor):
                 k = self._key(x)
@@ -457,9 +457,7 @@ class PlanExecutor(Recorder):
                         e.event = torch.cuda.Event()
                         e.event.record(self._copy_stream)
                     # The allocator must not reuse the buffer before the copy stream read it.
-                    torch.empty((0,), device=src.device).set_(src).record_stream(
-                        self._copy_stream
-                    )
+                    torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
                     self._offloading.append(e)
                 else:
                     host.untyped_storage().copy_(src)
@@ -491,7 +489,11 @@ class PlanExecutor(Recorder):
         """Before operator ``o``: drop device buffers whose simulated D2H copy has ended, and
         start the H2D copies the simulator started by then (synchronous on CPU)."""
         assert self._schedule is not None
-        steps = (("d2h_done", self._let_go), ("evict", self._evict), ("h2d_start", self._fetch_if_needed))
+        steps = (
+            ("d2h_done", self._let_go),
+            ("evict", self._evict),
+            ("h2d_start", self._fetch_if_needed),
+        )
         for key, act in steps:
             due = self._schedule[key]
             for k in [k for k in due if k <= o]:
@@ -669,7 +671,8 @@ def _block_modules(model: torch.nn.Module, instance: Instance) -> list[torch.nn.
             m = model.get_submodule(name) if name else model
         except AttributeError:
             raise StepMismatchError(
-                f"the model has no module {name!r}, a block of {instance.name!r}"
+                f"the step differs from {instance.name!r}: its model has no module {name!r} "
+                "(a block of the profiled model)"
             ) from None
         out.append(m)
     return out
@@ -710,9 +713,18 @@ def simulated_schedule(
     op_idx, op_start = tl.compute_op[ops], tl.compute_start_s[ops]
     order = np.argsort(op_start, kind="stable")
     op_idx, op_start = op_idx[order], op_start[order]
-    out: dict[str, dict[int, list[int]]] = {"d2h_done": {}, "h2d_start": {}, "evict": {}, "late": {}}
+    out: dict[str, dict[int, list[int]]] = {
+        "d2h_done": {},
+        "h2d_start": {},
+        "evict": {},
+        "late": {},
+    }
     nf = instance.n_forward_ops
-    bwd_start = float(tl.compute_start_s[ops][tl.compute_op[ops] == nf].min()) if nf < instance.n_ops else np.inf
+    bwd_start = (
+        float(tl.compute_start_s[ops][tl.compute_op[ops] == nf].min())
+        if nf < instance.n_ops
+        else np.inf
+    )
     for eng, t, s0, s1 in zip(
         tl.copy_engine, tl.copy_tensor, tl.copy_start_s, tl.copy_end_s, strict=True
     ):
@@ -728,7 +740,8 @@ def simulated_schedule(
             k = max(int(np.searchsorted(op_start, s0, side="right")) - 1, 0)
             o = int(op_idx[k])
             out["h2d_start"].setdefault(o, []).append(int(t))
-    for o, t in zip(tl.compute_op[tl.compute_kind == 4], tl.compute_tensor[tl.compute_kind == 4]):
+    evicted = tl.compute_kind == 4
+    for o, t in zip(tl.compute_op[evicted], tl.compute_tensor[evicted], strict=True):
         out["evict"].setdefault(int(o), []).append(int(t))
     return out
 
@@ -741,7 +754,7 @@ def _base_resident(instance: Instance, actions: np.ndarray) -> np.ndarray:
     delta = np.zeros(n + 1, dtype=np.int64)
     b = instance.tensor_bytes
     prod, lfr = instance.tensor_producer, instance.tensor_last_fwd_reader
-    fbr, lbr = instance.tensor_first_bwd_reader, instance.tensor_last_bwd_reader
+    lbr = instance.tensor_last_bwd_reader
     at, rel = _rebuild_points(instance, actions)
     for i, a in enumerate(actions):
         if a == KEEP:
@@ -754,4 +767,3 @@ def _base_resident(instance: Instance, actions: np.ndarray) -> np.ndarray:
             delta[lo] += b[i]
             delta[hi + 1] -= b[i]
     return np.cumsum(delta)[:n]
-

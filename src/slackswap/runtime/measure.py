@@ -148,8 +148,10 @@ def bitwise_equal(a: StepResult, b: StepResult) -> bool:
     if not torch.equal(a.loss, b.loss):
         return False
     for ga, gb in zip(a.grads, b.grads, strict=True):
-        if (ga is None) != (gb is None):
-            return False
-        if ga is not None and (ga.dtype != gb.dtype or not torch.equal(ga, gb)):  # type: ignore[union-attr]
+        if ga is None or gb is None:
+            if ga is not gb:
+                return False
+            continue
+        if ga.dtype != gb.dtype or not torch.equal(ga, gb):
             return False
     return True
