@@ -292,9 +292,15 @@ class PlanExecutor(Recorder):
         name = self.instance.op_name[index + self.shift]
         phase, aten = _aten_of(name)
         if aten != op.aten or phase != op.phase:
+            hint = ""
+            if op.phase == 1 and op.aten == "add_":
+                hint = (
+                    " (a gradient added into an existing .grad? the profile's step starts "
+                    "from zero_grad(set_to_none=True))"
+                )
             self._fail(
                 f"the step differs from {self.instance.name!r} at {where}: it ran {ran}, the "
-                f"profile has {name!r}"
+                f"profile has {name!r}{hint}"
             )
 
     def _fail(self, message: str) -> None:
