@@ -167,6 +167,13 @@ class PlanExecutor(Recorder):
         # copy starts / whose offloaded device buffer is let go before that operator.
         self._schedule = schedule
         self._hold_until: dict[int, int] = {}
+        self._deferred_evictions: list[_Entry] = []
+        self._rebuild_at, _ = _rebuild_points(instance, actions)
+        self._consumers: list[list[int]] = [[] for _ in range(instance.n_tensors)]
+        for v, ins in enumerate(instance.tensor_rebuild_inputs):
+            for u in ins:
+                if actions[v] == RECOMP:
+                    self._consumers[u].append(v)
         if schedule is not None:
             for o, ts in schedule["d2h_done"].items():
                 for i in ts:
@@ -516,6 +523,14 @@ class PlanExecutor(Recorder):
             e.device = None
 
     def _evict(self, e: _Entry) -> None:
+        """A simulated eviction. The simulator evicts after the rebuilds of the operator it
+        evicts at, so an input one of them still needs goes only once they are done."""
+        o = self.current_op()
+        if any(
+            self._rebuild_at[v] == o and self._pending_rebuild(v) for v in self._consumers[e.index]
+        ):
+            self._deferred_evictions.append(e)
+            return
         if e.host is not None and e.device is not None:
             if e.admitted:
                 self._admitted_bytes -= e.nbytes
@@ -587,6 +602,14 @@ class PlanExecutor(Recorder):
             self._internal -= 1
         e.device = storage
         self.rebuilds += 1
+        if self._deferred_evictions:
+            waiting, self._deferred_evictions = self._deferred_evictions, []
+            for d in waiting:
+                self._evict(d)
+
+    def _pending_rebuild(self, v: int) -> bool:
+        ent = self.entries[v]
+        return ent.action == RECOMP and ent.device is None and not ent.released
 
     def _value_of_entry(self, e: _Entry) -> int:
         sig = self.instance.meta["runtime_signature"]["values"]
@@ -719,6 +742,7 @@ def simulated_schedule(
     op_idx, op_start = tl.compute_op[ops], tl.compute_start_s[ops]
     order = np.argsort(op_start, kind="stable")
     op_idx, op_start = op_idx[order], op_start[order]
+    op_end = tl.compute_end_s[ops][order]
     out: dict[str, dict[int, list[int]]] = {
         "d2h_done": {},
         "h2d_start": {},
@@ -742,8 +766,12 @@ def simulated_schedule(
             k = int(np.searchsorted(op_start, s1, side="left"))
             o = int(op_idx[k]) if k < len(op_idx) else instance.n_ops
             out["d2h_done"].setdefault(o, []).append(int(t))
-        else:  # H2D: allocated when admitted, during the operator running then
+        else:
+            # H2D: allocated when admitted: before the operator running then, or, when it was
+            # admitted between operators (or while the next one waited for it), before the next
             k = max(int(np.searchsorted(op_start, s0, side="right")) - 1, 0)
+            if not op_start[k] <= s0 < op_end[k]:
+                k = min(int(np.searchsorted(op_start, s0, side="left")), len(op_idx) - 1)
             o = int(op_idx[k])
             out["h2d_start"].setdefault(o, []).append(int(t))
     evicted = tl.compute_kind == 4
