@@ -478,8 +478,10 @@ class PlanExecutor(Recorder):
                 host = torch.empty(src.nbytes(), dtype=torch.uint8)
                 host.untyped_storage().copy_(src)
         e.host = host.untyped_storage()
-        if self._schedule is None and e.event is None:
-            e.device = None  # copied synchronously: the runtime's reference goes at once
+        if e.event is None and (self._schedule is None or e.index not in self._hold_until):
+            # Copied synchronously (and, replaying, saved only after the simulated copy ended):
+            # the runtime's reference goes at once.
+            e.device = None
         # else: the replayed schedule lets the device buffer go when the simulated copy ends
         # (never, when the simulated copy had not ended by the backward pass)
 
