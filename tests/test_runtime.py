@@ -172,7 +172,7 @@ def test_random_mixes_are_bitwise_identical(data) -> None:  # type: ignore[no-un
 # Measured memory against the simulator. Where the two differ by more than 10% the failure names
 # the operator where they differ most. The combinations in test_known_memory_gaps still do:
 # their differences are not yet explained, so they are expected failures that fail once fixed.
-@pytest.mark.parametrize("name", ["gpt_dropout", "bert"])
+@pytest.mark.parametrize("name", ["gpt_dropout", "bert", "torch_encoder"])
 def test_measured_memory_matches_the_simulator(name: str) -> None:
     if name not in _CASES:
         _CASES[name] = Case(name)
@@ -199,11 +199,17 @@ def test_measured_memory_matches_the_simulator(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name,label",
-    [("torch_encoder", "slackswap@50%"), ("tiny_cnn", "slackswap@50%"),
-     ("gpt_dropout", "all-swap"), ("bert", "slackswap@30%"), ("bert", "vdnn@30%")],
+    [("tiny_cnn", "slackswap@50%"), ("gpt_dropout", "all-swap"), ("bert", "slackswap@30%"),
+     ("bert", "vdnn@30%"), ("torch_encoder", "swap-first@30%")],
 )  # fmt: skip
 def test_known_memory_gaps(name: str, label: str) -> None:
-    """Combinations whose measured memory is still more than 10% off the simulated one."""
+    """Combinations whose measured memory is still more than 10% off the simulated one.
+
+    tiny_cnn: the peaks agree (49288 B measured, 49280 B simulated) but the saving does not:
+    the simulator frees the swapped model input (6144 B), which the caller's reference keeps
+    alive in a real step, and the tracker does not count inputs allocated before the step.
+    The others are not yet explained; the failure message names the operator where measured
+    and simulated memory differ most."""
     if name not in _CASES:
         _CASES[name] = Case(name)
     case = _CASES[name]
