@@ -60,7 +60,9 @@ __all__ = ["apply", "RunStats", "RUNTIME_MODES", "StepMismatchError", "StorageTr
 #: prefetch: the look-ahead admission from the start of backward, else copies on demand).
 RUNTIME_MODES: dict[str, dict[str, bool]] = {
     "barrier-free": {"overlap": True, "prefetch": True},
-    "layer-prefetch": {"overlap": True, "prefetch": True},  # offload-overlap
+    # offload-overlap. Live (CUDA) it prefetches by the look-ahead rule, not one layer ahead
+    # as the simulator's layer-prefetch does; replayed (CPU) it follows that runtime's schedule.
+    "layer-prefetch": {"overlap": True, "prefetch": True},
     "sync": {"overlap": False, "prefetch": False},  # offload-sync, as save_on_cpu
 }
 
