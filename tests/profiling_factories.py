@@ -1,4 +1,4 @@
-"""Small torch models the profiler tests load: a pre-norm GPT and a CNN (CPU, float32)."""
+"""Small torch models the profiler and runtime tests load: GPT, BERT, TransformerEncoder, CNN."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ GPT_CONFIG = dict(layers=2, hidden=256, heads=4, mlp=1024, vocab=1024, seq=256, 
 
 
 class Block(nn.Module):
-    def __init__(self, hidden: int, heads: int, mlp: int):
+    def __init__(self, hidden: int, heads: int, mlp: int, dropout: float = 0.0):
         super().__init__()
         self.heads = heads
+        # Dropout modules only when asked: p = 0 would still run the dropout operators.
+        self.drop1 = nn.Dropout(dropout) if dropout else nn.Identity()
+        self.drop2 = nn.Dropout(dropout) if dropout else nn.Identity()
         self.norm1 = nn.LayerNorm(hidden)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
@@ -29,16 +32,25 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.norm1(x)).split(h, dim=2)
         q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
-        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+        x = x + self.drop1(self.proj(a.transpose(1, 2).reshape(b, s, h)))
+        return x + self.drop2(self.fc2(self.act(self.fc1(self.norm2(x)))))
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, layers: int, hidden: int, heads: int, mlp: int, vocab: int, seq: int):
+    def __init__(
+        self,
+        layers: int,
+        hidden: int,
+        heads: int,
+        mlp: int,
+        vocab: int,
+        seq: int,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.tok = nn.Embedding(vocab, hidden)
         self.pos = nn.Embedding(seq, hidden)
-        self.blocks = nn.ModuleList(Block(hidden, heads, mlp) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(hidden, heads, mlp, dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(hidden)
         self.lm = nn.Linear(hidden, vocab, bias=False)
 
@@ -50,12 +62,12 @@ class TinyGPT(nn.Module):
         return self.lm(self.norm(x))
 
 
-def gpt(**overrides: int):
+def gpt(dropout: float = 0.0, **overrides: int):
     """(model, (ids,), loss_fn): one causal-LM step with cross-entropy on shifted ids."""
     cfg = {**GPT_CONFIG, **overrides}
     torch.manual_seed(0)
     model = TinyGPT(
-        cfg["layers"], cfg["hidden"], cfg["heads"], cfg["mlp"], cfg["vocab"], cfg["seq"]
+        cfg["layers"], cfg["hidden"], cfg["heads"], cfg["mlp"], cfg["vocab"], cfg["seq"], dropout
     )
     ids = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]))
     targets = torch.roll(ids, -1, dims=1)
@@ -64,6 +76,95 @@ def gpt(**overrides: int):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     return model, (ids,), loss_fn
+
+
+# Tiny sizes for the runtime tests, which run each model under many plans.
+TINY_GPT = dict(layers=2, hidden=64, heads=4, mlp=256, vocab=128, seq=32, batch=2)
+
+
+def gpt_dropout():
+    """The GPT with dropout (p = 0.1) after attention and MLP, at tiny sizes."""
+    return gpt(dropout=0.1, **TINY_GPT)
+
+
+class BertLayer(nn.Module):
+    """A post-norm BERT encoder layer with explicit attention (softmax, attention dropout)."""
+
+    def __init__(self, hidden: int, heads: int, mlp: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.out = nn.Linear(hidden, hidden)
+        self.norm1 = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, mlp)
+        self.fc2 = nn.Linear(mlp, hidden)
+        self.norm2 = nn.LayerNorm(hidden)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        d = h // self.heads
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, s, self.heads, d).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        probs = self.drop(torch.softmax(q @ k.transpose(-1, -2) / d**0.5, dim=-1))
+        a = (probs @ v).transpose(1, 2).reshape(b, s, h)
+        x = self.norm1(x + self.drop(self.out(a)))
+        return self.norm2(x + self.drop(self.fc2(F.gelu(self.fc1(x)))))
+
+
+class TinyBert(nn.Module):
+    def __init__(self, layers: int, hidden: int, heads: int, mlp: int, vocab: int, seq: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(seq, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.layers = nn.ModuleList(BertLayer(hidden, heads, mlp, 0.1) for _ in range(layers))
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.norm(self.tok(ids) + self.pos(pos))
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def bert():
+    """(model, (ids,), loss_fn): a masked-LM-style step of a tiny BERT encoder with dropout."""
+    torch.manual_seed(0)
+    model = TinyBert(layers=2, hidden=64, heads=4, mlp=256, vocab=128, seq=32)
+    ids = torch.randint(0, 128, (2, 32))
+    targets = torch.randint(0, 128, (2, 32))
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    return model, (ids,), loss_fn
+
+
+class TorchEncoder(nn.Module):
+    """PyTorch's own nn.TransformerEncoder (with dropout) and a classification head."""
+
+    def __init__(self, layers: int = 2, hidden: int = 64, heads: int = 4, mlp: int = 128):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(hidden, heads, mlp, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).mean(dim=1))
+
+
+def torch_encoder():
+    """(model, (x,), loss_fn): nn.TransformerEncoder on random features, cross-entropy."""
+    torch.manual_seed(0)
+    model = TorchEncoder()
+    x = torch.randn(2, 32, 64)
+    labels = torch.randint(0, 10, (2,))
+    return model, (x,), lambda logits: F.cross_entropy(logits, labels)
 
 
 class ConvStage(nn.Module):
@@ -96,6 +197,11 @@ def cnn(batch: int = 4, image: int = 32):
     """(model, images): the default loss (sum of the logits) drives the step."""
     torch.manual_seed(0)
     return SmallCNN(image=image), torch.randn(batch, 3, image, image)
+
+
+def tiny_cnn():
+    """The CNN at batch 2 on 16x16 images (runtime tests)."""
+    return cnn(batch=2, image=16)
 
 
 def not_a_module():

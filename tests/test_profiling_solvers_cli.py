@@ -35,7 +35,9 @@ def test_solver_runs_on_a_profiled_instance(profiled, solver, capsys) -> None:
             "solve",
             str(profiled),
             "--budget",
-            "0.5",
+            # checkpoint needs 52% of P here once gradient buffers held across operators count
+            # in the transient bytes (profiling/build.py), so the budget leaves it room
+            "0.6",
             "--solver",
             solver,
             "--time-limit",

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "slackswap.commands.compare",  # compare (batch runner)
     "slackswap.commands.report",  # report
     "slackswap.commands.profile",  # profile
+    "slackswap.commands.run",  # run (a plan on a real PyTorch step)
     "slackswap.commands.reproduce",  # reproduce table1|table2|table3|fig4|fig6
 )
 

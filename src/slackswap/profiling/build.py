@@ -11,8 +11,11 @@ Modelling choices:
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
   operator wrote (model inputs, constants) cost ``inf``; dropout masks are regenerated from the
   RNG state (the in-place chain on the mask's own storage, no inputs).
-- Transient bytes of an operator: the storages it reads or writes that are not saved tensors
-  (parameters and buffers excluded), alive while it runs.
+- Transient bytes of an operator: the storages that are not saved tensors (parameters and
+  buffers excluded) alive while it runs, each from the first operator that reads or writes it
+  to the last one (a gradient the autograd engine holds for a node several operators later
+  counts in between, as it occupies memory there; a parameter's gradient until autograd
+  accumulates it into ``.grad``, after the last operator of the node that made it).
 """
 
 from __future__ import annotations
@@ -171,9 +174,7 @@ def build_instance(
     for t in range(n_t):
         for o in sorted(fwd_readers[t] | bwd_readers[t]):
             op_reads[o].append(t)
-    transient = [0] * shift + [
-        sum(nb for k, nb in op.touched if k not in saved_storages) for op in ops
-    ]
+    transient = [0] * shift + _transient_bytes(trace, saved_storages)
     blocks_col = [-1] * shift + op_block
     lfr = [max([producer[t], *fwd_readers[t]]) for t in range(n_t)]
     meta = dict(meta or {})
@@ -183,6 +184,15 @@ def build_instance(
     meta["block_modules"] = list(trace.block_modules)
     meta["parameter_bytes"] = trace.param_bytes
     meta["saved_dtypes"] = sorted({values[v].dtype for v in tensor_values})
+    # What `slackswap.runtime` matches a live step against: each saved tensor's value id (the
+    # recorder numbers values in a fixed order, so the same step numbers them the same way), its
+    # dtype and the shape its producer wrote; op_shift is 1 when operator 0 is the synthetic input.
+    meta["runtime_signature"] = {
+        "op_shift": shift,
+        "values": list(tensor_values),
+        "dtypes": [values[v].dtype for v in tensor_values],
+        "shapes": [list(values[v].shape) for v in tensor_values],
+    }
     cols: dict[str, Any] = dict(
         op_name=names,
         op_phase=[0] * shift + [op.phase for op in ops],
@@ -205,6 +215,32 @@ def build_instance(
         tensor_category=category,
     )
     return Instance(name=name, hardware=hardware, meta=meta, **cols)
+
+
+def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
+    """Per operator, the bytes of unsaved storages live from their first to their last use."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    size: dict[int, int] = {}
+    for i, op in enumerate(trace.ops):
+        for k, nb in op.touched:
+            if k in saved_storages:
+                continue
+            first.setdefault(k, i)
+            last[k] = i
+            size[k] = max(size.get(k, 0), nb)
+    for k, at in trace.grad_accumulated.items():
+        if k in last:
+            last[k] = max(last[k], at)  # held by its autograd node until accumulated
+    delta = [0] * (len(trace.ops) + 1)
+    for k, lo in first.items():
+        delta[lo] += size[k]
+        delta[last[k] + 1] -= size[k]
+    out, run = [], 0
+    for d in delta[:-1]:
+        run += d
+        out.append(run)
+    return out
 
 
 def _producer(trace: Trace, v: int) -> int:

@@ -61,14 +61,8 @@ class Recorder(TorchDispatchMode):
         self._refs: dict[int, StorageWeakRef] = {}
         self._current: dict[int, int] = {}  # storage key -> current value id
         self._params: set[int] = set()
-        for p in (*model.parameters(), *model.buffers()):
-            k = self._key(p)
-            if k is not None and k not in self._params:
-                self._params.add(k)
-                self.trace.param_bytes += p.untyped_storage().nbytes()
         self._saved_tensors: list[torch.Tensor] = []  # held until the step ends
         self._module_stack: list[str] = []
-        self._block_ids = {id(m) for m in blocks}
         self._block = -1
         self._in_block = False
         self._model_done = False
@@ -77,6 +71,20 @@ class Recorder(TorchDispatchMode):
         self._pending: list[tuple[weakref.ref[torch.Tensor], _Context]] = []
         self._last_bwd_context: _Context | None = None
         self._hooks: list[Any] = []
+        self._block_ids: set[int] = set()
+        self.attach(model, blocks)
+
+    def attach(self, model: torch.nn.Module, blocks: list[torch.nn.Module]) -> None:
+        """Note ``model``'s parameters and buffers (not activations) and hook its modules."""
+        for p in (*model.parameters(), *model.buffers()):
+            k = self._key(p)
+            if k is not None and k not in self._params:
+                self._params.add(k)
+                self.trace.param_bytes += p.untyped_storage().nbytes()
+        self._block_ids = {id(m) for m in blocks}
+        for p in model.parameters():
+            if p.requires_grad:
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_accumulated))
         names = {id(m): n for n, m in model.named_modules()}
         for m in model.modules():
             name = names[id(m)]
@@ -100,7 +108,8 @@ class Recorder(TorchDispatchMode):
     def _new_value(self, key: int, t: torch.Tensor, producer: int) -> int:
         vid = len(self.trace.values)
         nbytes = int(t.untyped_storage().nbytes())
-        self.trace.values.append(Value(key, nbytes, producer, str(t.dtype).replace("torch.", "")))
+        dtype = str(t.dtype).replace("torch.", "")
+        self.trace.values.append(Value(key, nbytes, producer, dtype, tuple(t.shape)))
         self._current[key] = vid
         return vid
 
@@ -145,6 +154,13 @@ class Recorder(TorchDispatchMode):
                 self._model_done = True
 
         return hook
+
+    def _grad_accumulated(self, p: torch.Tensor) -> None:
+        """A parameter's gradient reached ``.grad``: its buffer was in use until now (the
+        autograd node that made it may run further operators first)."""
+        k = self._key(p.grad) if p.grad is not None else None
+        if k is not None and self.trace.ops:
+            self.trace.grad_accumulated[k] = len(self.trace.ops) - 1
 
     def remove_hooks(self) -> None:
         for h in self._hooks:

@@ -39,6 +39,7 @@ class Value:
     nbytes: int  # bytes of the whole storage (what a saved view keeps alive)
     producer: int  # op index, or EXTERNAL
     dtype: str
+    shape: tuple[int, ...] = ()  # shape of the tensor whose write created the value
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Trace:
     block_outputs: dict[int, int] = field(default_factory=dict)  # value id -> block it leaves
     block_modules: list[str] = field(default_factory=list)  # module path of each block call
     param_bytes: int = 0  # parameters and buffers (not activations), for the record
+    # storage key of a parameter gradient -> the last operator before autograd accumulated it
+    grad_accumulated: dict[int, int] = field(default_factory=dict)
 
     @property
     def n_blocks(self) -> int:

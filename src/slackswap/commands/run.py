@@ -1,0 +1,171 @@
+"""``slackswap run FACTORY --budget B --solver S``: run a plan on the real step, measured vs simulated."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+from slackswap.commands.common import positive_float, print_json
+
+MB, MS = 1e6, 1e3
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a solver's plan on a real PyTorch step and compare it with the simulator "
+        "(needs torch)",
+        description=(
+            "Profile the step a factory returns (or read --instance), plan it with a solver "
+            "(or read --plan), run the step under the plan with slackswap.runtime and print "
+            "the measured peak activation memory and step time beside the simulated ones. "
+            "--check also runs the step without a plan (same seed) and compares the loss and "
+            "every parameter gradient."
+        ),
+    )
+    p.add_argument("factory", metavar="SCRIPT_OR_MODULE:FACTORY", help="e.g. train.py:make")
+    p.add_argument("--budget", required=True, help="fraction of P (0.4, 40%%) or bytes (2GB)")
+    p.add_argument("--solver", default="slackswap", help="registered solver (default slackswap)")
+    p.add_argument("--plan", help="run this plan file instead of solving (made for the instance)")
+    p.add_argument("--instance", help="instance file of this step (default: profile it now)")
+    p.add_argument(
+        "--runtime",
+        help="run the plan's actions under this runtime: barrier-free, layer-prefetch or sync "
+        "(default: the plan's)",
+    )
+    p.add_argument("--steps", type=int, default=1, help="planned steps to run (default 1)")
+    p.add_argument("--check", action="store_true", help="compare with the unplanned step")
+    p.add_argument("--seed", type=int, default=0, help="torch seed for the factory and steps")
+    p.add_argument("--time-limit", type=positive_float, default=10.0, help="solver seconds")
+    p.add_argument("--gpu", default="a100", help="GPU whose roofline times the profile")
+    p.add_argument("--link", default=None, help="host link (default: the GPU's)")
+    p.add_argument(
+        "--timing", choices=("roofline", "measured"), default="roofline", help="profile timing"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from slackswap.profiling import require_torch
+
+    torch = require_torch()
+    from slackswap.instances.format import load_instance
+    from slackswap.models.hardware import hardware
+    from slackswap.plan import Budget, Plan
+    from slackswap.problem import UserError
+    from slackswap.profiling.factory import call_factory
+    from slackswap.profiling.step import profile_step
+    from slackswap.runtime import RUNTIME_MODES, check_plan
+    from slackswap.runtime.measure import bitwise_equal, max_abs_diff, run_step
+    from slackswap.solvers.base import REGISTRY, run
+
+    if args.steps < 1:
+        raise UserError(f"--steps = {args.steps}: must be at least 1")
+    budget = Budget.parse(args.budget)
+    if args.plan is None and args.solver not in REGISTRY:
+        raise UserError(f"--solver {args.solver!r}: unknown (one of {', '.join(REGISTRY.names())})")
+    if args.runtime is not None and args.runtime not in RUNTIME_MODES:
+        raise UserError(f"--runtime {args.runtime!r}: one of {', '.join(RUNTIME_MODES)}")
+    try:
+        hardware(args.gpu, args.link)
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+    torch.manual_seed(args.seed)
+    model, inputs, loss_fn = call_factory(args.factory)
+    if args.instance:
+        inst = load_instance(args.instance)
+    else:
+        inst = profile_step(
+            model, inputs, loss_fn, gpu=args.gpu, link=args.link, timing=args.timing
+        )
+    if args.plan:
+        plan = Plan.load(args.plan, inst)
+        solver = f"plan:{args.plan}"
+    else:
+        rec = run(args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed,
+                  find_min_budget=False)  # fmt: skip
+        if rec.plan is None:
+            raise UserError(
+                f"--solver {args.solver}: no plan at budget {budget} "
+                f"({rec.error or rec.reason or rec.status})"
+            )
+        plan, solver = rec.plan, args.solver
+    runtime = args.runtime or plan.runtime
+    if runtime not in RUNTIME_MODES:
+        raise UserError(
+            f"the {solver} plan is for the {runtime!r} runtime, which slackswap.runtime does not "
+            "run; pass --runtime barrier-free to run its actions barrier-free"
+        )
+    predicted = check_plan(plan, budget, runtime=runtime)  # refuses before anything runs
+
+    def step(planned: bool) -> Any:
+        return run_step(model, inputs, loss_fn, plan if planned else None, budget,
+                        seed=args.seed, runtime=runtime)  # fmt: skip
+
+    baseline = step(False)
+    runs = [step(True) for _ in range(args.steps)]
+    stats = runs[0].stats
+    loss_diff = grad_diff = None
+    identical = None
+    if args.check:
+        loss_diff, grad_diff = max_abs_diff(runs[0], baseline)
+        identical = all(bitwise_equal(r, baseline) for r in runs)
+    device = str(next(iter(model.parameters())).device)
+    out = {
+        "instance": inst.name,
+        "solver": solver,
+        "runtime": runtime,
+        "budget": str(budget),
+        "budget_bytes": predicted.budget_bytes,
+        "device": device,
+        "steps": args.steps,
+        "simulated_peak_bytes": predicted.simulated_peak_bytes,
+        "measured_peak_bytes": max(r.peak_bytes for r in runs),
+        "keep_all_simulated_peak_bytes": inst.peak_bytes,
+        "keep_all_measured_peak_bytes": baseline.peak_bytes,
+        "simulated_step_s": predicted.simulated_step_s,
+        "measured_step_s": statistics.median(r.step_s for r in runs),
+        "keep_all_measured_step_s": baseline.step_s,
+        "swapped_bytes": stats.swapped_bytes if stats else 0,
+        "recomputed_bytes": stats.recomputed_bytes if stats else 0,
+        "loss_abs_diff": loss_diff,
+        "grad_max_abs_diff": grad_diff,
+        "bitwise_identical": identical,
+        "cuda_peak_bytes": runs[0].cuda_peak_bytes,
+    }
+    if args.json:
+        print_json(out)
+    else:
+        _print_table(out, inst.meta.get("timing", "roofline"))
+    return 1 if identical is False else 0
+
+
+def _print_table(r: dict[str, Any], timing: str) -> None:
+    print(
+        f"{r['instance']}: {r['solver']} at {r['budget']} of P ({r['budget_bytes'] / MB:.3f} MB), "
+        f"{r['runtime']} runtime, on {r['device']}, {r['steps']} step(s)"
+    )
+    print(f"{'':28s}{'simulated':>12s}{'measured':>12s}")
+    print(
+        f"{'peak activations (MB)':28s}{r['simulated_peak_bytes'] / MB:12.3f}"
+        f"{r['measured_peak_bytes'] / MB:12.3f}"
+    )
+    print(
+        f"{'keep-all peak (MB)':28s}{r['keep_all_simulated_peak_bytes'] / MB:12.3f}"
+        f"{r['keep_all_measured_peak_bytes'] / MB:12.3f}"
+    )
+    print(
+        f"{'step (ms)':28s}{r['simulated_step_s'] * MS:12.3f}{r['measured_step_s'] * MS:12.3f}"
+        f"   (simulated: {timing} times of the profile's GPU; measured: this device)"
+    )
+    print(
+        f"swapped {r['swapped_bytes'] / MB:.3f} MB, recomputed {r['recomputed_bytes'] / MB:.3f} MB"
+    )
+    if r["bitwise_identical"] is not None:
+        verdict = "bitwise identical" if r["bitwise_identical"] else "DIFFERENT"
+        print(
+            f"check against the unplanned step: loss and gradients {verdict} "
+            f"(|loss diff| {r['loss_abs_diff']:.3g}, max |grad diff| {r['grad_max_abs_diff']:.3g})"
+        )

@@ -1,0 +1,204 @@
+"""Run a `Plan` on the real PyTorch step its instance was profiled from (needs torch).
+
+``with slackswap.runtime.apply(plan, budget="50%"): loss_fn(model(*inputs)).backward()`` runs
+the step with each saved tensor kept, swapped to host memory or recomputed as the plan says,
+with the simulator's barrier-free semantics (`slackswap.simulator`):
+
+- keep: untouched (autograd holds the tensor as usual).
+- swap: when the step first saves the tensor, its whole storage is copied to host memory
+  (pinned, on a dedicated copy stream ordered after the producer, on CUDA; at once on CPU) and
+  the runtime keeps no device reference, so the buffer is freed once the copy and the step's
+  last use of it (its last forward reader) are done (CUDA: ``record_stream`` on the copy stream
+  keeps the allocator from reusing it earlier). From the start of the backward pass, before
+  each operator, copies back are started in deadline order (first backward reader) on a second
+  stream while the head fits the budget with the transient bytes of the next three operators
+  (the simulator's look-ahead, on the instance's memory model); a tensor needed before its copy
+  was admitted is copied at once (the deadlock rule). Compute waits, through the copy's CUDA
+  event, only when it unpacks that tensor. Without CUDA the same bookkeeping runs with
+  synchronous copies.
+- recompute: the runtime holds nothing, so the tensor is freed after its last forward reader;
+  when autograd first unpacks it (right before its first backward reader) the forward operators
+  that produced it are run again on its rebuild inputs (inputs that are themselves recomputed
+  are rebuilt first and stay until their own last reader; swapped ones are fetched), random
+  operators with the RNG state they first ran with, so dropout masks come out identical.
+  Buffers an operator updates in place (batch-norm running statistics) get a scratch copy, so
+  the model's state is that of one step.
+
+PyTorch pieces used and why: ``torch.autograd.graph.saved_tensors_hooks`` (what
+``save_on_cpu`` and torchtune's offloading use) to hand autograd a handle instead of each
+saved tensor and to learn the moment each one is needed again; a ``TorchDispatchMode`` (the
+profiler's `Recorder`, run again) to number operators and values exactly as the profile did,
+so each saved tensor is matched to the instance's by value, dtype, shape and producing
+operator, and to record each forward operator's call so a chain can be replayed per tensor
+(``torch.utils.checkpoint`` recomputes whole regions, not single tensors, so only its idea of
+restoring the RNG state per random operator is borrowed); CUDA streams, events,
+``record_stream`` and pinned memory for the overlapped copies.
+
+The step must be the profiled one: the same operators in the same order (checked operator by
+operator, the first difference named in a `StepMismatchError`), forward and backward inside
+the ``with`` block. A plan for another instance (``instance=``) or one that does not fit the
+budget in the simulator is refused before anything is installed; every hook is removed on
+exit, also when the step raises. `StorageTracker` measures the step's memory independently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from slackswap.plan import Budget, Plan, PlanError
+from slackswap.problem import Instance, UserError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["apply", "RunStats", "RUNTIME_MODES", "StepMismatchError", "StorageTracker"]
+
+#: Simulator runtime -> how the real runtime runs it (overlap: copies on side streams;
+#: prefetch: the look-ahead admission from the start of backward, else copies on demand).
+RUNTIME_MODES: dict[str, dict[str, bool]] = {
+    "barrier-free": {"overlap": True, "prefetch": True},
+    # offload-overlap. Live (CUDA) it prefetches by the look-ahead rule, not one layer ahead
+    # as the simulator's layer-prefetch does; replayed (CPU) it follows that runtime's schedule.
+    "layer-prefetch": {"overlap": True, "prefetch": True},
+    "sync": {"overlap": False, "prefetch": False},  # offload-sync, as save_on_cpu
+}
+
+
+@dataclass
+class RunStats:
+    """What the runtime did in one step (bytes); filled when the ``with`` block exits."""
+
+    swapped_bytes: int = 0
+    h2d_bytes: int = 0
+    recomputed_bytes: int = 0
+    rebuilds: int = 0
+    unplanned_packs: int = 0
+    budget_bytes: int = 0
+    simulated_peak_bytes: int = 0
+    simulated_step_s: float = 0.0
+    runtime: str = ""
+    #: The instance index of the operator the step is at (0 before the step starts).
+    op_index: Any = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StepMismatchError":
+        from slackswap.runtime.executor import StepMismatchError
+
+        return StepMismatchError
+    if name == "StorageTracker":
+        from slackswap.runtime.memory import StorageTracker
+
+        return StorageTracker
+    raise AttributeError(f"module 'slackswap.runtime' has no attribute {name!r}")
+
+
+def check_plan(
+    plan: Plan,
+    budget: Budget | float | str,
+    *,
+    instance: Instance | None = None,
+    runtime: str | None = None,
+) -> RunStats:
+    """Refuse a plan for another instance, a runtime this package cannot run, or a plan that
+    does not fit ``budget`` in the simulator; the stats the simulator predicts otherwise."""
+    from slackswap.simulator import simulate
+
+    if not isinstance(plan, Plan):
+        raise PlanError(f"plan: expected a slackswap Plan, got {type(plan).__name__}")
+    inst = plan.instance
+    if instance is not None and instance.content_hash != plan.instance_hash:
+        raise PlanError(
+            f"plan made for instance {inst.name!r} (hash {plan.instance_hash[:12]}), not for "
+            f"{instance.name!r} (hash {instance.content_hash[:12]})"
+        )
+    rt = runtime or plan.runtime
+    if rt not in RUNTIME_MODES:
+        raise PlanError(
+            f"runtime = {rt!r}: slackswap.runtime runs {', '.join(RUNTIME_MODES)} "
+            "(pass runtime='barrier-free' to run the plan's actions barrier-free)"
+        )
+    b = Budget.parse(budget)
+    sim = simulate(inst, plan, b, runtime=rt)
+    if not sim.feasible:
+        raise PlanError(
+            f"the plan does not fit the budget {b} ({sim.budget_bytes} B): {sim.reason}"
+        )
+    return RunStats(
+        budget_bytes=sim.budget_bytes,
+        simulated_peak_bytes=sim.peak_bytes,
+        simulated_step_s=sim.step_s,
+        runtime=rt,
+    )
+
+
+@contextmanager
+def apply(
+    plan: Plan,
+    budget: Budget | float | str,
+    *,
+    model: torch.nn.Module | None = None,
+    instance: Instance | None = None,
+    runtime: str | None = None,
+    schedule: str | None = None,
+) -> Iterator[RunStats]:
+    """Run the step inside the ``with`` block under ``plan`` (see `slackswap.runtime`).
+
+    ``budget``: a `Budget`, a fraction of P or a string as ``--budget`` takes. ``model``: the
+    step's module (default: the first module called inside the block). ``instance``: refuse a
+    plan made for another instance. ``runtime``: run the actions under another runtime than
+    the plan's (``barrier-free``, ``layer-prefetch`` or ``sync``). ``schedule``: when copies
+    run; ``"live"`` (default on CUDA) starts each H2D copy by the look-ahead rule as the step
+    runs; ``"simulated"`` (default without CUDA, where copies are synchronous and take no
+    modelled link time) replays the simulator's copy times for this plan at operator
+    granularity, so the measured memory checks the simulator's accounting. Yields a
+    `RunStats`, filled on exit.
+    """
+    from slackswap.profiling import require_torch
+
+    require_torch()
+    import torch
+
+    from slackswap.runtime.executor import PlanExecutor, simulated_schedule
+
+    stats = check_plan(plan, budget, instance=instance, runtime=runtime)
+    mode = RUNTIME_MODES[stats.runtime]
+    if schedule is None:
+        schedule = "live" if torch.cuda.is_available() else "simulated"
+    if schedule not in ("live", "simulated"):
+        raise PlanError(f"schedule = {schedule!r}: expected 'live' or 'simulated'")
+    replay = None
+    if schedule == "simulated":
+        replay = simulated_schedule(plan.instance, plan.actions, stats.budget_bytes, stats.runtime)
+    ex = PlanExecutor(
+        plan.instance,
+        plan.actions,
+        stats.budget_bytes,
+        model,
+        overlap=mode["overlap"],
+        prefetch=mode["prefetch"],
+        schedule=replay,
+    )
+    stats.op_index = ex.current_op
+    try:
+        with ex.installed():
+            try:
+                yield stats
+            except BaseException as exc:
+                if ex.error is not None and exc is not ex.error:
+                    raise ex.error from exc  # autograd may wrap the runtime's own error
+                raise
+        ex.finish()
+    finally:
+        stats.swapped_bytes = ex.swapped_bytes
+        stats.h2d_bytes = ex.h2d_bytes
+        stats.recomputed_bytes = ex.recomputed_bytes
+        stats.rebuilds = ex.rebuilds
+        stats.unplanned_packs = ex.unplanned_packs
+        ex.close()
+
+
+_ = UserError

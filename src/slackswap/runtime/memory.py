@@ -1,0 +1,128 @@
+"""Measure a step's activation memory independently of the runtime: live output storages.
+
+`StorageTracker` is a ``TorchDispatchMode`` that counts, in bytes, every storage an operator
+allocates while it is active (outputs whose storage is not one of the operator's inputs), and a
+``weakref.finalize`` on each such storage (PyTorch preserves a storage's Python object for the
+storage's whole life, so the finalizer runs exactly when the memory is freed) takes it off
+again. ``peak_bytes`` is the highest sum seen.
+
+Accounting and limits (what the figure is, and is not):
+- Counted: every storage an ATen operator allocates under the mode (forward outputs, saved
+  tensors, temporaries the operator returns, gradients, tensors rebuilt or fetched back by the
+  runtime), by its whole ``nbytes``, on every device (on a CPU-only machine host and device
+  are one memory; copies the runtime keeps on the host are made with the modes disabled, so
+  they are not counted, as host memory is not device memory).
+- Not counted: storages that existed before the mode was entered (parameters, buffers, the
+  model inputs), scratch memory inside a kernel that no returned tensor owns, allocator
+  caching and fragmentation.
+- Parameter gradients: a gradient stops counting once autograd has accumulated it into a
+  parameter's ``.grad`` (it is model state from then on, like the parameter; the simulator
+  counts gradient buffers only while the operator that makes them runs). Pass ``params``.
+- Timing: a storage counts from the end of the operator that made it until its last Python
+  reference dies, so the figure follows Python's reference lifetimes, not the plan's model.
+
+On CUDA, `cuda_peak_bytes` also reads the caching allocator's own counter
+(``torch.cuda.max_memory_allocated`` above what was allocated at entry): it includes the
+parameter gradients and the allocator's rounding, so it is reported beside, not instead of,
+the tracker's figure.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+def _storage(t: torch.Tensor) -> Any:
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+class StorageTracker(TorchDispatchMode):
+    """Live bytes of the storages operators allocate while active; ``peak_bytes`` the highest.
+
+    Use ``with StorageTracker(params=model.parameters()) as tr: step()``; then read
+    ``tr.peak_bytes`` and ``tr.live_bytes`` (bytes still held at exit).
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor] = ()) -> None:
+        super().__init__()
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.allocated_bytes = 0  # every storage counted, freed or not
+        self._live: dict[int, int] = {}  # id(storage object) -> bytes
+        self._grad_hooks = [
+            p.register_post_accumulate_grad_hook(self._grad_accumulated)
+            for p in params
+            if p.requires_grad
+        ]
+        self._cuda_start = 0
+        self.cuda_peak_bytes: int | None = None
+        #: Set to a callable giving the instance index of the operator about to run (the
+        #: runtime's `RunStats.op_index`) to get ``op_peak_bytes``: the highest live bytes seen
+        #: while each operator index was current (for finding where two accountings differ).
+        self.op_index: Any = None
+        self.op_peak_bytes: dict[int, int] = {}
+
+    def __enter__(self) -> StorageTracker:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._cuda_start = torch.cuda.memory_allocated()
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        for h in self._grad_hooks:
+            h.remove()
+        self._grad_hooks.clear()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            self.cuda_peak_bytes = torch.cuda.max_memory_allocated() - self._cuda_start
+
+    def _freed(self, key: int) -> None:
+        nbytes = self._live.pop(key, 0)
+        self.live_bytes -= nbytes
+
+    def _grad_accumulated(self, p: torch.Tensor) -> None:
+        if p.grad is not None:
+            s = _storage(p.grad)
+            if s is not None:
+                self._freed(id(s))
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        inputs = {id(s) for s in map(_storage, _tensors((args, kwargs))) if s is not None}
+        for t in _tensors(out):
+            s = _storage(t)
+            if s is None or id(s) in inputs or id(s) in self._live:
+                continue
+            nbytes = int(s.nbytes())
+            self._live[id(s)] = nbytes
+            weakref.finalize(s, self._freed, id(s))
+            self.live_bytes += nbytes
+            self.allocated_bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+            if self.op_index is not None:
+                o = self.op_index()
+                self.op_peak_bytes[o] = max(self.op_peak_bytes.get(o, 0), self.live_bytes)
+        return out
