@@ -11,6 +11,70 @@ from typing import Any
 from slackswap.problem import Instance
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default and marks required options.
+
+    A default is shown unless the help already names one, the option is a flag (its default is
+    not being given; a flag's help says when it is the default behaviour), or the default says
+    nothing (None or an empty list: an option that is unset).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if text == argparse.SUPPRESS:
+            return text
+        if action.required and action.option_strings:
+            text += " (required)"
+        default = action.default
+        shown = "default" in text.lower()
+        if (
+            not shown
+            and action.option_strings
+            and action.nargs != 0
+            and default not in (None, argparse.SUPPRESS)
+            and default != []
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """The CLI's parser: `HelpFormatter` for it and, through ``add_subparsers``, every subcommand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def add_hidden_alias(p: argparse.ArgumentParser, alias: str, of: argparse.Action) -> None:
+    """Accept ``alias`` as an old spelling of the option ``of``, without listing it in the help."""
+    kwargs: dict[str, Any] = {"dest": of.dest, "help": argparse.SUPPRESS}
+    if of.nargs == 0:  # store_true / store_false / store_const
+        kwargs.update(action="store_const", const=of.const)
+    else:
+        kwargs.update(type=of.type, metavar=of.metavar)
+    # SUPPRESS: the alias sets nothing unless given, so it never overrides the option's default.
+    p.add_argument(alias, default=argparse.SUPPRESS, **kwargs)
+
+
+def add_progress_arguments(p: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress``: one convention for every long-running command."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--progress",
+        action="store_true",
+        default=None,
+        help="always show the progress bar (default: only when stderr is a terminal)",
+    )
+    group.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        default=None,
+        help="never show the progress bar",
+    )
+
+
 def load_instance_arg(name_or_path: str) -> Instance:
     """An instance from a CLI argument; user errors surface as one line, exit 2."""
     from slackswap.instances.catalog import load
@@ -84,13 +148,15 @@ def positive_float(text: str) -> float:
 
 def add_execution_arguments(p: argparse.ArgumentParser, *, jobs: int) -> None:
     """``--jobs``, ``--backend`` and ``--scheduler``: how a sweep's jobs run (compare, reproduce)."""
-    p.add_argument(
-        "--jobs", type=int, default=jobs, metavar="N", help=f"parallel jobs (default {jobs})"
-    )
+    p.add_argument("--jobs", type=int, default=jobs, metavar="N", help="parallel jobs")
     p.add_argument(
         "--backend",
         choices=("joblib", "dask"),
         default="joblib",
-        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
+        help="joblib: worker processes here; dask: a cluster (--scheduler) or a local one",
     )
-    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786)")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler, tcp://host:8786 (default: a local cluster; needs --backend dask)",
+    )

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from slackswap.commands.common import add_execution_arguments
+from slackswap.commands.common import add_execution_arguments, add_progress_arguments
 from slackswap.problem import UserError
 
 
@@ -33,7 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SOLVER.KEY=VALUE",
         help="a solver option (VALUE read as JSON, else text); repeatable",
     )
-    p.add_argument("--time-limit", type=float, metavar="S", help="seconds per solve")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="S",
+        help="seconds per solve (default: each solver's own; searches and exact solvers use it)",
+    )
     p.add_argument(
         "--job-timeout",
         type=float,
@@ -45,15 +50,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="results file (.csv or .parquet)")
     add_execution_arguments(p, jobs=1)
     p.add_argument("--resume", action="store_true", help="skip jobs already in the results file")
-    p.add_argument("--sweep", metavar="FILE", help="a sweep file (.toml or .yaml)")
     p.add_argument(
-        "--no-min-budget",
-        action="store_true",
-        help="do not bisect the smallest feasible budget of infeasible runs",
+        "--sweep", metavar="FILE", help="a sweep file (.toml or .yaml); options given here win"
     )
-    prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", action="store_true", default=None, help="always show the bar")
-    prog.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
+    mb = p.add_mutually_exclusive_group()
+    mb.add_argument(
+        "--min-budget",
+        dest="no_min_budget",
+        action="store_false",
+        default=False,  # either order of the two: bisect unless --no-min-budget
+        help="bisect the smallest feasible budget of infeasible runs (the default here)",
+    )
+    mb.add_argument(
+        "--no-min-budget", action="store_true", help="do not bisect it (faster on infeasible runs)"
+    )
+    add_progress_arguments(p)
     p.set_defaults(func=main)
 
 

@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("results", metavar="RESULTS", help="results file (.csv or .parquet)")
-    p.add_argument("-o", "--output", metavar="DIR", help="directory for the figures")
+    p.add_argument(
+        "-o", "--output", metavar="DIR", help="directory for the figures (default: none drawn)"
+    )
     p.add_argument(
         "--breakdown-budget", type=float, default=0.4, metavar="F",
         help="budget (fraction of P) of the time-breakdown bars (default 0.4)",

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from slackswap.analysis.facts import Fact, no_plan_reasons, pct, render, span
-from slackswap.commands.common import add_execution_arguments
+from slackswap.commands.common import add_execution_arguments, add_progress_arguments
 
 LINKS_GBPS = (12, 16, 25, 32, 50, 64, 100, 200, 450)
 SEQS = (2048, 4096, 8192, 16384, 32768)
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, help="shrink both models to this many layers (quick look)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig6.csv")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    add_progress_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
