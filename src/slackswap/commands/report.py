@@ -41,16 +41,23 @@ def main(args: argparse.Namespace) -> int:
     from slackswap.analysis.gapanalysis import format_gaps, gaps
     from slackswap.analysis.results import read_results
 
-    df = read_results(args.results)
-    print(format_gaps(gaps(df)))
-    if not args.output:
-        return 0
     formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
     if bad or not formats:
         raise UserError(f"--format: {bad[0] if bad else args.format!r} is not png, svg or pdf")
     if not 0 < args.breakdown_budget <= 1.5:
         raise UserError(f"--breakdown-budget must be a fraction of P, got {args.breakdown_budget}")
+    df = read_results(args.results)
+    if df.empty:
+        raise UserError(f"{args.results}: no result rows, nothing to report")
+    names = list(dict.fromkeys(df["instance"].astype(str)))
+    if args.instance is not None and args.instance not in names:
+        raise UserError(
+            f"--instance {args.instance!r}: not in {args.results} (it has {', '.join(names)})"
+        )
+    print(format_gaps(gaps(df)))
+    if not args.output:
+        return 0
     from slackswap.analysis.report import write_report
 
     rep = write_report(
