@@ -23,9 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("instances", nargs="*", metavar="INSTANCE", help="catalog name or file")
     p.add_argument(
         "--budgets",
-        help="fractions of the peak P or bytes: 1.0,0.5,11GB, 50%%, or a range 1.0:0.1:-0.1",
+        help="fractions of the peak P or bytes: 1.0,0.5,11GB, 50%%, or a range 1.0:0.1:-0.1 "
+        "(required without --sweep)",
     )
-    p.add_argument("--solvers", help="comma-separated solver names (see `slackswap solvers`)")
+    p.add_argument(
+        "--solvers",
+        help="comma-separated solver names, see `slackswap solvers` (required without --sweep)",
+    )
     p.add_argument(
         "--option",
         action="append",
