@@ -37,6 +37,12 @@ class HelpFormatter(argparse.HelpFormatter):
             text += " (default: %(default)s)"
         return text
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # As argparse does, but never at a hyphen: "bert-large", "llama-7b@h100-pcie5" stay whole.
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
 
 class Parser(argparse.ArgumentParser):
     """The CLI's parser: `HelpFormatter` for it and, through ``add_subparsers``, every subcommand."""

@@ -121,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory for fig4.csv and the figure (default reproduce-fig4)")  # fmt: skip
     add_execution_arguments(p, jobs=2)
     names = p.add_argument("--instances", dest="workloads", default=",".join(WORKLOADS),
-                           help="catalog names, comma separated")  # fmt: skip
+                           metavar="NAMES", help="catalog names, comma separated")  # fmt: skip
     add_hidden_alias(p, "--workloads", names)  # the old spelling
     p.add_argument("--solvers", help="comma-separated (default: every heuristic policy)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig4.csv")

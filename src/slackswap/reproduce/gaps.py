@@ -112,6 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--instances",
         dest="models",
         default=",".join(DEFAULT_MODELS),
+        metavar="NAMES",
         help="catalog names, comma separated",
     )
     add_hidden_alias(p, "--models", names)  # the old spelling
