@@ -25,7 +25,9 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from slackswap.commands.common import Parser  # its help shows defaults, in every subcommand
+
+    parser = Parser(
         prog="slackswap",
         description="Plan activation memory in DNN training: keep, swap or recompute.",
     )

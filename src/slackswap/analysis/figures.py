@@ -30,17 +30,28 @@ _KNOWN = (
 
 
 def solver_style(solver: str, others: Sequence[str] = ()) -> dict[str, Any]:
-    """Colour, line width and marker for a solver label (stable across figures)."""
+    """Colour, line width and marker for a solver label (stable across figures).
+
+    SlackSwap is the widest line, drawn beneath the others: a policy that ties it (the genetic
+    search often does) shows as a thin coloured line inside the black one instead of vanishing
+    under it.
+    """
     base = solver.split("(", 1)[0]
     if base == "slackswap":
-        return {"color": "black", "linewidth": 2.4, "marker": "o", "zorder": 10}
+        return {"color": "black", "linewidth": 3.2, "marker": "o", "markersize": 7, "zorder": 2}
     if base in _KNOWN:
         i = _KNOWN.index(base)
     else:
         extra = [s for s in others if s.split("(", 1)[0] not in (*_KNOWN, "slackswap")]
         i = len(_KNOWN) + (extra.index(solver) if solver in extra else 0)
     markers = "s^vDP*Xph<>d"
-    return {"color": _PALETTE[i % len(_PALETTE)], "linewidth": 1.4, "marker": markers[i % 12]}
+    return {
+        "color": _PALETTE[i % len(_PALETTE)],
+        "linewidth": 1.4,
+        "marker": markers[i % 12],
+        "markersize": 4,
+        "zorder": 3,
+    }
 
 
 def save(
@@ -128,7 +139,7 @@ def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
                 continue
             ax.plot(
                 100 * s["budget_fraction"], 100 * s["throughput"], label=solver,
-                markersize=4, **solver_style(solver, solvers),
+                **solver_style(solver, solvers),
             )  # fmt: skip
         ax.set_title(str(inst), fontsize="medium")
         ax.set_xlabel("memory budget (% of no-swap peak P)")
@@ -209,13 +220,29 @@ def _f(x: Any) -> float:
     return 0.0 if x is None or pd.isna(x) else float(x)
 
 
+def gap_text(percent: float) -> str:
+    """A heat-map cell: the gap in % to two significant digits (0.13, 2.4, 27, 512); "0" only
+    for no gap, "<0.01" for a gap too small to print, "-" for no plan."""
+    if np.isnan(percent):
+        return "-"
+    if percent == 0:
+        return "0"
+    if percent < 0.01:
+        return "<0.01"
+    if percent < 1:
+        return f"{percent:.2f}"
+    if percent < 10:
+        return f"{percent:.1f}"
+    return f"{percent:.0f}"
+
+
 def gap_heatmap(df: pd.DataFrame) -> Figure:
-    """Gap to the best known plan (%), solver x budget, one panel per instance."""
+    """Gap to the best known plan (%), solver x budget, one panel per instance, on one scale."""
     g = _best(df)
     instances = list(dict.fromkeys(g["instance"]))
     fig, axes = _grid(len(instances), ncols=2, size=(6.4, 4.0))
-    image = None
-    for ax, inst in zip(axes, instances, strict=True):
+    panels = []
+    for inst in instances:
         sub = g[g["instance"] == inst]
         solvers = _solvers(sub)
         budgets = sorted(sub["budget_fraction"].unique(), reverse=True)
@@ -224,13 +251,20 @@ def gap_heatmap(df: pd.DataFrame) -> Figure:
             m[solvers.index(str(r.solver)), budgets.index(r.budget_fraction)] = 100 * _nan(
                 r.gap_to_best
             )
-        cmap = _cmap()
-        image = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0, vmax=max(
-            5.0, float(np.nanpercentile(m, 95)) if np.isfinite(m).any() else 5.0), aspect="auto")  # fmt: skip
+        panels.append((solvers, budgets, m))
+    # One colour scale for every panel (the colour bar is shared), saturating at the 95th
+    # percentile so one far-off baseline does not wash out the small gaps.
+    cells = np.concatenate([m.ravel() for _, _, m in panels]) if panels else np.array([])
+    vmax = max(5.0, float(np.nanpercentile(cells, 95)) if np.isfinite(cells).any() else 5.0)
+    cmap = _cmap()
+    image = None
+    for ax, inst, (solvers, budgets, m) in zip(axes, instances, panels, strict=True):
+        image = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0, vmax=vmax, aspect="auto")
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
-                txt = "-" if np.isnan(m[i, j]) else f"{m[i, j]:.0f}"
-                ax.text(j, i, txt, ha="center", va="center", fontsize=6)
+                dark = np.isfinite(m[i, j]) and m[i, j] > 0.5 * vmax  # viridis_r: dark at the top
+                ax.text(j, i, gap_text(m[i, j]), ha="center", va="center", fontsize=6,
+                        color="white" if dark else "black")  # fmt: skip
         ax.set_xticks(range(len(budgets)), [f"{100 * b:g}" for b in budgets], fontsize="small")
         ax.set_yticks(range(len(solvers)), solvers, fontsize="small")
         ax.set_xlabel("memory budget (% of P)")
@@ -316,7 +350,7 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
             if s.empty:
                 continue
             ax.plot(
-                scale * s[by].astype(float), 100 * s["throughput"], label=solver, markersize=4,
+                scale * s[by].astype(float), 100 * s["throughput"], label=solver,
                 **solver_style(solver, solvers),
             )  # fmt: skip
         ax.set_xscale(xscale)

@@ -47,7 +47,10 @@ def write_report(
     rerun: bool = True,
     formats: tuple[str, ...] = ("png", "svg"),
 ) -> Report:
-    """Draw the figures into ``directory``; returns the files written and notes on skips."""
+    """Draw the figures into ``directory``; returns the files written and notes on skips.
+
+    Raises ValueError when ``instance`` names none of the results' instances.
+    """
     from slackswap.analysis.results import read_results
 
     df = results if isinstance(results, pd.DataFrame) else read_results(results)
@@ -55,6 +58,12 @@ def write_report(
     if df.empty:
         rep.notes.append("no rows: nothing to draw")
         return rep
+    if instance is not None:
+        names = list(dict.fromkeys(df["instance"].astype(str)))
+        if instance not in names:
+            raise ValueError(
+                f"instance {instance!r} is not in the results (they have {', '.join(names)})"
+            )
     d = Path(directory)
 
     def emit(fig: Any, name: str) -> None:
@@ -146,7 +155,8 @@ def _rerun_figures(
 ) -> None:
     name = _pick_instance(df, wanted)
     if name is None:
-        rep.notes.append("plan and timeline: no instance in the results can be rebuilt")
+        which = f"{wanted} cannot" if wanted is not None else "no instance in the results can"
+        rep.notes.append(f"plan and timeline: {which} be rebuilt (no instance_spec recorded)")
         return
     sub = df[(df["instance"] == name) & df["solver_name"].notna()]
     rows = _solver_rows(sub, plan_budget, 1)

@@ -11,6 +11,58 @@ from typing import Any
 from slackswap.problem import Instance
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default and marks required options.
+
+    A default is shown unless the help already names one, the option is a flag (its default is
+    not being given; a flag's help says when it is the default behaviour), or the default says
+    nothing (None or an empty list: an option that is unset).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if text == argparse.SUPPRESS:
+            return text
+        if action.required and action.option_strings:
+            text += " (required)"
+        default = action.default
+        shown = "default" in text.lower()
+        if (
+            not shown
+            and action.option_strings
+            and action.nargs != 0
+            and default not in (None, argparse.SUPPRESS)
+            and default != []
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # As argparse does, but never at a hyphen: "bert-large", "llama-7b@h100-pcie5" stay whole.
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+class Parser(argparse.ArgumentParser):
+    """The CLI's parser: `HelpFormatter` for it and, through ``add_subparsers``, every subcommand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def add_hidden_alias(p: argparse.ArgumentParser, alias: str, of: argparse.Action) -> None:
+    """Accept ``alias`` as an old spelling of the option ``of``, without listing it in the help."""
+    kwargs: dict[str, Any] = {"dest": of.dest, "help": argparse.SUPPRESS}
+    if of.nargs == 0:  # store_true / store_false / store_const
+        kwargs.update(action="store_const", const=of.const)
+    else:
+        kwargs.update(type=of.type, metavar=of.metavar)
+    # SUPPRESS: the alias sets nothing unless given, so it never overrides the option's default.
+    p.add_argument(alias, default=argparse.SUPPRESS, **kwargs)
+
+
 def load_instance_arg(name_or_path: str) -> Instance:
     """An instance from a CLI argument; user errors surface as one line, exit 2."""
     from slackswap.instances.catalog import load
@@ -84,13 +136,15 @@ def positive_float(text: str) -> float:
 
 def add_execution_arguments(p: argparse.ArgumentParser, *, jobs: int) -> None:
     """``--jobs``, ``--backend`` and ``--scheduler``: how a sweep's jobs run (compare, reproduce)."""
-    p.add_argument(
-        "--jobs", type=int, default=jobs, metavar="N", help=f"parallel jobs (default {jobs})"
-    )
+    p.add_argument("--jobs", type=int, default=jobs, metavar="N", help="parallel jobs")
     p.add_argument(
         "--backend",
         choices=("joblib", "dask"),
         default="joblib",
-        help="joblib: worker processes here (default); dask: a cluster (--scheduler) or local one",
+        help="joblib: worker processes here; dask: a cluster (--scheduler) or a local one",
     )
-    p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786)")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler, tcp://host:8786 (default: a local cluster; needs --backend dask)",
+    )

@@ -24,9 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("instances", nargs="*", metavar="INSTANCE", help="catalog name or file")
     p.add_argument(
         "--budgets",
-        help="fractions of the peak P or bytes: 1.0,0.5,11GB, 50%%, or a range 1.0:0.1:-0.1",
+        help="fractions of the peak P or bytes: 1.0,0.5,11GB, 50%%, or a range 1.0:0.1:-0.1 "
+        "(required without --sweep)",
     )
-    p.add_argument("--solvers", help="comma-separated solver names (see `slackswap solvers`)")
+    p.add_argument(
+        "--solvers",
+        help="comma-separated solver names, see `slackswap solvers` (required without --sweep)",
+    )
     p.add_argument(
         "--option",
         action="append",
@@ -34,7 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SOLVER.KEY=VALUE",
         help="a solver option (VALUE read as JSON, else text); repeatable",
     )
-    p.add_argument("--time-limit", metavar="S", help="seconds per solve")
+    p.add_argument(
+        "--time-limit",
+        metavar="S",
+        help="seconds per solve (default: each solver's own; searches and exact solvers use it)",
+    )
     p.add_argument(
         "--job-timeout",
         metavar="S",
@@ -48,11 +56,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing results file (else refused)"
     )
-    p.add_argument("--sweep", metavar="FILE", help="a sweep file (.toml or .yaml)")
     p.add_argument(
-        "--no-min-budget",
-        action="store_true",
-        help="do not bisect the smallest feasible budget of infeasible runs",
+        "--sweep", metavar="FILE", help="a sweep file (.toml or .yaml); options given here win"
+    )
+    mb = p.add_mutually_exclusive_group()
+    mb.add_argument(
+        "--min-budget",
+        dest="no_min_budget",
+        action="store_false",
+        default=False,  # either order of the two: bisect unless --no-min-budget
+        help="bisect the smallest feasible budget of infeasible runs (the default here)",
+    )
+    mb.add_argument(
+        "--no-min-budget", action="store_true", help="do not bisect it (faster on infeasible runs)"
     )
     add_progress_arguments(p)
     p.set_defaults(func=main)

@@ -40,19 +40,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda a: _usage(p))
 
     lb = sub.add_parser("linkbudget", help="Eq. 1 across GPU generations and workloads (Fig. 1)")
-    lb.add_argument("--json", action="store_true")
+    lb.add_argument("--json", action="store_true", help="rows as one JSON list, SI units")
     lb.set_defaults(func=cmd_linkbudget)
 
     o = sub.add_parser("offload", help="checkpoint-offload calculator (the companion essay)")
     o.add_argument("model", help="a transformer model: qwen3-1.7b, qwen3-8b, llama-70b, ...")
     o.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence")
-    o.add_argument("--batch", type=positive_int, default=1)
-    o.add_argument("--link", default="pcie5", help="pcie4 (31 GB/s), pcie5 (55.43), c2c (450)")
-    o.add_argument("--link-gbps", type=positive_float, help="override link GB/s")
-    o.add_argument("--gpus-per-link", type=positive_int, default=1)
-    o.add_argument("--gpus-per-node", type=positive_int, default=8)
-    o.add_argument("--tflops", type=positive_float, default=500.0, help="sustained TFLOP/s")
-    o.add_argument("--json", action="store_true")
+    o.add_argument("--batch", type=positive_int, default=1, help="sequences per GPU")
+    o.add_argument(
+        "--link",
+        default="pcie5",
+        help="pcie4 (31 GB/s), pcie5 (55.43), c2c (450): the essay's figures, not the 25 and 50 "
+        "GB/s of instances (see slackswap.models.hardware.Link)",
+    )
+    o.add_argument("--link-gbps", type=positive_float, help="override link GB/s per direction")
+    o.add_argument(
+        "--gpus-per-link",
+        type=positive_int,
+        default=1,
+        help="GPUs sharing one host link (a PCIe switch); each gets link / N",
+    )
+    o.add_argument(
+        "--gpus-per-node",
+        type=positive_int,
+        default=8,
+        help="GPUs per node, for the host memory the checkpoints take per node",
+    )
+    o.add_argument("--tflops", type=positive_float, default=500.0, help="sustained TFLOP/s per GPU")
+    o.add_argument("--json", action="store_true", help="one JSON object, SI units")
     o.set_defaults(func=cmd_offload)
 
 

@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("results", metavar="RESULTS", help="results file (.csv or .parquet)")
-    p.add_argument("-o", "--output", metavar="DIR", help="directory for the figures")
+    p.add_argument(
+        "-o", "--output", metavar="DIR", help="directory for the figures (default: none drawn)"
+    )
     p.add_argument(
         "--overwrite", action="store_true", help="replace figures already in DIR (else refused)"
     )
@@ -53,6 +55,13 @@ def main(args: argparse.Namespace) -> int:
             )
         _check_output(args.output, formats, overwrite=args.overwrite)
     df = read_results(args.results)
+    if df.empty:
+        raise UserError(f"{args.results}: no result rows, nothing to report")
+    names = list(dict.fromkeys(df["instance"].astype(str)))
+    if args.instance is not None and args.instance not in names:
+        raise UserError(
+            f"--instance {args.instance!r}: not in {args.results} (it has {', '.join(names)})"
+        )
     print(format_gaps(gaps(df)))
     if args.output is None:
         return 0

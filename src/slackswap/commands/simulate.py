@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from slackswap.commands.common import format_table, load_instance_arg, print_json
@@ -36,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help=f"runtime (default: the plan's): {', '.join(RUNTIMES)}",
     )
-    p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
+    p.add_argument(
+        "--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (open in Perfetto)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --trace file")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_simulate)
@@ -64,6 +67,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             write_chrome_trace(args.trace, inst, result)
         except OSError as exc:
             raise UserError(f"--trace {args.trace}: cannot write ({exc.strerror})") from None
+        print(f"wrote trace: {args.trace} (Chrome trace JSON)", file=sys.stderr)
     if args.json:
         print_json({"instance": inst.name, "budget": str(budget), **result.to_dict()})
     else:

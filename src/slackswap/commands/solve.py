@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.commands.common import format_table, load_instance_arg, print_json
+from slackswap.commands.common import load_instance_arg, print_json
 from slackswap.problem import UserError
 
 GB = 1e9
@@ -33,8 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--budget", required=True, help="fraction of the peak P (0.5, 50%%) or bytes (11GB)"
     )
-    s.add_argument("--solver", default="slackswap", help="registered solver (default slackswap)")
-    s.add_argument("--time-limit", type=_seconds, default=None, help="seconds (searches, exact)")
+    s.add_argument(
+        "--solver", default="slackswap", help="registered solver (see `slackswap solvers`)"
+    )
+    s.add_argument(
+        "--time-limit",
+        type=_seconds,
+        default=None,
+        help="seconds for searches and exact solvers (default: the solver's own)",
+    )
     s.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     s.add_argument(
         "--option",
@@ -85,20 +92,46 @@ def cmd_solvers(args: argparse.Namespace) -> int:
     if args.json:
         print_json(entries)
         return 0
-    rows = []
-    for e in entries:
-        t = e["tags"]
-        tags = [
-            k for k in ("exact", "deterministic", "honours_time_limit", "uses_time_limit") if t[k]
-        ]
-        if not t["static_plan"]:
-            tags.append("runtime-policy")
-        if t["needs"]:
-            tags.append("needs=" + "+".join(t["needs"]))
-        opts = ", ".join(f"{k}={v!r}" for k, v in e["options"].items())
-        rows.append([e["name"], " ".join(tags), opts or "-", e["description"]])
-    print(format_table(rows, ["solver", "tags", "options", "description"]))
+    print("\n\n".join(solver_entry(e) for e in entries))
     return 0
+
+
+def solver_entry(e: dict[str, Any], width: int = 100) -> str:
+    """One solver for the terminal: its name and description, then its tags and options, each
+    wrapped to ``width`` columns (the options of the genetic search alone run to 300)."""
+    import textwrap
+
+    t = e["tags"]
+    tags = [k for k in ("exact", "deterministic", "honours_time_limit", "uses_time_limit") if t[k]]
+    if not t["static_plan"]:
+        tags.append("runtime-policy")
+    if t["needs"]:
+        tags.append("needs=" + "+".join(t["needs"]))
+    opts = ", ".join(f"{k}={v!r}" for k, v in e["options"].items())
+    indent = " " * 11
+
+    def field(label: str, text: str) -> str:
+        return textwrap.fill(
+            text,
+            width,
+            initial_indent=f"  {label:<9}",
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+
+    return "\n".join(
+        [
+            textwrap.fill(
+                f"{e['name']}: {e['description']}",
+                width,
+                subsequent_indent="  ",
+                break_on_hyphens=False,
+            ),
+            field("tags", " ".join(tags) or "-"),
+            field("options", opts or "-"),
+        ]
+    )
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -140,6 +173,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                 rec.plan.save(args.output)
             except OSError as exc:
                 raise UserError(f"-o {args.output}: cannot write ({exc.strerror})") from None
+            print(f"wrote plan: {args.output}", file=sys.stderr)  # stderr: --json keeps stdout
     if args.json:
         row = rec.to_row()
         if rec.history:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from slackswap.models.hardware import LINKS
 from slackswap.models.transformer import (
     TransformerConfig,
     checkpoint_bytes_per_layer,
@@ -23,8 +24,9 @@ from slackswap.models.transformer import (
 
 #: Sustained rate the essay assumes on H100-class GPUs, FLOP/s.
 ESSAY_TFLOPS = 500e12
-#: Links as the essay quotes them (bytes/s per direction).
-ESSAY_LINKS = {"pcie4": 31e9, "pcie5": 55.43e9, "c2c": 450e9}
+#: Links as the essay quotes them (bytes/s per direction), from the one link table; why they differ
+#: from the paper's figures that instances use is in `slackswap.models.hardware.Link`.
+ESSAY_LINKS = {k: lk.essay_bw_Bps for k, lk in LINKS.items() if lk.essay_bw_Bps is not None}
 GIB = 2**30
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.commands.common import add_execution_arguments
+from slackswap.commands.common import add_execution_arguments, add_hidden_alias
 
 WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
@@ -117,12 +117,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig4", metavar="DIR",
                    help="directory for fig4.csv and the figure (default reproduce-fig4)")  # fmt: skip
     add_execution_arguments(p, jobs=2)
-    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    names = p.add_argument("--instances", dest="workloads", default=",".join(WORKLOADS),
+                           metavar="NAMES", help="catalog names, comma separated")  # fmt: skip
+    add_hidden_alias(p, "--workloads", names)  # the old spelling
     p.add_argument("--solvers", help="comma-separated (default: every heuristic policy)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig4.csv")
     p.add_argument("--overwrite", action="store_true", help="replace DIR/fig4.csv (else refused)")
-    p.add_argument("--min-budget", action="store_true",
-                   help="bisect the smallest feasible budget of infeasible runs (slower)")  # fmt: skip
+    mb = p.add_mutually_exclusive_group()
+    mb.add_argument("--min-budget", action="store_true",
+                    help="bisect the smallest feasible budget of infeasible runs (slower)")  # fmt: skip
+    mb.add_argument("--no-min-budget", dest="min_budget", action="store_false", default=False,
+                    help="do not bisect it (the default here)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     add_progress_arguments(p)
 

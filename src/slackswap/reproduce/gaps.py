@@ -117,9 +117,16 @@ def render(rows: list[dict[str, Any]], solvers: Sequence[str]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--models", default=",".join(DEFAULT_MODELS), help="catalog names, comma separated"
+    from slackswap.commands.common import add_hidden_alias
+
+    names = p.add_argument(
+        "--instances",
+        dest="models",
+        default=",".join(DEFAULT_MODELS),
+        metavar="NAMES",
+        help="catalog names, comma separated",
     )
+    add_hidden_alias(p, "--models", names)  # the old spelling
     p.add_argument(
         "--budgets",
         default=",".join(str(b) for b in DEFAULT_BUDGETS),
@@ -134,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=20.0,
         help="seconds per exact solve (the benchmark uses 60)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of every solve")
     p.add_argument("--json", action="store_true", help="one JSON object per row")
     add_batch_arguments(p)
 

@@ -35,6 +35,14 @@ class Timeline:
     mem_time_s: np.ndarray
     mem_bytes: np.ndarray
 
+    def __repr__(self) -> str:
+        # Counts, not the arrays: a step has thousands of records (it is inside SimResult's repr).
+        end = float(self.compute_end_s.max()) if self.compute_end_s.size else 0.0
+        return (
+            f"Timeline({self.compute_start_s.size} compute records, {self.copy_start_s.size} "
+            f"copies, {self.mem_time_s.size} memory changes, 0 to {end:.6g} s)"
+        )
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -99,3 +107,9 @@ class BatchResult:
 
     def __len__(self) -> int:
         return int(self.step_s.shape[0])
+
+    def __repr__(self) -> str:
+        # A summary, not one value per plan of the population.
+        n, ok = len(self), int(np.count_nonzero(self.feasible))
+        best = f", best step {float(self.step_s[self.feasible].min()):.6g} s" if ok else ""
+        return f"BatchResult({n} plans, {ok} feasible{best}, budget {self.budget_bytes} B)"

@@ -363,7 +363,7 @@ class CpPlanModel:
             solver.parameters.max_deterministic_time = max(0.01, float(deterministic_s))
         code = solver.solve(mdl)
         wall = time.perf_counter() - t0
-        det = float(solver.deterministic_time)
+        det = float(solver.response_proto.deterministic_time)  # CpSolver.deterministic_time: 9.15+
         u = self.tick_s
         if code == cp_model.INFEASIBLE:
             bound = (extra + 1) * u if extra is not None else None
