@@ -53,7 +53,6 @@ def main(args: argparse.Namespace) -> int:
             raise UserError(
                 f"--breakdown-budget must be a fraction of P, got {args.breakdown_budget}"
             )
-        _check_output(args.output, formats, overwrite=args.overwrite)
     df = read_results(args.results)
     if df.empty:
         raise UserError(f"{args.results}: no result rows, nothing to report")
@@ -62,6 +61,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(
             f"--instance {args.instance!r}: not in {args.results} (it has {', '.join(names)})"
         )
+    if args.output is not None:  # before the gap table and the figures: nothing half done
+        _check_output(args.output, formats, overwrite=args.overwrite)
     print(format_gaps(gaps(df)))
     if args.output is None:
         return 0
