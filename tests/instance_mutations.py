@@ -108,7 +108,9 @@ def _edit(draw: st.DrawFn, doc: dict) -> None:
             if not t_names:
                 return
             new = draw(st.lists(st.sampled_from(t_names), max_size=3))
-            row[key] = new if draw(st.booleans()) else [*row.get(key, []), *new]
+            old = row.get(key)
+            keep = old if isinstance(old, list) and draw(st.booleans()) else []
+            row[key] = [*keep, *new]
         elif op_names:
             row[key] = draw(st.sampled_from(op_names))
     elif kind == "all":  # the same value on every row (all durations 0, all costs 1e308)

@@ -28,7 +28,7 @@ from slackswap.solvers.base import TIME_LIMIT_SLACK, Status, run
 from tests.instance_mutations import mutated_files
 
 TIME_LIMIT_S = 0.5  # per solve; searches use all of it, the heuristics milliseconds
-SCHEDULING_NOISE_S = 1.0
+SCHEDULING_NOISE_S = 2.0
 BUDGETS = (1.0, 0.8, 0.5)  # fractions of the mutated instance's keep-all peak P
 RESULT_FIELDS = ("step_s", "throughput", "recompute_s", "fwd_stall_s", "bwd_stall_s",
                  "d2h_bytes", "h2d_bytes", "peak_bytes")  # fmt: skip
@@ -59,7 +59,9 @@ def _check_solvers(inst: Instance, names: list[str], budget: float) -> None:
         what = f"{name} on {inst!r} at {budget}: {rec.status.value} in {rec.plan_s:.3f} s"
         assert rec.status is not Status.ERROR, f"{what}: {rec.error}"
         # Within its time limit: the solvers' own slack, plus the scheduling noise of a loaded
-        # 2-core CI machine (a record says timeout past the slack alone; that is allowed here).
+        # 2-core machine (a record says timeout past the slack alone; that is allowed here). The
+        # genetic search forks its island workers: at a load of 8 on 2 cores ga-random once took
+        # 1.88 s for a 0.5 s limit (0.3-0.5 s on a rerun of the same file).
         assert rec.plan_s <= TIME_LIMIT_S * (1 + TIME_LIMIT_SLACK) + SCHEDULING_NOISE_S, what
         if rec.step_s is None:  # no plan that fits: infeasible (or out of time, as above)
             assert rec.status in (Status.INFEASIBLE, Status.TIMEOUT), what
