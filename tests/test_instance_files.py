@@ -301,6 +301,7 @@ MALFORMED = {
     "meta nested deep": (lambda d: d.update(meta={"a": json.loads("[" * 100 + "]" * 100)}), "meta"),
     "all durations 0": (lambda d: _all(d, "ops", "duration_s", 0.0), "ops.duration_s"),
     "no tensors": (_no_tensors, "tensors.name"),
+    "no saved bytes": (lambda d: _all(d, "tensors", "bytes", 0), "tensors.bytes"),
     "lone surrogate": (lambda d: d["tensors"][0].update(name="\ud800"), "tensors[0].name"),
     "surrogate in meta": (lambda d: d.update(meta={"note": "\udfff"}), "meta"),
     "reader before producer": (_tensor_read_early, "reads a tensor before its producer"),
@@ -339,6 +340,7 @@ def test_every_malformed_file_is_an_instance_error(
 
 @pytest.mark.parametrize(
     "case", ["int past int64", "dict as producer", "meta a list", "all durations 0", "no tensors",
+             "no saved bytes",
              "lone surrogate", "non-UTF-8", "nesting 1000 deep", "reader before producer"],
 )  # fmt: skip
 def test_malformed_file_cli_one_line_exit_2(

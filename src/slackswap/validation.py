@@ -34,7 +34,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "op_duration_s": (0.0, 3600.0),
     "op_flops": (0.0, 1e18),
     "op_transient_bytes": (0, MAX_BYTES),
-    "tensor_bytes": (1, MAX_BYTES),
+    "tensor_bytes": (0, MAX_BYTES),
     "tensor_recompute_s": (0.0, 3600.0),  # or infinite: no operator chain rebuilds the tensor
     "tensor_block": (-1, _INDEX_MAX),
 }
@@ -159,7 +159,10 @@ def validate_instance(inst: Instance) -> None:
         _check_range(inst, name)
     _check_range(inst, "tensor_recompute_s", allow_inf=True)
     # Exact sums (Python ints): a numpy int64 sum of many large tensors could wrap around.
-    total = sum(int(b) for b in inst.tensor_bytes) + int(inst.op_transient_bytes.max())
+    saved = sum(int(b) for b in inst.tensor_bytes)
+    if saved == 0:  # the intensity F / A and every budget's fraction of P would divide by 0
+        raise _fail("tensor_bytes", None, 0, "the saved tensors hold no bytes at all")
+    total = saved + int(inst.op_transient_bytes.max())
     if total > MAX_TOTAL_BYTES:
         raise _fail(
             "tensor_bytes",

@@ -34,14 +34,15 @@ ops[i].flops               0 .. 1e18 FLOP    an hour at 1e18 / 3600 FLOP/s
 ops[i].transient_bytes     0 .. 2**50 B      1 PiB, far beyond any device's memory
 ops[i].block              -1 .. 2**31-1     int32 indices, -1 outside any block
 ops[i].layer               -1 .. 2**31-1     as ops[i].block
-tensors[i].bytes           1 .. 2**50 B      a saved tensor holds data; 1 PiB as above
+tensors[i].bytes           0 .. 2**50 B      1 PiB as above
 tensors[i].recompute_s     0 .. 3600 s|null  as duration_s; null = cannot be rebuilt
 tensors[i].block           -1 .. 2**31-1     as ops[i].block
 =========================  ================  ===============================================
 
-and two sums: the saved bytes plus the largest temporary stay <= 2**53 (exact in float64, no
-int64 overflow), and the forward pass takes >= 1 ns (F / T_F and beta stay finite). An instance
-needs at least one operator and one saved tensor. Every name (instance, GPU, link, operators,
+and three sums: the saved bytes are at least 1 (F / A and fractions of P stay finite) and, plus
+the largest temporary, at most 2**53 (exact in float64, no int64 overflow); the forward pass
+takes >= 1 ns (F / T_F and beta stay finite). An instance needs at least one operator and one
+saved tensor. Every name (instance, GPU, link, operators,
 tensors, kinds, categories, the names in ``reads``, ``producer`` and the other references) is a
 JSON string of valid Unicode (no lone surrogates); ``meta`` is an object nested at most
 `MAX_META_DEPTH` levels. Files are UTF-8.
