@@ -24,6 +24,10 @@ latency per copy; a fragmentation-free memory of ``budget`` bytes):
 - A step that lacks memory while no eviction can free any (nothing evictable, nothing in
   flight) makes the plan infeasible at that operator; SWAP tensors never leave the device
   unless memory runs short, so at a budget of at least the keep-all peak nothing is copied.
+
+Time, as in the compiled kernel: the compute clock is the ideal start of the current operator
+plus the delay so far (stalls and rebuilds), and the step is the ideal step plus the delay, so it
+is never below the ideal step, not even by a rounding error.
 """
 
 from __future__ import annotations
