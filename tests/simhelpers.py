@@ -73,7 +73,7 @@ def random_instance(draw, *, max_fwd: int = 6) -> Instance:  # type: ignore[no-u
         name = f"t{k}"
         g.saved(
             name,
-            nbytes=draw(size),
+            nbytes=draw(size if k else st.integers(1, 2_000_000)),  # instances save >= 1 byte
             producer=f"f{k}",
             category="elementwise" if finite else "block_input",
             block=k // 2,

@@ -153,3 +153,41 @@ def test_properties_on_random_instances(inst: Instance, seed: int) -> None:
     big = simulate_lru(inst, np.where(acts == SWAP, SWAP, KEEP).astype(np.int8), inst.peak_bytes)
     assert big["feasible"] and big["step_s"] == pytest.approx(inst.ideal_step_s)
     assert big["d2h_bytes"] == 0
+
+
+@pytest.mark.timeout(60)  # the link model used to stop its clock here and loop forever
+def test_a_link_of_1e15_bytes_per_second_ends_every_copy() -> None:
+    # As test_one_eviction_and_a_hidden_prefetch on a 1 PB/s link with 10 us latency: f2 waits
+    # for t0's eviction, 10 us + 100 B / 1e15 B/s; the prefetch hides behind b1. A copy of
+    # 1e-13 s is below the resolution of a clock near 2 s, which froze the old link model.
+    inst = chain(bw=1e15, latency=10e-6)
+    r = simulate_lru(inst, np.full(3, SWAP, dtype=np.int8), 200)
+    copy_s = 10e-6 + 100 / 1e15
+    assert r["feasible"] and r["evictions"] == 1
+    assert r["fwd_stall_mem_s"] == pytest.approx(copy_s, rel=1e-6)
+    assert r["step_s"] == pytest.approx(6.0 + copy_s, rel=1e-12)
+    assert r["d2h_bytes"] == 100 and r["h2d_bytes"] == 100
+
+
+def test_nothing_copied_gives_exactly_the_ideal_step() -> None:
+    # VGG-16 at its keep-all peak: nothing leaves the device, so the step is the ideal step to
+    # the last bit. Adding the durations one by one instead ended 1.4e-17 s below it
+    # (throughput 1.0000000000000002): the ideal step is numpy's pairwise sum.
+    from slackswap.instances.catalog import load
+
+    inst = load("vgg16")
+    r = simulate_lru(inst, np.full(inst.n_tensors, SWAP, dtype=np.int8), inst.peak_bytes)
+    assert r["feasible"] and r["d2h_bytes"] == 0
+    assert r["step_s"] == r["ideal_s"] and r["throughput"] == 1.0
+
+
+@given(small_instances(), st.data())
+def test_the_step_is_never_below_the_ideal(inst: Instance, data: st.DataObject) -> None:
+    acts = np.array(
+        data.draw(st.lists(st.sampled_from([KEEP, SWAP]), min_size=inst.n_tensors,
+                           max_size=inst.n_tensors)), dtype=np.int8,
+    )  # fmt: skip
+    budget = int(inst.peak_bytes * data.draw(st.sampled_from([1.0, 0.8, 0.6])))
+    r = simulate_lru(inst, acts, budget)
+    if r["feasible"]:
+        assert r["step_s"] >= r["ideal_s"] and r["throughput"] <= 1.0

@@ -155,7 +155,7 @@ class Instance:
             raw = getattr(self, name)
             try:
                 arr = np.asarray(raw, dtype=dtype)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise InstanceError(
                     f"{name}: not a numeric array ({exc})", field=name, value=raw
                 ) from None
@@ -165,8 +165,17 @@ class Instance:
         for name in ("op_name", "op_kind", "tensor_name", "tensor_category"):
             object.__setattr__(self, name, tuple(str(x) for x in getattr(self, name)))
         for name in ("op_reads", "tensor_rebuild_inputs"):
-            object.__setattr__(
-                self, name, tuple(tuple(int(x) for x in row) for row in getattr(self, name))
+            raw = getattr(self, name)
+            try:
+                rows = tuple(tuple(int(x) for x in row) for row in raw)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise InstanceError(
+                    f"{name}: not lists of tensor indices ({exc})", field=name, value=raw
+                ) from None
+            object.__setattr__(self, name, rows)
+        if not isinstance(self.meta, dict):
+            raise InstanceError(
+                f"meta = {self.meta!r}: expected a dict", field="meta", value=self.meta
             )
         object.__setattr__(self, "meta", dict(self.meta))
         from slackswap.validation import validate_instance

@@ -11,6 +11,50 @@ from slackswap.problem import CATEGORIES, OP_KINDS, InstanceError
 if TYPE_CHECKING:
     from slackswap.problem import Instance
 
+#: Largest saved tensor or operator temporary: 1 PiB, far beyond any device's memory.
+MAX_BYTES = 2**50
+#: Largest sum of saved bytes plus the largest temporary: 2**53 keeps every byte count exact in
+#: float64 (budgets, fractions) and every int64 sum of them far from overflow.
+MAX_TOTAL_BYTES = 2**53
+#: Shortest forward pass: 1 ns (one kernel launch takes microseconds); a shorter or empty one
+#: makes the sustained FLOP/s F / T_F and beta overflow.
+MIN_FORWARD_S = 1e-9
+_INDEX_MAX = 2**31 - 1  # block and layer indices are int32
+
+#: Physical range (inclusive) of every numeric field, in the unit its name carries; values
+#: outside are refused at load. Why each bound: `slackswap.instances.format`'s docstring.
+RANGES: dict[str, tuple[float, float]] = {
+    "hardware.link_bw_Bps": (1.0, 1e15),
+    "hardware.copy_latency_s": (0.0, 1.0),
+    "hardware.duplex_factor": (0.1, 1.0),
+    "hardware.gpu_flops": (0.0, 1e18),
+    "hardware.gpu_mem_Bps": (0.0, 1e15),
+    "op_block": (-1, _INDEX_MAX),
+    "op_layer": (-1, _INDEX_MAX),
+    "op_duration_s": (0.0, 3600.0),
+    "op_flops": (0.0, 1e18),
+    "op_transient_bytes": (0, MAX_BYTES),
+    "tensor_bytes": (0, MAX_BYTES),
+    "tensor_recompute_s": (0.0, 3600.0),  # or infinite: no operator chain rebuilds the tensor
+    "tensor_block": (-1, _INDEX_MAX),
+}
+
+
+def range_text(key: str) -> str:
+    """``'outside the physical range [lo, hi]'`` for the message of a value out of range."""
+    lo, hi = RANGES[key]
+    return f"outside the physical range [{_show(lo)}, {_show(hi)}]"
+
+
+def _show(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
+
+def in_range(key: str, value: Any) -> bool:
+    """Whether ``value`` (a Python or numpy number, any size) lies in the range of ``key``."""
+    lo, hi = RANGES[key]
+    return bool(lo <= value <= hi)
+
 
 def _fail(field: str, index: int | None, value: Any, why: str) -> InstanceError:
     where = field if index is None else f"{field}[{index}]"
@@ -22,18 +66,18 @@ def _first_bad(mask: np.ndarray) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
-def _check_finite_nonneg(inst: Instance, name: str, allow_inf: bool = False) -> None:
+def _check_range(inst: Instance, name: str, allow_inf: bool = False) -> None:
     a = getattr(inst, name)
-    i = _first_bad(np.isnan(a))
+    i = _first_bad(np.isnan(a)) if a.dtype.kind == "f" else None
     if i is not None:
         raise _fail(name, i, float(a[i]), "not a number")
-    if not allow_inf:
-        i = _first_bad(~np.isfinite(a))
-        if i is not None:
-            raise _fail(name, i, float(a[i]), "must be finite")
-    i = _first_bad(a < 0)
+    lo, hi = RANGES[name]
+    bad = (a < lo) | (a > hi)
+    if allow_inf:
+        bad &= ~np.isposinf(a)
+    i = _first_bad(bad)
     if i is not None:
-        raise _fail(name, i, a[i].item(), "must not be negative")
+        raise _fail(name, i, a[i].item(), range_text(name))
 
 
 def validate_instance(inst: Instance) -> None:
@@ -70,16 +114,16 @@ def validate_instance(inst: Instance) -> None:
             )
     if n_ops == 0:
         raise _fail("op_name", None, [], "an instance needs at least one operator")
+    if n_t == 0:
+        raise _fail("tensor_name", None, [], "an instance needs at least one saved tensor")
 
     hw = inst.hardware
-    for attr in ("link_bw_Bps", "copy_latency_s", "duplex_factor"):
+    for attr in ("link_bw_Bps", "copy_latency_s", "duplex_factor", "gpu_flops", "gpu_mem_Bps"):
         v = getattr(hw, attr)
-        if not isinstance(v, int | float) or not np.isfinite(v) or v < 0:
-            raise _fail(f"hardware.{attr}", None, v, "must be a finite non-negative number")
-    if hw.link_bw_Bps <= 0:
-        raise _fail("hardware.link_bw_Bps", None, hw.link_bw_Bps, "must be positive")
-    if not 0 < hw.duplex_factor <= 1:
-        raise _fail("hardware.duplex_factor", None, hw.duplex_factor, "must lie in (0, 1]")
+        if isinstance(v, bool) or not isinstance(v, int | float | np.number):
+            raise _fail(f"hardware.{attr}", None, v, "expected a number")
+        if not in_range(f"hardware.{attr}", v):
+            raise _fail(f"hardware.{attr}", None, v, range_text(f"hardware.{attr}"))
 
     seen: set[str] = set()
     for k, n in enumerate(inst.op_name):
@@ -103,11 +147,34 @@ def validate_instance(inst: Instance) -> None:
     for j, kind in enumerate(inst.op_kind):
         if kind not in OP_KINDS:
             raise _fail("op_kind", j, kind, f"unknown kind (one of {', '.join(OP_KINDS)})")
-    _check_finite_nonneg(inst, "op_duration_s")
-    _check_finite_nonneg(inst, "op_flops")
-    _check_finite_nonneg(inst, "op_transient_bytes")
-    _check_finite_nonneg(inst, "tensor_bytes")
-    _check_finite_nonneg(inst, "tensor_recompute_s", allow_inf=True)
+    for name in (
+        "op_block",
+        "op_layer",
+        "op_duration_s",
+        "op_flops",
+        "op_transient_bytes",
+        "tensor_bytes",
+        "tensor_block",
+    ):
+        _check_range(inst, name)
+    _check_range(inst, "tensor_recompute_s", allow_inf=True)
+    # Exact sums (Python ints): a numpy int64 sum of many large tensors could wrap around.
+    saved = sum(int(b) for b in inst.tensor_bytes)
+    if saved == 0:  # the intensity F / A and every budget's fraction of P would divide by 0
+        raise _fail("tensor_bytes", None, 0, "the saved tensors hold no bytes at all")
+    total = saved + int(inst.op_transient_bytes.max())
+    if total > MAX_TOTAL_BYTES:
+        raise _fail(
+            "tensor_bytes",
+            None,
+            total,
+            f"saved bytes plus the largest temporary exceed {MAX_TOTAL_BYTES} (2**53)",
+        )
+    forward_s = float(inst.op_duration_s[phase == 0].sum())
+    if not forward_s >= MIN_FORWARD_S:
+        raise _fail(
+            "op_duration_s", None, forward_s, f"the forward pass must take >= {MIN_FORWARD_S:g} s"
+        )
     for j, c in enumerate(inst.tensor_category):
         if c not in CATEGORIES:
             raise _fail(
@@ -161,9 +228,9 @@ def validate_instance(inst: Instance) -> None:
     for t in range(n_t):
         fwd = [o for o in readers[t] if o < n_fwd]
         bwd = [o for o in readers[t] if o >= n_fwd]
-        if fwd and max(fwd) < prod[t]:
+        if fwd and min(fwd) < prod[t]:  # the earliest reader, not the latest
             raise _fail(
-                "op_reads", fwd[0], inst.tensor_name[t], "reads a tensor before its producer"
+                "op_reads", min(fwd), inst.tensor_name[t], "reads a tensor before its producer"
             )
         if fwd and max(fwd) != lfr[t]:
             raise _fail(

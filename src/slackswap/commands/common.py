@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -71,8 +72,27 @@ def load_instance_arg(name_or_path: str) -> Instance:
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=1, allow_nan=False, default=_jsonable)
+    """Print ``obj`` as valid JSON: a number that is not finite (inf, nan) is written ``null``.
+
+    Python's ``json`` would write ``Infinity`` / ``NaN``, which JSON does not have.
+    """
+    json.dump(_finite(obj), sys.stdout, indent=1, allow_nan=False, default=_jsonable)
     sys.stdout.write("\n")
+
+
+def _finite(o: Any) -> Any:
+    """``o`` with every non-finite float (numpy's too) replaced by None, containers copied."""
+    import numpy as np
+
+    if isinstance(o, float | np.floating):
+        return float(o) if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_finite(v) for v in o]
+    if isinstance(o, np.ndarray):
+        return _finite(o.tolist())
+    return o
 
 
 def _jsonable(o: Any) -> Any:
@@ -80,8 +100,6 @@ def _jsonable(o: Any) -> Any:
 
     if isinstance(o, np.integer):
         return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=cmd_build)
     i = isub.add_parser("info", help="derived quantities of an instance (Table 1 columns)")
     i.add_argument("instance", help="instance file or catalog name")
-    i.add_argument("--json", action="store_true", help="one JSON object, SI units")
+    i.add_argument(
+        "--json", action="store_true", help="one JSON object, SI units (null where not finite)"
+    )
     i.set_defaults(func=cmd_info)
     p.set_defaults(func=lambda a: _usage(p))
 

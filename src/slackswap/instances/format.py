@@ -14,6 +14,38 @@ Layout (schema_version 1)::
      "meta": {...}}
 
 Operators and tensors are referred to by name, so files can be read and edited by hand.
+
+Physical ranges (`slackswap.validation.RANGES`, inclusive; bytes, seconds, FLOP). A value
+outside is refused at load, naming the field, its index, the value and the range. The bounds
+are wide enough for hand-worked toy instances (100 B/s links, 1 s operators) and narrow enough
+that the event simulators' float64 clocks stay meaningful (a denormal bandwidth or a 1e308 s
+operator would stall or overflow them):
+
+=========================  ================  ===============================================
+field                      range             why
+=========================  ================  ===============================================
+hardware.link_bw_Bps       1 .. 1e15 B/s     1 B/s: one byte a second; 1 PB/s is 100x HBM3e
+hardware.copy_latency_s    0 .. 1 s          DMA set-up takes microseconds
+hardware.duplex_factor     0.1 .. 1          share of the bandwidth each direction keeps
+hardware.gpu_flops         0 .. 1e18 FLOP/s  0 = unknown; 1 EFLOP/s is ~1000x an H100
+hardware.gpu_mem_Bps       0 .. 1e15 B/s     0 = unknown; as the link's upper bound
+ops[i].duration_s          0 .. 3600 s       no single kernel of a training step runs an hour
+ops[i].flops               0 .. 1e18 FLOP    an hour at 1e18 / 3600 FLOP/s
+ops[i].transient_bytes     0 .. 2**50 B      1 PiB, far beyond any device's memory
+ops[i].block              -1 .. 2**31-1     int32 indices, -1 outside any block
+ops[i].layer               -1 .. 2**31-1     as ops[i].block
+tensors[i].bytes           0 .. 2**50 B      1 PiB as above
+tensors[i].recompute_s     0 .. 3600 s|null  as duration_s; null = cannot be rebuilt
+tensors[i].block           -1 .. 2**31-1     as ops[i].block
+=========================  ================  ===============================================
+
+and three sums: the saved bytes are at least 1 (F / A and fractions of P stay finite) and, plus
+the largest temporary, at most 2**53 (exact in float64, no int64 overflow); the forward pass
+takes >= 1 ns (F / T_F and beta stay finite). An instance needs at least one operator and one
+saved tensor. Every name (instance, GPU, link, operators,
+tensors, kinds, categories, the names in ``reads``, ``producer`` and the other references) is a
+JSON string of valid Unicode (no lone surrogates); ``meta`` is an object nested at most
+`MAX_META_DEPTH` levels. Files are UTF-8.
 """
 
 from __future__ import annotations
@@ -28,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from slackswap.problem import Hardware, Instance, InstanceError
+from slackswap.validation import in_range, range_text
 
 SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -56,6 +89,8 @@ _TENSOR_FIELDS = (
     "category",
 )
 _HW_FIELDS = ("gpu", "link", "link_bw_Bps")
+#: Deepest nesting of ``meta`` (free-form information); deeper is refused, not a RecursionError.
+MAX_META_DEPTH = 32
 
 
 class InstanceFileError(InstanceError):
@@ -109,17 +144,24 @@ def instance_to_dict(inst: Instance) -> dict[str, Any]:
 
 
 def _err(source: str, where: str, value: Any, why: str) -> InstanceFileError:
-    shown = repr(value)
+    try:
+        shown = repr(value)
+    except RecursionError:  # a deeply nested list or object
+        shown = f"<deeply nested {type(value).__name__}>"
     if len(shown) > 60:
         shown = shown[:57] + "..."
     return InstanceFileError(f"{source}: {where} = {shown}: {why}", field=where, value=value)
 
 
-def _num(source: str, where: str, v: Any, integer: bool = False) -> float | int:
+def _num(source: str, where: str, v: Any, key: str, integer: bool = False) -> float | int:
+    """A number of field ``key`` (a `RANGES` key), checked against its physical range."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _err(source, where, v, "expected a number")
     if isinstance(v, float) and math.isnan(v):
         raise _err(source, where, v, "not a number")
+    # Compared before any conversion: a 400-digit integer must not overflow float or int64.
+    if not in_range(key, v):
+        raise _err(source, where, v, range_text(key))
     if integer:
         if isinstance(v, float):
             if not v.is_integer():
@@ -127,6 +169,36 @@ def _num(source: str, where: str, v: Any, integer: bool = False) -> float | int:
             v = int(v)
         return int(v)
     return float(v)
+
+
+def _text(source: str, where: str, v: Any) -> str:
+    """A name: a JSON string that is valid Unicode (a lone surrogate cannot be printed or hashed)."""
+    if not isinstance(v, str):
+        raise _err(source, where, v, "expected a string")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _err(source, where, v, "not valid Unicode (a lone surrogate)") from None
+    return v
+
+
+def _check_meta(source: str, meta: Any) -> None:
+    """``meta`` is an object of valid-Unicode text nested at most `MAX_META_DEPTH` levels."""
+    if not isinstance(meta, dict):
+        raise _err(source, "meta", meta, "expected an object")
+    stack: list[tuple[str, Any, int]] = [("meta", meta, 1)]
+    while stack:  # iterative: a recursive walk could itself overflow the stack
+        where, v, depth = stack.pop()
+        if isinstance(v, str):
+            _text(source, where, v)
+        elif isinstance(v, dict | list):
+            if depth > MAX_META_DEPTH:
+                raise _err(source, where, v, f"nested deeper than {MAX_META_DEPTH} levels")
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, item in items:
+                if isinstance(k, str):
+                    _text(source, f"{where} (key)", k)
+                stack.append((f"{where}[{k!r}]", item, depth + 1))
 
 
 def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
@@ -146,20 +218,31 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
     for key in ("name", "hardware", "ops", "tensors"):
         if key not in d:
             raise _err(source, key, None, "missing field")
+    name = _text(source, "name", d["name"])
+    meta = d.get("meta")
+    meta = {} if meta is None else meta
+    _check_meta(source, meta)
     hw = d["hardware"]
     if not isinstance(hw, dict):
         raise _err(source, "hardware", hw, "expected an object")
     for key in _HW_FIELDS:
         if key not in hw:
             raise _err(source, f"hardware.{key}", None, "missing field")
+
+    def hw_num(key: str, default: float | None = None) -> float:
+        where = f"hardware.{key}"
+        return float(
+            _num(source, where, hw[key] if default is None else hw.get(key, default), where)
+        )
+
     hardware = Hardware(
-        gpu=str(hw["gpu"]),
-        link=str(hw["link"]),
-        link_bw_Bps=_num(source, "hardware.link_bw_Bps", hw["link_bw_Bps"]),
-        copy_latency_s=_num(source, "hardware.copy_latency_s", hw.get("copy_latency_s", 10e-6)),
-        duplex_factor=_num(source, "hardware.duplex_factor", hw.get("duplex_factor", 0.85)),
-        gpu_flops=_num(source, "hardware.gpu_flops", hw.get("gpu_flops", 0.0)),
-        gpu_mem_Bps=_num(source, "hardware.gpu_mem_Bps", hw.get("gpu_mem_Bps", 0.0)),
+        gpu=_text(source, "hardware.gpu", hw["gpu"]),
+        link=_text(source, "hardware.link", hw["link"]),
+        link_bw_Bps=hw_num("link_bw_Bps"),
+        copy_latency_s=hw_num("copy_latency_s", 10e-6),
+        duplex_factor=hw_num("duplex_factor", 0.85),
+        gpu_flops=hw_num("gpu_flops", 0.0),
+        gpu_mem_Bps=hw_num("gpu_mem_Bps", 0.0),
     )
     ops, tensors = d["ops"], d["tensors"]
     if not isinstance(ops, list):
@@ -179,19 +262,21 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
             if key not in t:
                 raise _err(source, f"tensors[{i}].{key}", None, "missing field")
 
-    op_index = {}
+    op_index: dict[str, int] = {}
     for i, op in enumerate(ops):
-        if op["name"] in op_index:
-            raise _err(source, f"ops[{i}].name", op["name"], "duplicate operator name")
-        op_index[op["name"]] = i
-    t_index = {}
+        n = _text(source, f"ops[{i}].name", op["name"])
+        if n in op_index:
+            raise _err(source, f"ops[{i}].name", n, "duplicate operator name")
+        op_index[n] = i
+    t_index: dict[str, int] = {}
     for i, t in enumerate(tensors):
-        if t["name"] in t_index:
-            raise _err(source, f"tensors[{i}].name", t["name"], "duplicate tensor name")
-        t_index[t["name"]] = i
+        n = _text(source, f"tensors[{i}].name", t["name"])
+        if n in t_index:
+            raise _err(source, f"tensors[{i}].name", n, "duplicate tensor name")
+        t_index[n] = i
 
     def op_ref(i: int, key: str) -> int:
-        v = tensors[i][key]
+        v = _text(source, f"tensors[{i}].{key}", tensors[i][key])
         if v not in op_index:
             raise _err(source, f"tensors[{i}].{key}", v, "unknown operator name")
         return op_index[v]
@@ -201,10 +286,13 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
             raise _err(source, where, names, "expected a list of tensor names")
         out = []
         for n in names:
-            if n not in t_index:
+            if _text(source, where, n) not in t_index:
                 raise _err(source, where, n, "unknown tensor name")
             out.append(t_index[n])
         return out
+
+    def texts(rows: list[dict], key: str, prefix: str) -> list[str]:
+        return [_text(source, f"{prefix}[{i}].{key}", r[key]) for i, r in enumerate(rows)]
 
     phases = []
     for i, op in enumerate(ops):
@@ -213,25 +301,29 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
         phases.append(0 if op["phase"] == "forward" else 1)
 
     def col(rows: list[dict], key: str, prefix: str, integer: bool = False) -> list:
-        return [_num(source, f"{prefix}[{i}].{key}", r[key], integer) for i, r in enumerate(rows)]
+        rkey = f"{'op' if prefix == 'ops' else 'tensor'}_{key}"
+        return [
+            _num(source, f"{prefix}[{i}].{key}", r[key], rkey, integer) for i, r in enumerate(rows)
+        ]
 
     recompute = []
     for i, t in enumerate(tensors):
         v = t["recompute_s"]
-        recompute.append(math.inf if v is None else _num(source, f"tensors[{i}].recompute_s", v))
+        where = f"tensors[{i}].recompute_s"
+        recompute.append(math.inf if v is None else _num(source, where, v, "tensor_recompute_s"))
 
     try:
         cols: dict[str, Any] = dict(
-            op_name=[op["name"] for op in ops],
+            op_name=texts(ops, "name", "ops"),
             op_phase=np.array(phases, dtype=np.int8),
             op_block=col(ops, "block", "ops", True),
             op_layer=col(ops, "layer", "ops", True),
-            op_kind=[op["kind"] for op in ops],
+            op_kind=texts(ops, "kind", "ops"),
             op_duration_s=col(ops, "duration_s", "ops"),
             op_flops=col(ops, "flops", "ops"),
             op_transient_bytes=col(ops, "transient_bytes", "ops", True),
             op_reads=[t_refs(f"ops[{i}].reads", op["reads"]) for i, op in enumerate(ops)],
-            tensor_name=[t["name"] for t in tensors],
+            tensor_name=texts(tensors, "name", "tensors"),
             tensor_bytes=col(tensors, "bytes", "tensors", True),
             tensor_producer=[op_ref(i, "producer") for i in range(len(tensors))],
             tensor_last_fwd_reader=[op_ref(i, "last_fwd_reader") for i in range(len(tensors))],
@@ -243,9 +335,9 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
                 for i, t in enumerate(tensors)
             ],
             tensor_block=col(tensors, "block", "tensors", True),
-            tensor_category=[t["category"] for t in tensors],
+            tensor_category=texts(tensors, "category", "tensors"),
         )
-        return Instance(name=str(d["name"]), hardware=hardware, meta=d.get("meta") or {}, **cols)
+        return Instance(name=name, hardware=hardware, meta=meta, **cols)
     except InstanceFileError:
         raise
     except InstanceError as exc:
@@ -288,15 +380,25 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
     """Read an instance file; a bad file raises `InstanceFileError` with a one-line message."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise InstanceFileError(f"{source}: cannot read file ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InstanceFileError(
+            f"{source}: not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
+        ) from None
     try:
         d = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InstanceFileError(
             f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise InstanceFileError(f"{source}: not readable JSON (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InstanceFileError(f"{source}: not readable JSON ({exc})") from None
     return instance_from_dict(d, source)
 
 

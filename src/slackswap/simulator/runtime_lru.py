@@ -24,6 +24,10 @@ latency per copy; a fragmentation-free memory of ``budget`` bytes):
 - A step that lacks memory while no eviction can free any (nothing evictable, nothing in
   flight) makes the plan infeasible at that operator; SWAP tensors never leave the device
   unless memory runs short, so at a budget of at least the keep-all peak nothing is copied.
+
+Time, as in the compiled kernel: the compute clock is the ideal start of the current operator
+plus the delay so far (stalls and rebuilds), and the step is the ideal step plus the delay, so it
+is never below the ideal step, not even by a rounding error.
 """
 
 from __future__ import annotations
@@ -46,7 +50,6 @@ KEEP, SWAP, RECOMP = 0, 1, 2
 HEAVY_KINDS = ("gemm", "attention", "conv")
 D2H, H2D = 0, 1
 K_OP, K_REBUILD, K_STALL_COPY, K_STALL_MEM, K_EVICT = 0, 1, 2, 3, 4  # result.COMPUTE_KINDS
-_EPS_BYTES = 1e-3
 
 
 class _Infeasible(Exception):
@@ -137,33 +140,58 @@ class _Link:
         both = self.cur[0] is not None and self.cur[1] is not None
         return self.bw * (self.duplex if both else 1.0)
 
+    def _phase_end(self, d: int, rate: float) -> float:
+        c = self.cur[d]
+        if c is None:
+            return math.inf
+        return self.now + (c[1] if c[1] > 0 else c[2] / rate)
+
     def next_event(self) -> float:
         """Time of the next phase change (latency over or copy done), inf when idle."""
-        rate, best = self._rate(), math.inf
-        for c in self.cur:
-            if c is not None:
-                best = min(best, self.now + (c[1] if c[1] > 0 else c[2] / rate))
-        return best
+        rate = self._rate()
+        return min(self._phase_end(D2H, rate), self._phase_end(H2D, rate))
+
+    def phases_left(self) -> int:
+        """An upper bound on the phase changes still to come (two per copy: latency, bytes)."""
+        return 2 * (len(self.queue[D2H]) + len(self.queue[H2D]) + 2)
 
     def advance(self, until: float) -> list[tuple[float, int, int]]:
-        """Run the engines to ``until``; returns the copies done as (time, direction, tensor)."""
+        """Run the engines to ``until``; returns the copies done as (time, direction, tensor).
+
+        Each pass ends the phase whose event it is outright (its remainder set to zero) rather
+        than by subtracting the elapsed time: near a large clock the subtraction can leave a
+        remainder below the clock's resolution, whose event time rounds back to ``now`` and the
+        clock stops advancing (a 1e15 B/s link did so). So every pass ends at least one phase,
+        and `phases_left` bounds the passes.
+        """
         done: list[tuple[float, int, int]] = []
-        while True:
-            t_ev = self.next_event()
+        for _ in range(self.phases_left() + 1):
+            rate = self._rate()
+            ends = (self._phase_end(D2H, rate), self._phase_end(H2D, rate))
+            t_ev = min(ends)
             if t_ev > until:
                 self._progress(until - self.now)
                 self.now = max(self.now, until)
                 return done
+            in_latency = [c is not None and c[1] > 0 for c in self.cur]  # before progressing
             self._progress(t_ev - self.now)
-            self.now = t_ev
+            self.now = max(self.now, t_ev)
             for d in (D2H, H2D):
                 c = self.cur[d]
-                if c is not None and c[1] <= 0 and c[2] <= _EPS_BYTES:
-                    done.append((t_ev, d, int(c[0])))
+                if c is None:
+                    continue
+                if ends[d] == t_ev:  # this engine's event: its phase is over
+                    if in_latency[d]:
+                        c[1] = 0.0
+                    else:
+                        c[2] = 0.0
+                if c[1] <= 0 and c[2] <= 0:
+                    done.append((self.now, d, int(c[0])))
                     if self.log is not None:
-                        self.log.append((d, int(c[0]), self.started[d], t_ev))
+                        self.log.append((d, int(c[0]), self.started[d], self.now))
                     self.cur[d] = None
                     self._start(d)
+        raise RuntimeError("on-demand-lru: the link model made no progress")  # a bug, not input
 
     def _progress(self, dt: float) -> None:
         if dt <= 0:
@@ -173,7 +201,7 @@ class _Link:
             if c is None:
                 continue
             if c[1] > 0:  # next_event never steps past the end of a latency phase
-                c[1] = max(0.0, c[1] - dt) if c[1] - dt > 1e-15 else 0.0
+                c[1] = max(0.0, c[1] - dt)
             else:
                 c[2] = max(0.0, c[2] - rate * dt)
 
@@ -196,6 +224,13 @@ class _LRURun:
         self.access = np.full(n, -1, dtype=np.int64)
         self.used = 0
         self.peak = 0
+        # The compute clock is the ideal start of the current operator plus the delay so far,
+        # as in the compiled kernel: summing durations one by one instead rounds differently from
+        # the ideal step's sum and could end a step below it (2e-17 s on VGG-16).
+        base = np.zeros(inst.n_ops + 1, dtype=np.float64)
+        np.cumsum(inst.op_duration_s, out=base[1:])
+        self.base: list[float] = base.tolist()  # ideal start of each operator, s
+        self.delay = 0.0  # stalls and rebuilds so far, s
         self.now = 0.0
         self.pending_free = 0  # bytes that in-flight evictions will free
         self.stall = {(ph, kind): 0.0 for ph in (0, 1) for kind in ("copy", "mem")}
@@ -230,7 +265,7 @@ class _LRURun:
 
     def _wait_event(self, phase: int, kind: str, op: int, need: int) -> None:
         """Let compute wait until the next copy ends; infeasible when no copy is in flight."""
-        while True:
+        for _ in range(self.link.phases_left() + 1):  # each pass ends a phase (`_Link.advance`)
             t_ev = self.link.next_event()
             if t_ev == math.inf:
                 raise _Infeasible(
@@ -243,13 +278,17 @@ class _LRURun:
             if done:
                 self._apply(done)
                 break
-        end = max(self.now, self.link.now)
-        self.stall[(phase, kind)] += end - self.now
-        if self.record and end > self.now:
-            self.comp.append(
-                (self.now, end, K_STALL_COPY if kind == "copy" else K_STALL_MEM, op, -1)
-            )
-        self.now = end
+        else:
+            raise RuntimeError("on-demand-lru: waited for a copy that never ended")  # a bug
+        delay = self.link.now - self.base[op]
+        if delay > self.delay:
+            self.stall[(phase, kind)] += delay - self.delay
+            self.delay = delay
+            end = self.base[op] + delay
+            if self.record:
+                kind_code = K_STALL_COPY if kind == "copy" else K_STALL_MEM
+                self.comp.append((self.now, end, kind_code, op, -1))
+            self.now = end
 
     def _victim(self, exclude: set[int]) -> int:
         cand = np.flatnonzero(self.on_dev & (self.act == SWAP) & ~self.evicting & ~self.fetching)
@@ -337,13 +376,18 @@ class _LRURun:
                 self.access[t] = k
             for t in reads:
                 self.access[t] = k
-            # 3. run
-            dur = float(inst.tensor_recompute_s[rb]) if rb >= 0 else float(inst.op_duration_s[op])
+            # 3. run: a rebuild delays the operator it precedes; an operator ends at its ideal
+            # end plus the delay
             if rb >= 0:
+                dur = float(inst.tensor_recompute_s[rb])
                 self.recompute_s += dur
+                self.delay += dur
+                end = self.base[op] + self.delay
+            else:
+                end = self.base[op + 1] + self.delay
             if self.record:
-                self.comp.append((self.now, self.now + dur, K_REBUILD if rb >= 0 else K_OP, op, rb))
-            self.now += dur
+                self.comp.append((self.now, end, K_REBUILD if rb >= 0 else K_OP, op, rb))
+            self.now = end
             self._apply(self.link.advance(self.now))
             # 4. release temporaries and tensors whose residency ends here
             if transient:
@@ -395,10 +439,11 @@ def simulate_lru(
         )
         return res
     s = run.stall
+    step = ideal + run.delay  # as the compiled kernel: never below the ideal step
     return dict(
         base,
-        step_s=run.now,
-        throughput=ideal / run.now if run.now > 0 else 1.0,
+        step_s=step,
+        throughput=ideal / step,
         recompute_s=run.recompute_s,
         fwd_stall_s=s[(0, "copy")] + s[(0, "mem")],
         fwd_stall_copy_s=s[(0, "copy")],
