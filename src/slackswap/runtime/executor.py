@@ -135,6 +135,7 @@ class PlanExecutor(Recorder):
         self.shift = int(sig["op_shift"])
         self.n_fwd = instance.n_forward_ops - self.shift
         self.n_ops = instance.n_ops - self.shift
+        self._op_aten = [_aten_of(n)[1] for n in instance.op_name[self.shift :]]
         self._sig_dtypes = list(sig["dtypes"])
         self._sig_shapes = [tuple(s) for s in sig["shapes"]]
         self._entry_of_value = {int(v): i for i, v in enumerate(sig["values"])}
@@ -258,15 +259,17 @@ class PlanExecutor(Recorder):
         if self._internal:
             return func(*args, **kwargs)
         index = len(self.trace.ops)
-        if self._schedule is not None:
-            self._replay(index + self.shift)
         if self._offloading:
             self._poll_offloads(backward_starts=index == self.n_fwd and self.phase == 0)
         if index == self.n_fwd and self.phase == 0:
             self.start_backward()
-            self._admit()
-        elif self.phase == 1:
-            self._admit()
+        # Copies start right before the next profiled operator itself (or its autograd node's
+        # first unpack, see `_unpack`), not before the calls that precede it without a kernel
+        # (views; the detach of an AccumulateGrad node, while the previous node's gradient
+        # buffers are still held): the simulator starts them when that operator starts, after
+        # the previous operator's transient bytes are gone.
+        if index < self.n_ops and func.overloadpacket.__name__ == self._op_aten[index]:
+            self._before_op()
         n_values = len(self.trace.values)
         forward = self.phase == 0
         rng = None
@@ -286,6 +289,14 @@ class PlanExecutor(Recorder):
                 if v is not None and v >= n_values:
                     self._allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
         return out
+
+    def _before_op(self) -> None:
+        """What the simulator does before the next operator starts: replay the copies due
+        by then, or (live) start the H2D copies the look-ahead admits."""
+        if self._schedule is not None:
+            self._replay(self.current_op())
+        elif self.phase == 1:
+            self._admit()
 
     def _check_op(self, index: int) -> None:
         op = self.trace.ops[index]
@@ -416,6 +427,11 @@ class PlanExecutor(Recorder):
     def _unpack(self, h: Any) -> torch.Tensor:
         if not isinstance(h, _Handle):
             return h  # type: ignore[no-any-return]
+        if self.phase == 1:
+            # Autograd unpacks a node's saved tensors before the node's first operator runs
+            # (and before its rebuilds): the simulator's copies due before that operator start
+            # first, evictions included.
+            self._before_op()
         if h.tensor is not None:
             return h.tensor  # type: ignore[no-any-return]
         storage = self._materialise(h.entry)
