@@ -312,3 +312,33 @@ def test_bad_arguments_are_user_errors(kwargs, match) -> None:
 def test_not_a_module_is_a_user_error() -> None:
     with pytest.raises(UserError, match="torch.nn.Module"):
         profile_step("model", torch.zeros(1))  # type: ignore[arg-type]
+
+
+class _Locals(nn.Module):
+    """Locals hold buffers past their last reader until forward returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)  # saved (sin reads it); the local holds it to the end
+        h = y.sin() + 1  # unsaved: exp saves its result, not h; held to the end too
+        z = h.exp()
+        return (z * 2).cos()
+
+
+def test_buffers_held_by_python_locals_count_until_dropped() -> None:
+    model, x = _Locals(), torch.randn(4, 8)
+    inst = profile_step(model, x, blocks=[])
+    y = inst.tensor_index["fc/addmm.out"]
+    last_fwd = inst.n_forward_ops - 2  # the model's cos; the loss's sum follows
+    assert inst.op_name[last_fwd] == "model/cos"
+    # y's last reader is sin, but forward's local keeps its buffer until cos has run.
+    assert inst.tensor_last_fwd_reader[y] == last_fwd
+    assert y in inst.op_reads[last_fwd]
+    # h (4x8 floats, unsaved) is read last by exp, but occupies memory through cos as well.
+    mul = inst.op_name.index("model/mul")
+    assert inst.op_transient_bytes[mul] >= 4 * 8 * 4
+    cos = inst.op_transient_bytes[last_fwd]
+    assert cos >= 4 * 8 * 4

@@ -11,11 +11,17 @@ Modelling choices:
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
   operator wrote (model inputs, constants) cost ``inf``; dropout masks are regenerated from the
   RNG state (the in-place chain on the mask's own storage, no inputs).
+- Last forward use: the last forward operator that reads the tensor or, when later, the one
+  after which the step dropped its last own reference to the storage (`Trace.released_after`:
+  a Python local keeps a buffer until its function returns); it is listed among the
+  operator's reads. A tensor the caller still holds when backward begins (a model input)
+  keeps its last reader.
 - Transient bytes of an operator: the storages that are not saved tensors (parameters and
   buffers excluded) alive while it runs, each from the first operator that reads or writes it
   to the last one (a gradient the autograd engine holds for a node several operators later
   counts in between, as it occupies memory there; a parameter's gradient until autograd
-  accumulates it into ``.grad``, after the last operator of the node that made it).
+  accumulates it into ``.grad``, after the last operator of the node that made it; and until
+  it was freed, when that was later: `Trace.freed_after`).
 """
 
 from __future__ import annotations
@@ -96,6 +102,13 @@ def build_instance(
     for t in range(n_t):
         if not bwd_readers[t]:
             bwd_readers[t].add(last_op)
+    # The step's own references hold a storage until it drops them, which may be after its
+    # last reader (a local of the function that produced it): that operator counts as a
+    # forward use, so a swapped or recomputed tensor's buffer goes no earlier than in the step.
+    for k, after in trace.released_after.items():
+        t = t_index.get(k)
+        if t is not None and 0 <= after < n_fwd and after > values[tensor_values[t]].producer:
+            fwd_readers[t].add(op_of(after))
 
     # ---- blocks, categories, recompute --------------------------------------------------------
     n_blocks = trace.n_blocks
@@ -232,6 +245,9 @@ def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
     for k, at in trace.grad_accumulated.items():
         if k in last:
             last[k] = max(last[k], at)  # held by its autograd node until accumulated
+    for k, at in trace.freed_after.items():
+        if k in last and at < len(trace.ops):
+            last[k] = max(last[k], at)  # a Python local held it past its last reader
     delta = [0] * (len(trace.ops) + 1)
     for k, lo in first.items():
         delta[lo] += size[k]

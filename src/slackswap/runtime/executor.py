@@ -126,6 +126,7 @@ class PlanExecutor(Recorder):
                 "profile the step again with this version of slackswap"
             )
         super().__init__(torch.nn.Module(), [], timing=False)
+        self.watch_frees = False  # the profile's bookkeeping, not needed to run a plan
         self.instance = instance
         self.actions = actions
         self.budget_bytes = budget_bytes
