@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import re
@@ -28,8 +29,15 @@ pytestmark = pytest.mark.torch
 
 def autograd_saved_bytes(model, inputs, loss_fn) -> int:
     """Bytes autograd saved in one step, counted independently of the profiler: a pack hook
-    that sums each distinct storage once (by data pointer), parameters and buffers excluded."""
+    that sums each distinct storage once (by data pointer), parameters, buffers and every
+    tensor that existed before the step (the caller's inputs and targets) excluded."""
     params = {p.untyped_storage().data_ptr() for p in (*model.parameters(), *model.buffers())}
+    gc.collect()
+    params |= {
+        o.untyped_storage().data_ptr()
+        for o in gc.get_objects()
+        if isinstance(o, torch.Tensor) and o.layout == torch.strided
+    }
     held, sizes = [], {}
 
     def pack(t):
@@ -134,9 +142,11 @@ def test_cnn_blocks_match_stages(cnn) -> None:
     assert [inst.tensor_name[u] for u in inst.tensor_rebuild_inputs[t]] == [
         "stages.1.conv/convolution.out"
     ]
-    # The image is block 0's input; a parameter never shows up as a saved tensor.
-    assert inst.tensor_name[0] == "block0.in"
-    assert inst.tensor_bytes[0] == 4 * 3 * 32 * 32 * 4
+    # The image (block 0's input) is the caller's: it exists before the step and is held
+    # through it, so it is no saved tensor; its bytes are on record. Nor is a parameter.
+    assert not any(n.startswith(("block0.in", "input.")) for n in inst.tensor_name)
+    assert inst.tensor_name[0] == "stages.0.conv/convolution.out"
+    assert inst.meta["caller_held_bytes"] == 4 * 3 * 32 * 32 * 4
     assert (
         inst.meta["parameter_bytes"]
         == sum(
@@ -210,17 +220,21 @@ def test_views_of_one_storage_count_once() -> None:
     inst = profile_step(model, x, blocks=[])
     y = inst.tensor_index["fc/addmm.out"]
     assert inst.tensor_bytes[y] == 5 * 8 * 4  # the whole storage, once, though two views saved
-    # sin and cos both read it in backward; the input is the only other saved tensor.
-    assert inst.n_tensors == 2 and inst.meta["n_blocks"] == 0
+    # sin and cos both read it in backward; the input, also saved, is the caller's.
+    assert inst.n_tensors == 1 and inst.meta["n_blocks"] == 0
+    assert inst.meta["caller_held_bytes"] == 5 * 8 * 4
     assert set(inst.op_block.tolist()) == {-1}
     assert inst.tensor_first_bwd_reader[y] < inst.tensor_last_bwd_reader[y]
     assert inst.saved_bytes == autograd_saved_bytes(model, (x,), lambda o: o.sum())
 
 
 def test_parameters_are_not_activations() -> None:
-    model, x = nn.Linear(16, 4), torch.randn(3, 16)
+    model, x = nn.Sequential(nn.Linear(16, 4), nn.ReLU()), torch.randn(3, 16)
     inst = profile_step(model, x)
-    assert inst.tensor_bytes.tolist() == [3 * 16 * 4]  # the input; the weight is excluded
+    # The ReLU's output; the weight is excluded, and so is the input, saved by the linear
+    # layer but held by the caller for the whole step.
+    assert inst.tensor_bytes.tolist() == [3 * 4 * 4]
+    assert inst.meta["caller_held_bytes"] == 3 * 16 * 4
     assert inst.meta["parameter_bytes"] == (16 * 4 + 4) * 4
 
 

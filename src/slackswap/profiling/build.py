@@ -2,7 +2,10 @@
 
 Modelling choices:
 - One saved tensor per storage that autograd saved (aliases and views count once), sized by the
-  whole storage: that is what the saved view keeps alive. Parameters and buffers are excluded.
+  whole storage: that is what the saved view keeps alive. Parameters and buffers are excluded,
+  and so are storages that existed before the step and that the step still held when backward
+  began (model inputs, targets): the caller holds them for the whole step, so no action frees
+  them (``meta["caller_held_bytes"]``).
 - Backward readers: every backward operator that reads the storage, plus the operator that runs
   right after each unpack of it (the node that unpacked it starts there). A saved tensor that no
   backward node unpacked is released with the graph: it is read by the last backward operator.
@@ -72,10 +75,16 @@ def build_instance(
     durations = durations_s(ops, timing, gpu)
 
     # ---- saved tensors: one per storage, the last value saved -------------------------------
-    saved_values = set(trace.saved)
+    # Saved storages that existed before the step and were still held when backward began
+    # (model inputs and targets the caller holds) are the caller's, like the parameters: no
+    # action frees them, so they are not offered to the planner, and their bytes are not
+    # counted (what `slackswap.runtime.measure` leaves out as memory held before the step).
+    caller_held = trace.preexisting - trace.released_after.keys()
+    saved_values = {v for v in trace.saved if values[v].storage not in caller_held}
     by_storage: dict[int, int] = {}
     for v in trace.saved:
-        by_storage[values[v].storage] = v
+        if v in saved_values:
+            by_storage[values[v].storage] = v
     tensor_values = sorted(by_storage.values(), key=lambda v: (_producer(trace, v), v))
     t_index = {values[v].storage: i for i, v in enumerate(tensor_values)}
     n_t = len(tensor_values)
@@ -97,7 +106,9 @@ def build_instance(
             (fwd_readers if op.phase == 0 else bwd_readers)[t].add(op_of(i))
     last_op = op_of(len(ops) - 1)
     for v, nxt in trace.unpacked_before:
-        t = t_index[values[v].storage]
+        t = t_index.get(values[v].storage)
+        if t is None:
+            continue  # held by the caller
         bwd_readers[t].add(op_of(nxt) if nxt < len(ops) else last_op)
     for t in range(n_t):
         if not bwd_readers[t]:
@@ -187,7 +198,7 @@ def build_instance(
     for t in range(n_t):
         for o in sorted(fwd_readers[t] | bwd_readers[t]):
             op_reads[o].append(t)
-    transient = [0] * shift + _transient_bytes(trace, saved_storages)
+    transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held)
     blocks_col = [-1] * shift + op_block
     lfr = [max([producer[t], *fwd_readers[t]]) for t in range(n_t)]
     meta = dict(meta or {})
@@ -196,6 +207,8 @@ def build_instance(
     meta["n_blocks"] = n_blocks
     meta["block_modules"] = list(trace.block_modules)
     meta["parameter_bytes"] = trace.param_bytes
+    held = {values[v].storage: values[v].nbytes for v in trace.saved}
+    meta["caller_held_bytes"] = sum(n for k, n in held.items() if k in caller_held)
     meta["saved_dtypes"] = sorted({values[v].dtype for v in tensor_values})
     # What `slackswap.runtime` matches a live step against: each saved tensor's value id (the
     # recorder numbers values in a fixed order, so the same step numbers them the same way), its

@@ -134,6 +134,7 @@ class Recorder(TorchDispatchMode):
         vid = self._current.get(k)
         if vid is None:
             vid = self._new_value(k, t, EXTERNAL)
+            self.trace.preexisting.add(k)  # no operator of the step allocated it
         return vid
 
     # ----- module hooks --------------------------------------------------------------------------

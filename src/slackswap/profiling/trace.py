@@ -68,6 +68,9 @@ class Trace:
     # storage key of a storage an operator allocated -> the operator after which it was freed
     # (absent: still alive when the step ended)
     freed_after: dict[int, int] = field(default_factory=dict)
+    # storage keys of storages that existed before the step (no recorded operator allocated
+    # them: model inputs, targets, constants)
+    preexisting: set[int] = field(default_factory=set)
 
     @property
     def n_blocks(self) -> int:
