@@ -36,7 +36,7 @@ def autograd_saved_bytes(model, inputs, loss_fn) -> int:
     params |= {
         o.untyped_storage().data_ptr()
         for o in gc.get_objects()
-        if isinstance(o, torch.Tensor) and o.layout == torch.strided
+        if issubclass(type(o), torch.Tensor) and o.layout == torch.strided
     }
     held, sizes = [], {}
 
