@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import re
@@ -28,8 +29,15 @@ pytestmark = pytest.mark.torch
 
 def autograd_saved_bytes(model, inputs, loss_fn) -> int:
     """Bytes autograd saved in one step, counted independently of the profiler: a pack hook
-    that sums each distinct storage once (by data pointer), parameters and buffers excluded."""
+    that sums each distinct storage once (by data pointer), parameters, buffers and every
+    tensor that existed before the step (the caller's inputs and targets) excluded."""
     params = {p.untyped_storage().data_ptr() for p in (*model.parameters(), *model.buffers())}
+    gc.collect()
+    params |= {
+        o.untyped_storage().data_ptr()
+        for o in gc.get_objects()
+        if issubclass(type(o), torch.Tensor) and o.layout == torch.strided
+    }
     held, sizes = [], {}
 
     def pack(t):
@@ -134,9 +142,11 @@ def test_cnn_blocks_match_stages(cnn) -> None:
     assert [inst.tensor_name[u] for u in inst.tensor_rebuild_inputs[t]] == [
         "stages.1.conv/convolution.out"
     ]
-    # The image is block 0's input; a parameter never shows up as a saved tensor.
-    assert inst.tensor_name[0] == "block0.in"
-    assert inst.tensor_bytes[0] == 4 * 3 * 32 * 32 * 4
+    # The image (block 0's input) is the caller's: it exists before the step and is held
+    # through it, so it is no saved tensor; its bytes are on record. Nor is a parameter.
+    assert not any(n.startswith(("block0.in", "input.")) for n in inst.tensor_name)
+    assert inst.tensor_name[0] == "stages.0.conv/convolution.out"
+    assert inst.meta["caller_held_bytes"] == 4 * 3 * 32 * 32 * 4
     assert (
         inst.meta["parameter_bytes"]
         == sum(
@@ -210,17 +220,21 @@ def test_views_of_one_storage_count_once() -> None:
     inst = profile_step(model, x, blocks=[])
     y = inst.tensor_index["fc/addmm.out"]
     assert inst.tensor_bytes[y] == 5 * 8 * 4  # the whole storage, once, though two views saved
-    # sin and cos both read it in backward; the input is the only other saved tensor.
-    assert inst.n_tensors == 2 and inst.meta["n_blocks"] == 0
+    # sin and cos both read it in backward; the input, also saved, is the caller's.
+    assert inst.n_tensors == 1 and inst.meta["n_blocks"] == 0
+    assert inst.meta["caller_held_bytes"] == 5 * 8 * 4
     assert set(inst.op_block.tolist()) == {-1}
     assert inst.tensor_first_bwd_reader[y] < inst.tensor_last_bwd_reader[y]
     assert inst.saved_bytes == autograd_saved_bytes(model, (x,), lambda o: o.sum())
 
 
 def test_parameters_are_not_activations() -> None:
-    model, x = nn.Linear(16, 4), torch.randn(3, 16)
+    model, x = nn.Sequential(nn.Linear(16, 4), nn.ReLU()), torch.randn(3, 16)
     inst = profile_step(model, x)
-    assert inst.tensor_bytes.tolist() == [3 * 16 * 4]  # the input; the weight is excluded
+    # The ReLU's output; the weight is excluded, and so is the input, saved by the linear
+    # layer but held by the caller for the whole step.
+    assert inst.tensor_bytes.tolist() == [3 * 4 * 4]
+    assert inst.meta["caller_held_bytes"] == 3 * 16 * 4
     assert inst.meta["parameter_bytes"] == (16 * 4 + 4) * 4
 
 
@@ -312,3 +326,33 @@ def test_bad_arguments_are_user_errors(kwargs, match) -> None:
 def test_not_a_module_is_a_user_error() -> None:
     with pytest.raises(UserError, match="torch.nn.Module"):
         profile_step("model", torch.zeros(1))  # type: ignore[arg-type]
+
+
+class _Locals(nn.Module):
+    """Locals hold buffers past their last reader until forward returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)  # saved (sin reads it); the local holds it to the end
+        h = y.sin() + 1  # unsaved: exp saves its result, not h; held to the end too
+        z = h.exp()
+        return (z * 2).cos()
+
+
+def test_buffers_held_by_python_locals_count_until_dropped() -> None:
+    model, x = _Locals(), torch.randn(4, 8)
+    inst = profile_step(model, x, blocks=[])
+    y = inst.tensor_index["fc/addmm.out"]
+    last_fwd = inst.n_forward_ops - 2  # the model's cos; the loss's sum follows
+    assert inst.op_name[last_fwd] == "model/cos"
+    # y's last reader is sin, but forward's local keeps its buffer until cos has run.
+    assert inst.tensor_last_fwd_reader[y] == last_fwd
+    assert y in inst.op_reads[last_fwd]
+    # h (4x8 floats, unsaved) is read last by exp, but occupies memory through cos as well.
+    mul = inst.op_name.index("model/mul")
+    assert inst.op_transient_bytes[mul] >= 4 * 8 * 4
+    cos = inst.op_transient_bytes[last_fwd]
+    assert cos >= 4 * 8 * 4

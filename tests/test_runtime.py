@@ -61,7 +61,7 @@ class Case:
 
     def solver_plans(self) -> dict[str, tuple[np.ndarray, float]]:
         if self._solver_plans is None:
-            self._solver_plans = _solver_plans(self.inst)
+            self._solver_plans = _solver_plans(self.inst, self.name)
         return self._solver_plans
 
 
@@ -88,12 +88,19 @@ def _uniform_plans(inst) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-de
     }
 
 
-def _solver_plans(inst) -> dict[str, tuple[np.ndarray, float]]:  # type: ignore[no-untyped-def]
-    """Every registered static solver's plan at 50% and 30% of P that the barrier-free
-    runtime can run (fits the budget there); identical plans are run once."""
+#: Budgets (fractions of P) the solvers plan at. The CNN's floor is above 50% of P: with every
+#: tensor that has a finite recompute cost recomputed, stage 0's backward still needs 53% (the
+#: model input, which the caller holds, is no saved tensor), so no plan fits at 50% or 30%.
+SOLVER_BUDGETS = {"tiny_cnn": (0.6,)}
+
+
+def _solver_plans(inst, name: str) -> dict[str, tuple[np.ndarray, float]]:  # type: ignore[no-untyped-def]
+    """Every registered static solver's plan at 50% and 30% of P (`SOLVER_BUDGETS` where those
+    cannot fit) that the barrier-free runtime can run (fits the budget there); identical plans
+    are run once."""
     out: dict[str, tuple[np.ndarray, float]] = {}
     seen: set[tuple[bytes, float]] = set()
-    for b in (0.5, 0.3):
+    for b in SOLVER_BUDGETS.get(name, (0.5, 0.3)):
         for entry in REGISTRY:
             if not entry.tags.static_plan:
                 continue
@@ -147,7 +154,7 @@ def test_uniform_plans_are_bitwise_identical(case: Case) -> None:
 
 def test_every_static_solver_plan_is_bitwise_identical(case: Case) -> None:
     plans = case.solver_plans()
-    assert plans, f"{case.name}: no solver plan fits barrier-free at 50% or 30%"
+    assert plans, f"{case.name}: no solver plan fits barrier-free"
     for label, (acts, b) in plans.items():
         _, out = case.run(acts, b)
         assert bitwise_equal(out, case.ref), f"{case.name} {label}: loss or gradients differ"
@@ -170,9 +177,8 @@ def test_random_mixes_are_bitwise_identical(data) -> None:  # type: ignore[no-un
 
 
 # Measured memory against the simulator. Where the two differ by more than 10% the failure names
-# the operator where they differ most. The combinations in test_known_memory_gaps still do:
-# their differences are not yet explained, so they are expected failures that fail once fixed.
-@pytest.mark.parametrize("name", ["gpt_dropout", "bert", "torch_encoder"])
+# the operator where they differ most.
+@pytest.mark.parametrize("name", MODELS)
 def test_measured_memory_matches_the_simulator(name: str) -> None:
     if name not in _CASES:
         _CASES[name] = Case(name)
@@ -184,12 +190,11 @@ def test_measured_memory_matches_the_simulator(name: str) -> None:
         {
             k: v
             for k, v in case.solver_plans().items()
-            if v[1] == 0.5 and not REGISTRY[k.split("@")[0]].tags.uses_time_limit
+            if v[1] == SOLVER_BUDGETS.get(name, (0.5,))[0]
+            and not REGISTRY[k.split("@")[0]].tags.uses_time_limit
         }
     )
     for label, (acts, b) in plans.items():
-        if label == "all-swap" and name == "gpt_dropout":
-            continue  # checked in test_known_memory_gaps
         plan, out = case.run(acts, b)
         err = _memory_error(case, plan, out, b)
         if err:
@@ -199,21 +204,28 @@ def test_measured_memory_matches_the_simulator(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name,label",
-    [("tiny_cnn", "slackswap@50%"), ("gpt_dropout", "all-swap"), ("bert", "slackswap@30%"),
-     ("bert", "vdnn@30%"), ("torch_encoder", "swap-first@30%")],
+    [("gpt_dropout", "all-swap"), ("bert", "slackswap@30%"), ("bert", "vdnn@30%"),
+     ("torch_encoder", "swap-first@30%"), ("tiny_cnn", "slackswap@60%")],
 )  # fmt: skip
-def test_known_memory_gaps(name: str, label: str) -> None:
-    """Combinations whose measured memory is still more than 10% off the simulated one.
+def test_memory_of_former_gaps(name: str, label: str) -> None:
+    """Combinations that were more than 10% off, each for a reason now fixed.
 
-    tiny_cnn: the peaks agree (49288 B measured, 49280 B simulated) but the saving does not:
-    the simulator frees the swapped model input (6144 B), which the caller's reference keeps
-    alive in a real step, and the tracker does not count inputs allocated before the step.
-    bert at 30%: measured memory runs above the simulated one from operator 10 to 33 (layer 0's
-    forward) and comes back to it at operator 34, when BertLayer.forward returns: the layer's
-    Python locals (q, k, v, probs) keep swapped buffers alive after their last forward reader,
-    which the profile's last-forward-reader accounting does not see. gpt all-swap (a backward
-    operator, +115 KB) and torch_encoder swap-first at 30% are not yet explained. Each failure
-    message names the operator where measured and simulated memory differ most."""
+    gpt all-swap (+10.7% at a backward layer norm): copies started before the autograd
+    engine's own calls that precede an operator, while the previous node's gradient buffers
+    were still held; they now start right before the operator. bert at 30% (+33%, layer 0's
+    forward): BertLayer.forward's locals (q, k, v, probs) held swapped and unsaved buffers
+    after their last reader until it returned; the profile now counts each buffer until the
+    step drops it. torch_encoder swap-first at 30% (+14%) was 6% above once the profile counted
+    those locals; a remaining difference of the two models is that a rebuild re-runs its chain
+    (nn.MultiheadAttention's packed in-projection: mm, add, clone, 48 KB each) and the
+    simulator's rebuild step allocates only the rebuilt tensor.
+
+    tiny_cnn at 50% (peaks equal, saving 12.5% short): the plan swapped the model input
+    (6144 B), which the caller holds for the whole step, so no runtime can free it, and which
+    the measured figure leaves out as memory held before the step. Tensors that exist before
+    the step and are still held when backward begins are the caller's, like the parameters:
+    the profile no longer offers them to the planner (nor counts them); the CNN's plans now
+    start at 60% of P (see `SOLVER_BUDGETS`)."""
     if name not in _CASES:
         _CASES[name] = Case(name)
     case = _CASES[name]
@@ -222,10 +234,10 @@ def test_known_memory_gaps(name: str, label: str) -> None:
     else:
         solver, pct = label.split("@")
         b = float(pct.rstrip("%")) / 100
-        acts = np.asarray(run(solver, case.inst, b).plan.actions)
+        rec = run(solver, case.inst, b)
+        assert rec.plan is not None, f"{name}: {solver} finds no plan at {pct}"
+        acts = np.asarray(rec.plan.actions)
     plan, out = case.run(acts, b)
     assert bitwise_equal(out, case.ref)
     err = _memory_error(case, plan, out, b)
-    if err is None:
-        pytest.fail(f"{name} {label} now within 10%: move it to the checked cases")
-    pytest.xfail(f"{name} {label}: {err}")
+    assert err is None, f"{name} {label}: {err}"

@@ -2,7 +2,10 @@
 
 Modelling choices:
 - One saved tensor per storage that autograd saved (aliases and views count once), sized by the
-  whole storage: that is what the saved view keeps alive. Parameters and buffers are excluded.
+  whole storage: that is what the saved view keeps alive. Parameters and buffers are excluded,
+  and so are storages that existed before the step and that the step still held when backward
+  began (model inputs, targets): the caller holds them for the whole step, so no action frees
+  them (``meta["caller_held_bytes"]``).
 - Backward readers: every backward operator that reads the storage, plus the operator that runs
   right after each unpack of it (the node that unpacked it starts there). A saved tensor that no
   backward node unpacked is released with the graph: it is read by the last backward operator.
@@ -11,11 +14,17 @@ Modelling choices:
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
   operator wrote (model inputs, constants) cost ``inf``; dropout masks are regenerated from the
   RNG state (the in-place chain on the mask's own storage, no inputs).
+- Last forward use: the last forward operator that reads the tensor or, when later, the one
+  after which the step dropped its last own reference to the storage (`Trace.released_after`:
+  a Python local keeps a buffer until its function returns); it is listed among the
+  operator's reads. A tensor the caller still holds when backward begins (a model input)
+  keeps its last reader.
 - Transient bytes of an operator: the storages that are not saved tensors (parameters and
   buffers excluded) alive while it runs, each from the first operator that reads or writes it
   to the last one (a gradient the autograd engine holds for a node several operators later
   counts in between, as it occupies memory there; a parameter's gradient until autograd
-  accumulates it into ``.grad``, after the last operator of the node that made it).
+  accumulates it into ``.grad``, after the last operator of the node that made it; and until
+  it was freed, when that was later: `Trace.freed_after`).
 """
 
 from __future__ import annotations
@@ -66,10 +75,16 @@ def build_instance(
     durations = durations_s(ops, timing, gpu)
 
     # ---- saved tensors: one per storage, the last value saved -------------------------------
-    saved_values = set(trace.saved)
+    # Saved storages that existed before the step and were still held when backward began
+    # (model inputs and targets the caller holds) are the caller's, like the parameters: no
+    # action frees them, so they are not offered to the planner, and their bytes are not
+    # counted (what `slackswap.runtime.measure` leaves out as memory held before the step).
+    caller_held = trace.preexisting - trace.released_after.keys()
+    saved_values = {v for v in trace.saved if values[v].storage not in caller_held}
     by_storage: dict[int, int] = {}
     for v in trace.saved:
-        by_storage[values[v].storage] = v
+        if v in saved_values:
+            by_storage[values[v].storage] = v
     tensor_values = sorted(by_storage.values(), key=lambda v: (_producer(trace, v), v))
     t_index = {values[v].storage: i for i, v in enumerate(tensor_values)}
     n_t = len(tensor_values)
@@ -91,11 +106,20 @@ def build_instance(
             (fwd_readers if op.phase == 0 else bwd_readers)[t].add(op_of(i))
     last_op = op_of(len(ops) - 1)
     for v, nxt in trace.unpacked_before:
-        t = t_index[values[v].storage]
+        t = t_index.get(values[v].storage)
+        if t is None:
+            continue  # held by the caller
         bwd_readers[t].add(op_of(nxt) if nxt < len(ops) else last_op)
     for t in range(n_t):
         if not bwd_readers[t]:
             bwd_readers[t].add(last_op)
+    # The step's own references hold a storage until it drops them, which may be after its
+    # last reader (a local of the function that produced it): that operator counts as a
+    # forward use, so a swapped or recomputed tensor's buffer goes no earlier than in the step.
+    for k, after in trace.released_after.items():
+        t = t_index.get(k)
+        if t is not None and 0 <= after < n_fwd and after > values[tensor_values[t]].producer:
+            fwd_readers[t].add(op_of(after))
 
     # ---- blocks, categories, recompute --------------------------------------------------------
     n_blocks = trace.n_blocks
@@ -174,7 +198,7 @@ def build_instance(
     for t in range(n_t):
         for o in sorted(fwd_readers[t] | bwd_readers[t]):
             op_reads[o].append(t)
-    transient = [0] * shift + _transient_bytes(trace, saved_storages)
+    transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held)
     blocks_col = [-1] * shift + op_block
     lfr = [max([producer[t], *fwd_readers[t]]) for t in range(n_t)]
     meta = dict(meta or {})
@@ -183,6 +207,8 @@ def build_instance(
     meta["n_blocks"] = n_blocks
     meta["block_modules"] = list(trace.block_modules)
     meta["parameter_bytes"] = trace.param_bytes
+    held = {values[v].storage: values[v].nbytes for v in trace.saved}
+    meta["caller_held_bytes"] = sum(n for k, n in held.items() if k in caller_held)
     meta["saved_dtypes"] = sorted({values[v].dtype for v in tensor_values})
     # What `slackswap.runtime` matches a live step against: each saved tensor's value id (the
     # recorder numbers values in a fixed order, so the same step numbers them the same way), its
@@ -232,6 +258,9 @@ def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
     for k, at in trace.grad_accumulated.items():
         if k in last:
             last[k] = max(last[k], at)  # held by its autograd node until accumulated
+    for k, at in trace.freed_after.items():
+        if k in last and at < len(trace.ops):
+            last[k] = max(last[k], at)  # a Python local held it past its last reader
     delta = [0] * (len(trace.ops) + 1)
     for k, lo in first.items():
         delta[lo] += size[k]

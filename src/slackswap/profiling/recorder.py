@@ -9,6 +9,14 @@ How each piece is observed:
   storage, the unpack hook notes the next backward operator (the one that unpacked it).
 - Storage identity: a `StorageWeakRef` per storage keeps the storage object allocated (not its
   data), so storage addresses stay unique for the whole trace.
+- Release: the pack hook keeps a detached alias of each saved tensor, not the tensor itself,
+  so before each forward operator the storages whose only remaining references are those
+  aliases (``torch._C._storage_Use_Count``) are known to have been dropped by the step (a
+  Python local such as ``q`` in an attention block keeps its buffer until the function
+  returns, after its last reader): `Trace.released_after`.
+- Frees: a ``weakref.finalize`` on each storage an operator allocates notes the operator after
+  which it was freed (`Trace.freed_after`): an unsaved buffer a Python local holds lives past
+  its last reader too.
 - Context: module forward hooks give the module path and the block; in backward, the autograd
   node being run (``torch._C._current_autograd_node``) is mapped back to the forward context that
   created it, through its sequence number.
@@ -24,7 +32,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import flop_counter
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 from slackswap.profiling.costs import NO_KERNEL, op_kind
@@ -61,7 +69,11 @@ class Recorder(TorchDispatchMode):
         self._refs: dict[int, StorageWeakRef] = {}
         self._current: dict[int, int] = {}  # storage key -> current value id
         self._params: set[int] = set()
-        self._saved_tensors: list[torch.Tensor] = []  # held until the step ends
+        self._saved_tensors: list[torch.Tensor] = []  # detached aliases, held until the end
+        self._aliases: dict[int, int] = {}  # storage key -> aliases held, until released
+        #: Note when each storage an operator allocates is freed (`Trace.freed_after`).
+        self.watch_frees = True
+        self._watched: set[int] = set()
         self._module_stack: list[str] = []
         self._block = -1
         self._in_block = False
@@ -122,6 +134,7 @@ class Recorder(TorchDispatchMode):
         vid = self._current.get(k)
         if vid is None:
             vid = self._new_value(k, t, EXTERNAL)
+            self.trace.preexisting.add(k)  # no operator of the step allocated it
         return vid
 
     # ----- module hooks --------------------------------------------------------------------------
@@ -197,6 +210,9 @@ class Recorder(TorchDispatchMode):
 
     def start_backward(self) -> None:
         self.resolve_grad_fns()
+        if self.phase == 0 and self._aliases:
+            self._note_released()
+        self._aliases.clear()  # still held when backward begins: held through it
         self.phase = 1
 
     # ----- saved-tensor hooks --------------------------------------------------------------------
@@ -208,8 +224,34 @@ class Recorder(TorchDispatchMode):
         if v is None:
             return t  # parameters and buffers are not activations
         self.trace.saved.append(v)
-        self._saved_tensors.append(t)
+        with _disable_current_modes():
+            alias = t.detach()  # a tensor of our own: the step's references to t stay countable
+        self._saved_tensors.append(alias)
+        k = self._key(t)
+        if k is not None and k not in self.trace.released_after:
+            self._aliases[k] = self._aliases.get(k, 0) + 1
         return _Handle(len(self._saved_tensors) - 1)
+
+    def _watch(self, t: torch.Tensor) -> None:
+        """Note in `Trace.freed_after` when ``t``'s (new) storage is freed during the step."""
+        k = self._key(t)
+        if k is not None and k not in self._watched:
+            self._watched.add(k)
+            weakref.finalize(t.untyped_storage(), self._storage_freed, k)
+
+    def _storage_freed(self, k: int) -> None:
+        if self.watch_frees:
+            self.trace.freed_after[k] = len(self.trace.ops) - 1
+
+    def _note_released(self) -> None:
+        """Saved storages nothing but our aliases holds any more were released by the step
+        after the last recorded operator."""
+        after = len(self.trace.ops) - 1
+        for k, n in list(self._aliases.items()):
+            # +1: the storage's Python object, which PyTorch keeps while the storage lives.
+            if torch._C._storage_Use_Count(self._refs[k].cdata) <= n + 1:
+                self.trace.released_after[k] = after
+                del self._aliases[k]
 
     def _unpack(self, h: Any) -> torch.Tensor:
         if not isinstance(h, _Handle):
@@ -220,7 +262,9 @@ class Recorder(TorchDispatchMode):
 
     def release(self) -> None:
         """Drop every reference to the step's tensors and storages; the trace stays."""
+        self.watch_frees = False  # what the end of the step frees is not the step's doing
         self._saved_tensors.clear()
+        self._aliases.clear()
         self._pending.clear()
         self._current.clear()
         self._refs.clear()
@@ -236,6 +280,8 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.phase == 0:
             self.resolve_grad_fns()
+            if self._aliases:
+                self._note_released()
             ctx = self._forward_context()
         else:
             ctx = self._backward_context()
@@ -267,6 +313,9 @@ class Recorder(TorchDispatchMode):
         fresh = [t for t in outputs if self._key(t) not in in_keys]
         if not mutated and not fresh:
             return out  # a view or alias: no kernel, no new value
+        if self.watch_frees:
+            for t in fresh:
+                self._watch(t)
         if aten in NO_KERNEL:
             # An allocation only: its storage gets a value nobody computed; the operator that
             # first writes it becomes the producer.

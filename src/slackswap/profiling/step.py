@@ -159,8 +159,9 @@ def _step(
         _call(loss.backward, "backward")
         return
     with rec, rec.saved_hooks():
-        out = _call(lambda: model(*inputs), f"forward of {cls}")
-        loss = _call(lambda: loss_of(out), "loss_fn")
+        # The output is not held through backward, as in ``loss_fn(model(*inputs)).backward()``
+        # (the recorder notes when the step drops each saved buffer).
+        loss = _call(lambda: loss_of(_call(lambda: model(*inputs), f"forward of {cls}")), "loss_fn")
         _check_loss(loss)
         rec.start_backward()
         _call(loss.backward, "backward")

@@ -61,6 +61,16 @@ class Trace:
     param_bytes: int = 0  # parameters and buffers (not activations), for the record
     # storage key of a parameter gradient -> the last operator before autograd accumulated it
     grad_accumulated: dict[int, int] = field(default_factory=dict)
+    # storage key of a saved tensor -> the forward operator after which the step's own
+    # references (Python locals, C++ frames; not autograd's) were all gone; absent when still
+    # held when the backward pass began (model inputs the caller holds) or not observed
+    released_after: dict[int, int] = field(default_factory=dict)
+    # storage key of a storage an operator allocated -> the operator after which it was freed
+    # (absent: still alive when the step ended)
+    freed_after: dict[int, int] = field(default_factory=dict)
+    # storage keys of storages that existed before the step (no recorded operator allocated
+    # them: model inputs, targets, constants)
+    preexisting: set[int] = field(default_factory=set)
 
     @property
     def n_blocks(self) -> int:

@@ -162,7 +162,8 @@ def apply(
     require_torch()
     import torch
 
-    from slackswap.runtime.executor import PlanExecutor, simulated_schedule
+    from slackswap.runtime.executor import PlanExecutor
+    from slackswap.runtime.schedule import simulated_schedule
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
     mode = RUNTIME_MODES[stats.runtime]

@@ -1,6 +1,7 @@
 """`PlanExecutor`: keep, swap or recompute each saved tensor of one live step, as a plan says.
 
-Imported only by `slackswap.runtime.apply`, after torch has been found. The executor is the
+Imported only by `slackswap.runtime.apply`, after torch has been found. When the replayed
+copies happen is `slackswap.runtime.schedule`. The executor is the
 profiler's `Recorder` run again (so every operator and value gets the number the profile gave
 it), plus ``saved_tensors_hooks`` that hand autograd a handle instead of the tensor.
 """
@@ -15,10 +16,11 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from slackswap.plan import KEEP, RECOMP, SWAP, Budget
+from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance, UserError
 from slackswap.profiling.recorder import Recorder, _bind
 from slackswap.profiling.trace import EXTERNAL
+from slackswap.runtime.schedule import base_resident, rebuild_points
 
 
 class StepMismatchError(UserError):
@@ -126,6 +128,7 @@ class PlanExecutor(Recorder):
                 "profile the step again with this version of slackswap"
             )
         super().__init__(torch.nn.Module(), [], timing=False)
+        self.watch_frees = False  # the profile's bookkeeping, not needed to run a plan
         self.instance = instance
         self.actions = actions
         self.budget_bytes = budget_bytes
@@ -135,6 +138,7 @@ class PlanExecutor(Recorder):
         self.shift = int(sig["op_shift"])
         self.n_fwd = instance.n_forward_ops - self.shift
         self.n_ops = instance.n_ops - self.shift
+        self._op_aten = [_aten_of(n)[1] for n in instance.op_name[self.shift :]]
         self._sig_dtypes = list(sig["dtypes"])
         self._sig_shapes = [tuple(s) for s in sig["shapes"]]
         self._entry_of_value = {int(v): i for i, v in enumerate(sig["values"])}
@@ -154,7 +158,7 @@ class PlanExecutor(Recorder):
         self.rebuilds = 0
         # The memory model the H2D admission uses (the simulator's, on instance operator
         # indices): bytes resident before operator o starts when nothing is fetched back yet.
-        self._base = _base_resident(instance, actions)
+        self._base = base_resident(instance, actions)
         self._cum_transient = np.concatenate(
             ([0], np.cumsum(instance.op_transient_bytes, dtype=np.int64))
         )
@@ -168,7 +172,7 @@ class PlanExecutor(Recorder):
         self._schedule = schedule
         self._hold_until: dict[int, int] = {}
         self._deferred_evictions: list[_Entry] = []
-        self._rebuild_at, _ = _rebuild_points(instance, actions)
+        self._rebuild_at, _ = rebuild_points(instance, actions)
         self._consumers: list[list[int]] = [[] for _ in range(instance.n_tensors)]
         for v, ins in enumerate(instance.tensor_rebuild_inputs):
             for u in ins:
@@ -258,15 +262,17 @@ class PlanExecutor(Recorder):
         if self._internal:
             return func(*args, **kwargs)
         index = len(self.trace.ops)
-        if self._schedule is not None:
-            self._replay(index + self.shift)
         if self._offloading:
             self._poll_offloads(backward_starts=index == self.n_fwd and self.phase == 0)
         if index == self.n_fwd and self.phase == 0:
             self.start_backward()
-            self._admit()
-        elif self.phase == 1:
-            self._admit()
+        # Copies start right before the next profiled operator itself (or its autograd node's
+        # first unpack, see `_unpack`), not before the calls that precede it without a kernel
+        # (views; the detach of an AccumulateGrad node, while the previous node's gradient
+        # buffers are still held): the simulator starts them when that operator starts, after
+        # the previous operator's transient bytes are gone.
+        if index < self.n_ops and func.overloadpacket.__name__ == self._op_aten[index]:
+            self._before_op()
         n_values = len(self.trace.values)
         forward = self.phase == 0
         rng = None
@@ -286,6 +292,14 @@ class PlanExecutor(Recorder):
                 if v is not None and v >= n_values:
                     self._allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
         return out
+
+    def _before_op(self) -> None:
+        """What the simulator does before the next operator starts: replay the copies due
+        by then, or (live) start the H2D copies the look-ahead admits."""
+        if self._schedule is not None:
+            self._replay(self.current_op())
+        elif self.phase == 1:
+            self._admit()
 
     def _check_op(self, index: int) -> None:
         op = self.trace.ops[index]
@@ -416,6 +430,11 @@ class PlanExecutor(Recorder):
     def _unpack(self, h: Any) -> torch.Tensor:
         if not isinstance(h, _Handle):
             return h  # type: ignore[no-any-return]
+        if self.phase == 1:
+            # Autograd unpacks a node's saved tensors before the node's first operator runs
+            # (and before its rebuilds): the simulator's copies due before that operator start
+            # first, evictions included.
+            self._before_op()
         if h.tensor is not None:
             return h.tensor  # type: ignore[no-any-return]
         storage = self._materialise(h.entry)
@@ -707,99 +726,3 @@ def _block_modules(model: torch.nn.Module, instance: Instance) -> list[torch.nn.
             ) from None
         out.append(m)
     return out
-
-
-def _rebuild_points(instance: Instance, actions: np.ndarray) -> tuple[list[int], list[int]]:
-    """Per tensor, the operator before which it must be on the device (its first backward
-    reader, or an earlier rebuild of a recomputed consumer) and the operator after which it may
-    go (its last backward reader, or a later rebuild that reads it): the simulator's rule."""
-    n_t = instance.n_tensors
-    at = [int(x) for x in instance.tensor_first_bwd_reader]
-    rel = [int(x) for x in instance.tensor_last_bwd_reader]
-    consumers: list[list[int]] = [[] for _ in range(n_t)]
-    for v, ins in enumerate(instance.tensor_rebuild_inputs):
-        for u in ins:
-            consumers[u].append(v)
-    for u in sorted(range(n_t), key=lambda t: -int(instance.tensor_producer[t])):
-        for v in consumers[u]:
-            if actions[v] == RECOMP:
-                at[u] = min(at[u], at[v])
-                rel[u] = max(rel[u], at[v])
-    return at, rel
-
-
-def simulated_schedule(
-    instance: Instance, actions: np.ndarray, budget_bytes: int, runtime: str
-) -> dict[str, dict[int, list[int]]]:
-    """When the simulator ends each D2H copy and starts each H2D copy, as operator indices:
-    ``d2h_done[o]`` the swapped tensors whose offload has ended before operator o starts,
-    ``h2d_start[o]`` those whose copy back started while operator o ran or before it,
-    ``evict[o]`` those whose device copy was evicted before operator o."""
-    from slackswap.simulator import simulate
-
-    budget = Budget.bytes(budget_bytes)  # a bare number would be a fraction of P
-    tl = simulate(instance, actions, budget, runtime=runtime, timeline=True).timeline
-    assert tl is not None
-    ops = tl.compute_kind == 0
-    op_idx, op_start = tl.compute_op[ops], tl.compute_start_s[ops]
-    order = np.argsort(op_start, kind="stable")
-    op_idx, op_start = op_idx[order], op_start[order]
-    op_end = tl.compute_end_s[ops][order]
-    out: dict[str, dict[int, list[int]]] = {
-        "d2h_done": {},
-        "h2d_start": {},
-        "evict": {},
-        "late": {},
-    }
-    nf = instance.n_forward_ops
-    bwd_start = (
-        float(tl.compute_start_s[ops][tl.compute_op[ops] == nf].min())
-        if nf < instance.n_ops
-        else np.inf
-    )
-    for eng, t, s0, s1 in zip(
-        tl.copy_engine, tl.copy_tensor, tl.copy_start_s, tl.copy_end_s, strict=True
-    ):
-        if eng == 0 and s1 > bwd_start:
-            # Not offloaded when backward began: the device copy stays (no H2D), and its buffer
-            # stays until the copy ends even after its last reader.
-            out["late"][int(t)] = [1]
-        if eng == 0:  # D2H: the buffer may go before the first operator starting after it
-            k = int(np.searchsorted(op_start, s1, side="left"))
-            o = int(op_idx[k]) if k < len(op_idx) else instance.n_ops
-            out["d2h_done"].setdefault(o, []).append(int(t))
-        else:
-            # H2D: allocated when admitted: before the operator running then, or, when it was
-            # admitted between operators (or while the next one waited for it), before the next
-            k = max(int(np.searchsorted(op_start, s0, side="right")) - 1, 0)
-            if not op_start[k] <= s0 < op_end[k]:
-                k = min(int(np.searchsorted(op_start, s0, side="left")), len(op_idx) - 1)
-            o = int(op_idx[k])
-            out["h2d_start"].setdefault(o, []).append(int(t))
-    evicted = tl.compute_kind == 4
-    for o, t in zip(tl.compute_op[evicted], tl.compute_tensor[evicted], strict=True):
-        out["evict"].setdefault(int(o), []).append(int(t))
-    return out
-
-
-def _base_resident(instance: Instance, actions: np.ndarray) -> np.ndarray:
-    """Bytes of saved tensors resident when operator o starts, before anything is fetched back:
-    kept ones from producer to last backward reader, swapped ones to their last forward reader,
-    recomputed ones to their last forward reader and again from their first backward reader."""
-    n = instance.n_ops
-    delta = np.zeros(n + 1, dtype=np.int64)
-    b = instance.tensor_bytes
-    prod, lfr = instance.tensor_producer, instance.tensor_last_fwd_reader
-    lbr = instance.tensor_last_bwd_reader
-    at, rel = _rebuild_points(instance, actions)
-    for i, a in enumerate(actions):
-        if a == KEEP:
-            spans = [(prod[i], max(lbr[i], rel[i]))]
-        elif a == SWAP:
-            spans = [(prod[i], lfr[i])]
-        else:
-            spans = [(prod[i], lfr[i]), (at[i], max(lbr[i], rel[i]))]
-        for lo, hi in spans:
-            delta[lo] += b[i]
-            delta[hi + 1] -= b[i]
-    return np.cumsum(delta)[:n]
