@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from slackswap.commands.common import format_table, load_instance_arg, print_json
 from slackswap.problem import UserError
@@ -113,9 +114,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     budget = Budget.parse(args.budget)
     options = parse_options(args.option)
     REGISTRY[args.solver].make(**options)  # unknown solver or option: a UserError, exit 2
-    rec = run(
-        args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed, options=options
-    )
+    try:
+        rec = run(
+            args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed, options=options
+        )
+    except KeyboardInterrupt:
+        _exit_interrupted()
     if args.output:
         if rec.plan is None:
             print(
@@ -135,6 +139,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
         rec.status is Status.TIMEOUT and rec.step_s is not None
     )
     return 0 if ok else 1
+
+
+def _exit_interrupted() -> NoReturn:
+    """Ctrl-C during a solve: say so and end the process now, with status 130. Not through the
+    interpreter's shutdown, which would wait for an engine that cannot be cancelled (HiGHS) to
+    reach its time limit (see `slackswap.solvers._exact_interrupt`); nothing is written yet."""
+    print("slackswap: interrupted", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(130)
 
 
 def history_rows(history: Any) -> list[list[Any]]:
