@@ -7,7 +7,7 @@ exception when SlackSwap is more than ``--tolerance`` (0.1%, relative) below tha
 no plan where a baseline does. ``--paper-repair`` runs SlackSwap's repair as before issue 17
 (only stalls of rebuilds name a late prefetch), to show what the fix changed.
 
-    nice .venv/bin/python benchmarks/bench_fastlink_sweep.py            # about 3 minutes
+    nice .venv/bin/python benchmarks/bench_fastlink_sweep.py   # 1,260 cases x 7 solvers
     nice .venv/bin/python benchmarks/bench_fastlink_sweep.py --paper-repair
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -36,6 +37,7 @@ def sweep(
         for gpu in gpus:
             for link in links:
                 name = f"{model}@{gpu}-{link}"
+                print(f"  {name} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
                 inst = load(name)
                 for frac in BUDGETS:
                     ours = run("slackswap", inst, frac, options=options, find_min_budget=False)
