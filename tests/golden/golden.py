@@ -8,7 +8,9 @@ Each registered solver has ``tests/golden/<solver>.json``::
                 "expect": {"status": "feasible", "throughput": [0.9712, 0.005], ...}}]}
 
 A metric is ``[value, tolerance]`` (same unit; a ``null`` value means the run has none, e.g. no
-step for an infeasible case); ``status`` must match exactly. A file may pin fewer metrics: the search solvers (``ga``,
+step for an infeasible case); ``status`` must match exactly, and so must ``found_by`` (where an
+exact solver's plan came from, ``record.info["found_by"]``) when a file pins it. Exact solvers
+also pin ``lower_bound_s``, the bound their engine proved. A file may pin fewer metrics: the search solvers (``ga``,
 ``ga-random``) pin only status and throughput (tolerance 0.03), since their plans drift with their
 seed plans and operators while their quality should not. Regenerate after a deliberate change:
 
@@ -52,6 +54,9 @@ DEFAULT_CASES = (
     + [{"instance": {"model": "bert-large", "layers": 4, "seq": 128, "batch": 2}, "budget": 0.5}]
 )
 
+#: Tolerance (relative, absolute) of a pinned lower bound, seconds.
+BOUND_TOLERANCE = (0.001, 1e-9)
+
 _INSTANCES: dict[str, Any] = {}
 
 
@@ -65,7 +70,7 @@ def instance(spec: dict[str, Any]) -> Any:
 
 
 def run_case(solver: str, case: dict[str, Any]) -> dict[str, Any]:
-    """The record's row for one case."""
+    """The record's row for one case, plus ``found_by`` from the solver's info (or None)."""
     from slackswap.solvers import run
 
     rec = run(
@@ -76,7 +81,7 @@ def run_case(solver: str, case: dict[str, Any]) -> dict[str, Any]:
         seed=case.get("seed", 0),
         options=case.get("options") or {},
     )
-    return rec.to_row()
+    return {**rec.to_row(), "found_by": rec.info.get("found_by")}
 
 
 def mismatches(expect: dict[str, Any], row: dict[str, Any]) -> list[str]:
@@ -84,7 +89,10 @@ def mismatches(expect: dict[str, Any], row: dict[str, Any]) -> list[str]:
     out = []
     if row["status"] != expect["status"]:
         out.append(f"status {row['status']} != {expect['status']} ({row.get('error')})")
-    for key, (value, tol) in ((k, v) for k, v in expect.items() if k != "status"):
+    if "found_by" in expect and row.get("found_by") != expect["found_by"]:
+        out.append(f"found_by {row.get('found_by')!r} != {expect['found_by']!r}")
+    metrics = ((k, v) for k, v in expect.items() if k not in ("status", "found_by"))
+    for key, (value, tol) in metrics:
         got = row.get(key)
         if value is None or got is None:
             if value is not got:
@@ -105,6 +113,11 @@ def regenerate(solver: str) -> Path:
         for key, (rel, ab) in TOLERANCES.items():
             v = row.get(key)
             expect[key] = [v, None if v is None else max(ab, rel * abs(v))]
+        if row.get("found_by") is not None:
+            expect["found_by"] = row["found_by"]
+        if row.get("lower_bound_s") is not None:
+            v, (rel, ab) = row["lower_bound_s"], BOUND_TOLERANCE
+            expect["lower_bound_s"] = [v, max(ab, rel * abs(v))]
         out_cases.append({**case, "expect": expect})
     text = json.dumps({"solver": solver, "cases": out_cases}, indent=1)
     # One metric per line: "[value, tolerance]" pairs collapsed.

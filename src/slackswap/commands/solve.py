@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import load_instance_arg, print_json
@@ -158,9 +159,17 @@ def cmd_solve(args: argparse.Namespace) -> int:
     with JobProgress(1, desc="solve", mode=mode) as progress:
         limit = "" if args.time_limit is None else f", up to {args.time_limit:g} s"
         progress.start(f"{args.solver} on {inst.name} at {budget}{limit}")
-        rec = run(
-            args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed, options=options
-        )
+        try:
+            rec = run(
+                args.solver,
+                inst,
+                budget,
+                time_limit=args.time_limit,
+                seed=args.seed,
+                options=options,
+            )
+        except KeyboardInterrupt:
+            _exit_interrupted()
         progress.finished(rec.to_row())
     if args.output:
         if rec.plan is None:
@@ -185,6 +194,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
         rec.status is Status.TIMEOUT and rec.step_s is not None
     )
     return 0 if ok else 1
+
+
+def _exit_interrupted() -> NoReturn:
+    """Ctrl-C during a solve: say so and end the process now, with status 130. Not through the
+    interpreter's shutdown, which would wait for an engine that cannot be cancelled (HiGHS) to
+    reach its time limit (see `slackswap.solvers._exact_interrupt`); nothing is written yet."""
+    print("slackswap: interrupted", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(130)
 
 
 def history_rows(history: Any) -> list[list[Any]]:

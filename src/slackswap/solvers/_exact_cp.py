@@ -40,6 +40,15 @@ from ortools.sat.python import cp_model
 
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance
+from slackswap.solvers._exact_interrupt import call_interruptibly
+
+
+def _cp_solver() -> cp_model.CpSolver:
+    """A CP-SAT solver that leaves Ctrl-C to Python: by default CP-SAT catches SIGINT and ends
+    the search as if its time limit had passed, so the solve went on (see `_exact_interrupt`)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False
+    return solver
 
 
 @dataclass
@@ -301,10 +310,11 @@ class CpPlanModel:
         mdl = self.model.clone()
         for var, v in vals.items():
             mdl.add(var == int(v))
-        solver = cp_model.CpSolver()
+        solver = _cp_solver()
         solver.parameters.max_time_in_seconds = time_limit
         solver.parameters.num_workers = 1
-        return solver.solve(mdl) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        code = call_interruptibly(lambda: solver.solve(mdl), on_interrupt=solver.stop_search)
+        return code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
     # ----- helpers ---------------------------------------------------------------------------------
     def literal(self, t: int, action: int) -> Any:
@@ -355,13 +365,13 @@ class CpPlanModel:
             for t, a in enumerate(hint):
                 for v in (KEEP, SWAP, RECOMP):
                     mdl.add_hint(self.literal(t, v), int(a) == v)
-        solver = cp_model.CpSolver()
+        solver = _cp_solver()
         solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
         solver.parameters.num_workers = int(workers)
         solver.parameters.random_seed = int(seed)
         if deterministic_s is not None:  # the same work whatever the clock: reproducible
             solver.parameters.max_deterministic_time = max(0.01, float(deterministic_s))
-        code = solver.solve(mdl)
+        code = call_interruptibly(lambda: solver.solve(mdl), on_interrupt=solver.stop_search)
         wall = time.perf_counter() - t0
         det = float(solver.response_proto.deterministic_time)  # CpSolver.deterministic_time: 9.15+
         u = self.tick_s

@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from slackswap.problem import Instance
+from slackswap.solvers._exact_interrupt import call_interruptibly
 
 #: Relative violation below which a lazy row counts as satisfied.
 _TOL = 1e-9
@@ -638,18 +640,20 @@ class BoundModel:
         if fin_lo.any():
             a_ub_parts.append(-a[fin_lo])
             b_ub_parts.append(-lo[fin_lo])
-        return linprog(
-            self.c,
-            A_ub=sp.vstack(a_ub_parts, format="csr") if a_ub_parts else None,
-            b_ub=np.concatenate(b_ub_parts) if b_ub_parts else None,
-            A_eq=a[eq] if eq.any() else None,
-            b_eq=lo[eq] if eq.any() else None,
-            bounds=np.column_stack([self.var_lb, self.var_ub]),
-            # interior point: the simplex path ends on a vertex that breaks many lazy rows
-            # without changing the optimum (the problem is very degenerate); IPM's point
-            # breaks few, so the row generation converges in one to three rounds
-            method="highs-ipm",
-            options={"time_limit": max(time_limit, 0.05), "presolve": True},
+        return call_interruptibly(
+            lambda: linprog(
+                self.c,
+                A_ub=sp.vstack(a_ub_parts, format="csr") if a_ub_parts else None,
+                b_ub=np.concatenate(b_ub_parts) if b_ub_parts else None,
+                A_eq=a[eq] if eq.any() else None,
+                b_eq=lo[eq] if eq.any() else None,
+                bounds=np.column_stack([self.var_lb, self.var_ub]),
+                # interior point: the simplex path ends on a vertex that breaks many lazy rows
+                # without changing the optimum (the problem is very degenerate); IPM's point
+                # breaks few, so the row generation converges in one to three rounds
+                method="highs-ipm",
+                options={"time_limit": max(time_limit, 0.05), "presolve": True},
+            )
         )
 
     def solve(
@@ -779,12 +783,15 @@ class BoundModel:
             if left <= 0.05:
                 break
             a, lo, hi = self._matrices()
-            res = milp(
-                self.c,
-                integrality=integrality,
-                bounds=Bounds(self.var_lb, self.var_ub),
-                constraints=LinearConstraint(a, lo, hi),
-                options={"time_limit": left, "presolve": True},
+            res = call_interruptibly(
+                partial(
+                    milp,
+                    self.c,
+                    integrality=integrality,
+                    bounds=Bounds(self.var_lb, self.var_ub),
+                    constraints=LinearConstraint(a, lo, hi),
+                    options={"time_limit": left, "presolve": True},
+                )
             )
             if res.status == 2:
                 empty = np.zeros(self.nt)

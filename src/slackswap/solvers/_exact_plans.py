@@ -19,6 +19,10 @@ from slackswap.simulator import SimResult, simulate, simulate_many
 #: Instances with at most this many tensors get the whole pair neighbourhood in local search.
 FULL_PAIRS = 40
 
+#: Plans per call into the compiled simulator: between calls Python sees Ctrl-C, so one batch
+#: should take well under a second (256 plans of a 16,906-operator instance: about 0.13 s).
+BATCH = 256
+
 #: Rounding thresholds tried on a fractional solution (share of a tensor recomputed / swapped).
 _THRESHOLDS = (0.5, 0.3, 0.1, 0.7, 0.9, 1e-6)
 
@@ -52,8 +56,9 @@ class Scorer:
                 return out
         self.evaluations += n
         acts = np.ascontiguousarray(acts2d[:n], dtype=np.int8)
-        res = simulate_many(self.instance, acts, self.budget)
-        out[:n] = np.where(res.feasible, res.step_s, np.inf)
+        for lo in range(0, n, BATCH):
+            res = simulate_many(self.instance, acts[lo : lo + BATCH], self.budget)
+            out[lo : min(n, lo + BATCH)] = np.where(res.feasible, res.step_s, np.inf)
         return out
 
     def one(self, acts: np.ndarray) -> SimResult:
@@ -235,22 +240,25 @@ def _all_pairs(
 
 def best_plan(
     scorer: Scorer,
-    starts: list[np.ndarray],
+    starts: list[tuple[str, np.ndarray]],
     deadline: float,
     search: bool = True,
     repair_deadline: float | None = None,
-) -> tuple[np.ndarray | None, float, bool]:
+) -> tuple[np.ndarray | None, float, bool, str]:
     """Repair each start, keep the fastest, then improve it by local search until ``deadline``.
 
-    Repairs may run until ``repair_deadline`` (default ``deadline``): a plan that fits matters
-    more than a better one. Returns (plan or None, simulated step in seconds, whether the
-    search converged).
+    ``starts`` are (origin, plan) pairs. Repairs may run until ``repair_deadline`` (default
+    ``deadline``): a plan that fits matters more than a better one. Returns (plan or None,
+    simulated step in seconds, whether the search converged, where the plan came from: the
+    winning start's origin, plus ``+repair`` when the repair changed it and ``+local-search``
+    when the search improved it).
     """
     fix_by = deadline if repair_deadline is None else repair_deadline
     best_a: np.ndarray | None = None
     best = np.inf
+    origin = ""
     seen: set[bytes] = set()
-    for a0 in starts:
+    for label, a0 in starts:
         key = np.asarray(a0, dtype=np.int8).tobytes()
         if key in seen:
             continue
@@ -261,10 +269,19 @@ def best_plan(
         st = float(scorer.many(a[None, :])[0])
         if st < best:
             best, best_a = st, a
+            origin = label if np.array_equal(a, a0) else f"{label}+repair"
     converged = True
     if best_a is not None and search:
+        first = best
         best_a, best, converged = local_search(scorer, best_a, best, deadline)
-    return best_a, best, converged
+        if best < first and not origin.endswith("+local-search"):
+            origin += "+local-search"
+    return best_a, best, converged, origin
+
+
+def labelled(origin: str, plans: list[np.ndarray] | np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """``plans`` as `best_plan` starts that all came from ``origin``."""
+    return [(origin, np.asarray(p, dtype=np.int8)) for p in plans]
 
 
 def hint_plans(

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 #: A solver that overruns its time limit by more than this share is reported as a timeout.
 TIME_LIMIT_SLACK = 0.10
 
+#: A lower bound above its plan's simulated step by more than this share (floating-point noise
+#: between the bound engine's sums and the simulator's) makes the record an ``error``.
+BOUND_REL_TOL = 1e-9
+
 
 class Status(StrEnum):
     OPTIMAL = "optimal"
@@ -286,6 +290,9 @@ class RunRecord:
     plan: Plan | None = field(default=None, repr=False, compare=False)
     sim: SimResult | None = field(default=None, repr=False, compare=False)
     history: list[tuple[float, int, float]] = field(default_factory=list, repr=False)
+    #: The solver's ``Solution.info`` (e.g. ``found_by``: where the exact solvers' plan came
+    #: from); not part of the flat row.
+    info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     #: Keys of the flat row (``compare --json``, CSV columns), in order.
     ROW_KEYS: ClassVar[tuple[str, ...]] = (
@@ -412,6 +419,14 @@ def run(
                 status = Status.FEASIBLE
             if sol.lower_bound_s is not None and sol.lower_bound_s > 0:
                 fields["gap"] = (sim.step_s - sol.lower_bound_s) / sol.lower_bound_s
+            lb = sol.lower_bound_s
+            if lb is not None and lb > sim.step_s * (1 + BOUND_REL_TOL):
+                # the solver's own plan refutes its bound: a defect in the bound, never capped
+                status = Status.ERROR
+                fields["error"] = (
+                    f"invalid lower bound: {lb!r} s is above the plan's simulated step "
+                    f"{sim.step_s!r} s"
+                )
         else:
             status = Status.TIMEOUT if timed_out else Status.INFEASIBLE
     if status is Status.INFEASIBLE and fields["min_budget_bytes"] is None and find_min_budget:
@@ -424,6 +439,7 @@ def run(
         plan=sol.plan,
         sim=sim,
         history=list(sol.history),
+        info=dict(sol.info),
     )
 
 

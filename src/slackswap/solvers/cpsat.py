@@ -7,17 +7,23 @@ the simulator only, so the model's value for a plan is a claim, and the search i
 - small instances (at most ``exact_tensors`` saved tensors): solve the model, simulate its plan,
   improve the plan by local search in the simulator, exclude the plan (a no-good) and solve
   again with the objective capped below the best simulated step. When the capped model has no
-  solution, no plan can beat the incumbent (up to ``tolerance``): the incumbent is optimal and
-  the cap is the proven bound. When time runs out first, the bound is the least of the
-  incumbent and the last solve's proven bound;
+  solution, no plan can beat the incumbent (up to ``tolerance``): the incumbent is optimal.
+  What the loop proves is that no plan simulates faster than the least of the incumbent's step
+  (every excluded plan was simulated) and CP-SAT's bound on the plans not excluded (at the
+  end, the cap); the reported bound is the larger of that and the relaxation's bound;
 - big instances: large-neighbourhood search from the best of the relaxation's rounded plans and
   the hinted solver's plan (``hint``, SlackSwap by default), each repaired and improved by local
   search in the simulator: free the actions of the tensors of ``lns_blocks`` consecutive
   blocks, fix the rest (and the operators before the window), hint CP-SAT with the incumbent's
   simulated run mapped onto the model (a complete, feasible solution), keep a proposal only if
   the simulator says it is faster. The bound
-  reported there is the linear relaxation's (`slackswap.solvers._exact_lp`), since CP-SAT's own
-  bound on a full instance is close to the ideal step.
+  reported there is the linear relaxation's (`slackswap.solvers._exact_lp`), as proved and never
+  capped by the plan, since CP-SAT's own bound on a full instance is close to the ideal step.
+
+``info["found_by"]`` says which engine found the plan: ``cp-sat`` (the no-good loop's
+proposal), ``cp-sat-lns`` (an accepted neighbourhood), or the start it grew from
+(``lp-rounding``, ``keep-all``, ``hint:SOLVER``), with ``+repair``, ``+local-search`` and
+``+iterated-local-search`` when those changed it.
 
 CP-SAT runs with a deterministic time limit (and one worker by default), so a fixed seed and
 work budget (``max_evaluations``) give the same plan; the wall-clock limit is a safety net.
@@ -44,6 +50,7 @@ from slackswap.solvers._exact_plans import (
     best_plan,
     hint_plans,
     iterated_local_search,
+    labelled,
     local_search,
     round_candidates,
 )
@@ -108,15 +115,24 @@ class CpSat(Solver):
                 )
             if mres is not None and mres.bound_s is not None:
                 lp_bound = max(lp_bound, mres.bound_s)
-        starts = list(round_candidates(instance, lp.s, lp.r)) if lp.bound_s is not None else []
-        starts.append(np.zeros(instance.n_tensors, dtype=np.int8))  # keep all, then repair
+        starts = (
+            labelled("lp-rounding", round_candidates(instance, lp.s, lp.r))
+            if lp.bound_s is not None
+            else []
+        )
+        starts.append(("keep-all", np.zeros(instance.n_tensors, dtype=np.int8)))  # then repair
         if self.hint not in ("", "none"):
-            starts += hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+            hints = hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+            starts += labelled(f"hint:{self.hint}", hints)
         share = 0.3 if instance.n_tensors <= self.exact_tensors else 0.4
-        acts, step, _ = best_plan(scorer, starts, t0 + share * limit, repair_deadline=stop)
+        acts, step, _, found_by = best_plan(
+            scorer, starts, t0 + share * limit, repair_deadline=stop
+        )
         if instance.n_tensors <= self.exact_tensors:
-            return self._exact(instance, M, scorer, acts, step, lp_bound, stop, seed, limit)
-        return self._lns(instance, M, scorer, acts, step, lp_bound, stop, seed, limit)
+            return self._exact(
+                instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit
+            )
+        return self._lns(instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit)
 
     # ----- small instances: the no-good loop --------------------------------------------------
     def _exact(
@@ -126,6 +142,7 @@ class CpSat(Solver):
         scorer: Scorer,
         acts: np.ndarray | None,
         step: float,
+        found_by: str,
         lp_bound: float,
         stop: float,
         seed: int,
@@ -176,21 +193,38 @@ class CpSat(Solver):
             cand = res.actions
             exclude(cand)
             st = float(scorer.many(cand[None, :])[0])
+            origin = "cp-sat"
             if math.isfinite(st):
-                better, st, _ = local_search(scorer, cand, st, stop)
+                better, st_ls, _ = local_search(scorer, cand, st, stop)
                 exclude(better)
-                cand = better
+                if st_ls < st:
+                    cand, st, origin = better, st_ls, "cp-sat+local-search"
             if st < step:
-                acts, step, claim = cand, st, res.objective_s
+                # the model's value is a claim about CP-SAT's own plan only
+                claim = res.objective_s if origin == "cp-sat" else None
+                acts, step, found_by = cand, st, origin
         if acts is not None and not proven:
             # CP-SAT's proposals are relaxed plans: polish the incumbent in the simulator with
             # perturbation restarts for what time is left
-            acts, step = iterated_local_search(scorer, acts, step, stop, seed)
-        info = {"mode": "exact", "cp_rounds": rounds, "evaluations": scorer.evaluations}
+            polished, polished_step = iterated_local_search(scorer, acts, step, stop, seed)
+            if polished_step < step:
+                acts, step, claim = polished, polished_step, None
+                found_by += "+iterated-local-search"
+        info = {
+            "mode": "exact",
+            "cp_rounds": rounds,
+            "cp_bound_s": cp_lb,
+            "evaluations": scorer.evaluations,
+            "found_by": found_by,
+        }
         if acts is None:
             info["reason"] = "CP-SAT found no plan that fits"
             return Solution(None, lower_bound_s=lp_bound, timed_out=not proven, info=info)
-        bound = min(step, max(lp_bound, min(step, cp_lb)))
+        # What the loop proves: every plan it did not exclude models (hence simulates) at least
+        # cp_lb, and every plan it excluded was simulated, the fastest being the incumbent; so
+        # no plan is faster than the smaller of the two. Not a cap: the incumbent is one of the
+        # plans the statement ranges over. The relaxation's bound holds on its own.
+        bound = max(lp_bound, min(step, cp_lb))
         return Solution(
             Plan(inst, acts),
             lower_bound_s=bound,
@@ -217,12 +251,13 @@ class CpSat(Solver):
         scorer: Scorer,
         acts: np.ndarray | None,
         step: float,
+        found_by: str,
         lp_bound: float,
         stop: float,
         seed: int,
         limit: float,
     ) -> Solution:
-        info: dict[str, object] = {"mode": "lns"}
+        info: dict[str, object] = {"mode": "lns", "found_by": found_by}
         if acts is None:
             info["reason"] = "no hinted or rounded plan fits: nothing to improve"
             return Solution(None, lower_bound_s=lp_bound, timed_out=True, info=info)
@@ -232,7 +267,7 @@ class CpSat(Solver):
             info["reason"] = "no time left for the neighbourhood search"
             return Solution(
                 Plan(inst, acts),
-                lower_bound_s=min(lp_bound, step),
+                lower_bound_s=lp_bound,
                 timed_out=True,
                 evaluations=scorer.evaluations,
                 info=info,
@@ -271,6 +306,7 @@ class CpSat(Solver):
                 if st < step:
                     acts, step, claim, improved = res.actions, st, res.objective_s, True
                     accepted += 1
+                    info["found_by"] = "cp-sat-lns"
                     hint = self._hint_values(cp, inst, M, acts)
             since_improve = 0 if improved else since_improve + 1
             if since_improve >= len(windows):
@@ -281,7 +317,7 @@ class CpSat(Solver):
         )
         return Solution(
             Plan(inst, acts),
-            lower_bound_s=min(lp_bound, step),
+            lower_bound_s=lp_bound,
             claimed_step_s=claim,
             timed_out=not converged and not scorer.exhausted,
             evaluations=scorer.evaluations,

@@ -12,10 +12,16 @@ worst, ``inf`` for a budget the relaxation proves infeasible) and ``claimed_step
 relaxation's value with the returned plan's actions fixed: a claim the tests hold against the
 simulator (it may never exceed the simulated step).
 
+The bound is the engine's, as proved (the relaxation's, or the binary version's dual bound when
+higher): never capped by the plan, so a bound above the plan's simulated step shows as the
+defect it is (`slackswap.solvers.base.run` makes that record an ``error``). ``info["found_by"]``
+says where the plan came from: ``lp-rounding``, ``milp-rounding``, ``keep-all`` or
+``hint:SOLVER``, with ``+repair`` and ``+local-search`` when those changed it.
+
 Status: ``timeout`` when the clock stopped the row generation or the local search before it
 converged (a spent work budget, ``max_evaluations``, is not a timeout); the binary version is
 opportunistic ("when time allows") and never makes a timeout. ``optimal`` when the plan's
-simulated step equals the bound.
+simulated step equals the bound (within 1e-9, relative).
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ import numpy as np
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._exact_lp import BoundModel
-from slackswap.solvers._exact_plans import Scorer, best_plan, hint_plans, round_candidates
+from slackswap.solvers._exact_plans import (
+    Scorer,
+    best_plan,
+    hint_plans,
+    labelled,
+    round_candidates,
+)
 from slackswap.solvers.base import Solution, Solver, Tags, register
 
 #: Share of the time limit kept free for the runner and the final bookkeeping.
@@ -78,12 +90,17 @@ class Milp(Solver):
         bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
         timed_out = lp.status == "timeout"
         scorer = Scorer(instance, M, self.max_evaluations)
-        starts = list(round_candidates(instance, lp.s, lp.r)) if lp.bound_s is not None else []
-        starts.append(np.zeros(instance.n_tensors, dtype=np.int8))  # keep all, then repair
-        starts += hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+        starts = (
+            labelled("lp-rounding", round_candidates(instance, lp.s, lp.r))
+            if lp.bound_s is not None
+            else []
+        )
+        starts.append(("keep-all", np.zeros(instance.n_tensors, dtype=np.int8)))  # then repair
+        hints = hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+        starts += labelled(f"hint:{self.hint}", hints)
         # leave room for the binary version and the claim on what is left
         search_stop = stop - (0.25 * limit if self.integral else 0.05 * limit)
-        acts, step, converged = best_plan(
+        acts, step, converged, found_by = best_plan(
             scorer, starts, search_stop, self.search, repair_deadline=stop
         )
         timed_out = timed_out or not (converged or scorer.exhausted)
@@ -105,20 +122,22 @@ class Milp(Solver):
                 if mres.bound_s is not None and mres.bound_s > bound:
                     bound = mres.bound_s
                 if mres.claimed_step_s is not None:
-                    more = list(round_candidates(instance, mres.s, mres.r))
+                    more = labelled("milp-rounding", round_candidates(instance, mres.s, mres.r))
                     if acts is not None:
-                        more.append(acts)
-                    a2, st2, _ = best_plan(scorer, more, stop, self.search)
+                        more.append((found_by, acts))
+                    a2, st2, _, by2 = best_plan(scorer, more, stop, self.search)
                     if a2 is not None and st2 < step:
-                        acts, step = a2, st2
+                        acts, step, found_by = a2, st2, by2
         info["evaluations"] = scorer.evaluations
+        info["found_by"] = found_by
         if acts is None:
             info["reason"] = "no rounded or hinted plan could be repaired to fit the budget"
             return Solution(None, lower_bound_s=bound, timed_out=timed_out, info=info)
         if claimed_for is not acts:
             left = stop - time.perf_counter()
             claim = model.plan_value(acts, time_limit=left) if left > 0.02 * limit else None
-        bound = min(bound, step)  # the plan itself is a witness: no better bound can exceed it
+        # the bound is reported as proved: one above the plan's simulated step is a defect the
+        # runner reports as an error, never something to cap
         return Solution(
             Plan(instance, np.asarray(acts)),
             lower_bound_s=bound,
