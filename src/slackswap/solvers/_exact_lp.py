@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -68,6 +69,8 @@ from slackswap.solvers._exact_interrupt import call_interruptibly
 
 #: Relative violation below which a lazy row counts as satisfied.
 _TOL = 1e-9
+#: Pairs of operators whose lazy-row slacks are computed at once (bounds the memory they take).
+_CHUNK_CELLS = 1 << 22
 #: Events this close (in ideal steps) count as simultaneous when a run is embedded: times that
 #: are equal in the simulator may differ by float rounding once recomputed here.
 _EPS = 1e-12
@@ -88,6 +91,13 @@ class BoundResult:
     lazy_rows: int = 0
     seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def _blocks(n_rows: int, n_cols: int, cells: int) -> Iterator[slice]:
+    """Consecutive row slices of an n_rows x n_cols matrix, each at most ``cells`` cells."""
+    step = max(1, cells // max(n_cols, 1))
+    for a in range(0, n_rows, step):
+        yield slice(a, min(a + step, n_rows))
 
 
 class _Vars:
@@ -369,9 +379,15 @@ class BoundModel:
     def _start(self, x: np.ndarray, i: np.ndarray) -> np.ndarray:
         return self.D[i] + x[self.T[i]]
 
-    def _lazy_slacks(self, x: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
-        """Slack of every window and deadline row at ``x``: (kind, sources, targets, slack)."""
-        out = []
+    def _lazy_slacks(
+        self, x: np.ndarray, chunk_cells: int = _CHUNK_CELLS
+    ) -> Iterator[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+        """Slack of every window and deadline row at ``x``: (kind, sources, targets, slack).
+
+        There is one row per pair of operators, so the slacks come in blocks of sources of at
+        most ``chunk_cells`` pairs: memory stays linear in the operator count (a whole matrix at
+        17k operators is about 0.5 GB per kind).
+        """
         bw, nf = self.bw, self.nf
         P = self.producers
         EP = self._start(x, P) + self.d[P]  # end of each producer op
@@ -379,15 +395,18 @@ class BoundModel:
         # freed-by-swap windows, forward: F_i <= Q_p + bw (S_i - E_p), p < i
         fi = np.arange(nf)
         Si = self._start(x, fi)
-        slack = QP[None, :] + bw * (Si[:, None] - EP[None, :]) - x[self.F][:, None]
-        slack[P[None, :] >= fi[:, None]] = np.inf
-        out.append(("fw", fi, P, slack))
+        Fi = x[self.F]
+        for blk in _blocks(nf, P.size, chunk_cells):
+            slack = QP[None, :] + bw * (Si[blk, None] - EP[None, :]) - Fi[blk, None]
+            slack[P[None, :] >= fi[blk, None]] = np.inf
+            yield "fw", fi[blk], P, slack
         # the same for absent bytes in the backward pass: X_j <= Q_p + bw (S_j - E_p)
         jb = np.arange(nf, self.n)
         Sj = self._start(x, jb)
         Xj = x[self.X]
-        slack = QP[None, :] + bw * (Sj[:, None] - EP[None, :]) - Xj[:, None]
-        out.append(("bx", jb, P, slack))
+        for blk in _blocks(jb.size, P.size, chunk_cells):
+            slack = QP[None, :] + bw * (Sj[blk, None] - EP[None, :]) - Xj[blk, None]
+            yield "bx", jb[blk], P, slack
         # prefetch deadlines: X_j <= W_j' + bw (S_j' - S_j), j < j'; source nf - 1 is F_last
         Dl = self.deadlines
         Sd = self._start(x, Dl)
@@ -397,20 +416,21 @@ class BoundModel:
         # H2D copies may begin once the last forward operator ends (E_{nf-1}), before S_nf
         e_fwd = self._start(x, np.array([nf - 1]))[0] + self.d[nf - 1]
         start = np.concatenate([[e_fwd], Sj])
-        slack = Wd[None, :] + bw * (Sd[None, :] - start[:, None]) - amount[:, None]
-        slack[Dl[None, :] <= src[:, None]] = np.inf
-        out.append(("pf", src, Dl, slack))
+        for blk in _blocks(src.size, Dl.size, chunk_cells):
+            slack = Wd[None, :] + bw * (Sd[None, :] - start[blk, None]) - amount[blk, None]
+            slack[Dl[None, :] <= src[blk, None]] = np.inf
+            yield "pf", src[blk], Dl, slack
         # refetch: bytes absent at the source and present again at S_j had their H2D start in
         # between, one copy at a time: all but the last in flight are done by S_j
-        slack = (
-            bw * (Sj[None, :] - start[:, None])
-            + self.bmax_after[src - (nf - 1)][:, None]
-            - amount[:, None]
-            + Xj[None, :]
-        )
-        slack[jb[None, :] <= src[:, None]] = np.inf
-        out.append(("rf", src, jb, slack))
-        return out
+        for blk in _blocks(src.size, jb.size, chunk_cells):
+            slack = (
+                bw * (Sj[None, :] - start[blk, None])
+                + self.bmax_after[src[blk] - (nf - 1)][:, None]
+                - amount[blk, None]
+                + Xj[None, :]
+            )
+            slack[jb[None, :] <= src[blk, None]] = np.inf
+            yield "rf", src[blk], jb, slack
 
     def _violated(self, x: np.ndarray, per_row: int) -> list[tuple[str, int, int]]:
         """Up to ``per_row`` most violated lazy rows per source op, not yet in the model."""
@@ -532,14 +552,19 @@ class BoundModel:
     ) -> list[tuple[str, int, int]]:
         if slack.size == 0:
             return []
-        out = []
         k = min(per_row, slack.shape[1])
-        order = np.argsort(slack, axis=1)[:, :k]
-        for a in range(slack.shape[0]):
-            for c in order[a]:
-                if slack[a, c] < -_TOL:
-                    out.append((kind, int(rows[a]), int(cols[c])))
-        return out
+        # the k smallest slacks of each row (argpartition: linear in the row, not n log n),
+        # then in order of slack, as a full sort would list them
+        part = np.argpartition(slack, k - 1, axis=1)[:, :k] if k < slack.shape[1] else None
+        if part is None:
+            part = np.broadcast_to(np.arange(slack.shape[1]), slack.shape)
+        vals = np.take_along_axis(slack, part, axis=1)
+        within = np.argsort(vals, axis=1, kind="stable")
+        order = np.take_along_axis(part, within, axis=1)
+        hit_a, hit_c = np.nonzero(np.take_along_axis(vals, within, axis=1) < -_TOL)
+        return [
+            (kind, int(rows[a]), int(cols[order[a, c]])) for a, c in zip(hit_a, hit_c, strict=True)
+        ]
 
     def _add_lazy(self, keys: list[tuple[str, int, int]]) -> None:
         bw, nf = self.bw, self.nf
