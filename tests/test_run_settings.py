@@ -145,6 +145,8 @@ SWEEPS = {
                    "output: expected a file name, got 3"),
     "non-UTF-8": ("s.toml", b"budgets = [0.5]\n# \xff\xfe\n", "not UTF-8"),
     "YAML 5000 deep": ("s.yaml", "budgets: " + "[" * 5000 + "]" * 5000 + "\n", "s.yaml: "),
+    # loads (tomllib and every libyaml bound deeper), refused by the sweep file's own depth check
+    "TOML 40 deep": ("s.toml", "budgets = " + "[" * 40 + "]" * 40 + "\n", "nested too deeply"),
     "a directory": ("x.toml", None, "is a directory"),
 }  # fmt: skip
 

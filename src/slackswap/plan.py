@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,7 +260,7 @@ class Budget:
         if isinstance(spec, int | float | np.integer | np.floating) and not isinstance(spec, bool):
             return cls._checked("fraction", float(spec), spec)
         if not isinstance(spec, str):
-            raise PlanError(f"budget {spec!r}: {_EXPECTED}")
+            raise PlanError(f"budget {reprlib.repr(spec)}: {_EXPECTED}")
         s = spec.strip()
         m = _BYTES_RE.match(s)
         try:

@@ -81,20 +81,45 @@ def _read(p: Path) -> Any:
     try:
         if suffix == ".toml":
             try:
-                return tomllib.loads(text)
+                data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
                 raise UserError(f"{p}: invalid TOML ({exc})") from None
-        try:
-            import yaml
-        except ModuleNotFoundError:
-            raise UserError(f"{p}: YAML sweep files need PyYAML (pip install pyyaml)") from None
-        try:
-            # libyaml's loader where built: fast, and it bounds nesting depth itself
-            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        except yaml.YAMLError as exc:
-            raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        else:
+            data = _load_yaml(p, text)
+        if _nesting(data) > MAX_NESTING:
+            raise RecursionError
+        return data
     except RecursionError:
         raise UserError(f"{p}: nested too deeply to be a sweep file") from None
+
+
+def _load_yaml(p: Path, text: str) -> Any:
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise UserError(f"{p}: YAML sweep files need PyYAML (pip install pyyaml)") from None
+    try:
+        # libyaml's loader where built: fast (older libyaml builds, as in PyYAML 6.0's wheels, do
+        # not bound nesting: the caller checks the depth)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
+
+
+MAX_NESTING = 32  # lists and tables inside each other; a sweep file needs four
+
+
+def _nesting(data: Any) -> int:
+    """How deep lists and tables nest in ``data`` (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING:  # deeper than that is refused anyway
+                stack.extend((c, depth + 1) for c in children)
+    return deepest
 
 
 def _build(p: Path, data: dict[str, Any]) -> Sweep:
