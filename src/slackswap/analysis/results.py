@@ -28,6 +28,7 @@ import pandas as pd
 
 from slackswap.problem import UserError
 from slackswap.solvers.base import RunRecord
+from slackswap.textfile import read_user_text
 
 #: Columns a results file adds to the `RunRecord` row (see `Job.columns` and `execute`).
 EXTRA_KEYS = (
@@ -354,16 +355,7 @@ class _CsvTable:
 
 
 def _read_csv(p: Path) -> _CsvTable:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise UserError(f"{p}: is a directory, not a results file") from None
-    except UnicodeDecodeError as exc:
-        raise UserError(
-            f"{p}: not a slackswap results file (not UTF-8 text at byte {exc.start})"
-        ) from None
-    except OSError as exc:
-        raise UserError(f"{p}: cannot read ({exc.strerror})") from None
+    text = read_user_text(p, "a results file")
     complete = not text or text.endswith("\n")
     if not complete:
         text = text[: text.rfind("\n") + 1]  # a row cut by a kill: drop it, it reruns

@@ -40,6 +40,7 @@ from slackswap.analysis.jobs import (
     ref_from_grid_point,
 )
 from slackswap.problem import UserError
+from slackswap.textfile import read_user_text
 
 KEYS = (
     "instances", "grid", "budgets", "seeds", "solvers", "time_limit", "job_timeout",
@@ -68,16 +69,7 @@ def _read(p: Path) -> Any:
     suffix = p.suffix.lower()
     if suffix not in (".toml", ".yaml", ".yml"):
         raise UserError(f"{p}: a sweep file ends in .toml, .yaml or .yml")
-    if p.is_dir():
-        raise UserError(f"{p}: is a directory, not a sweep file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(
-            f"{p}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
-        ) from None
-    except OSError as exc:
-        raise UserError(f"{p}: cannot read ({exc.strerror})") from None
+    text = read_user_text(p, "a sweep file")
     try:
         if suffix == ".toml":
             try:

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from slackswap.problem import Hardware, Instance, InstanceError
+from slackswap.textfile import read_user_text
 from slackswap.validation import in_range, range_text
 
 SCHEMA_VERSION = 1
@@ -379,16 +380,7 @@ def _file_field(exc: InstanceError) -> str:
 def load_instance(path: str | os.PathLike[str]) -> Instance:
     """Read an instance file; a bad file raises `InstanceFileError` with a one-line message."""
     source = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InstanceFileError(f"{source}: cannot read file ({exc.strerror})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InstanceFileError(
-            f"{source}: not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
-        ) from None
+    text = read_user_text(path, "an instance file", InstanceFileError)
     try:
         d = json.loads(text)
     except json.JSONDecodeError as exc:
