@@ -164,17 +164,22 @@ class _Dynamic(Solver):
         raise AssertionError("run-time policies are not seeds")
 
 
-def test_seed_plans_skip_failures_searches_and_dynamic_policies(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_seed_plans_skip_failures_refuse_searches(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     reg = Registry()
     for cls in (_Raises, _Search, _NoPlan, _Dynamic, _Keep):
         reg.register(cls.key, cls)
     reg.register("slackswap", REGISTRY["slackswap"].cls)
     monkeypatch.setattr(ga_module, "REGISTRY", reg)
+    monkeypatch.setattr("slackswap.solvers.base.REGISTRY", reg)
     monkeypatch.setattr("slackswap.solvers.base._load_all", lambda: None)
-    seeds = seed_plans(small, Budget.parse(0.5), time_limit=None, seed=0)
+    names = ("slackswap", "t-raise", "t-none", "t-keep")
+    seeds = seed_plans(small, Budget.parse(0.5), time_limit=None, seed=0, names=names)
     assert [name for name, _ in seeds] == ["slackswap", "t-keep"]
     assert np.array_equal(seeds[1][1], np.zeros(small.n_tensors, dtype=np.int8))
     assert all(a.dtype == np.int8 and a.shape == (small.n_tensors,) for _, a in seeds)
+    for bad in ("t-search", "t-dyn"):  # a search or a run-time policy is no seed
+        with pytest.raises(UserError, match=f"{bad}' is a search or a run-time policy"):
+            GeneticSearch(seed_solvers=("slackswap", bad))
 
 
 def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -235,13 +240,17 @@ def test_unranked_infeasibility_scores_every_infeasible_plan_alike(small, monkey
     assert len(np.unique(ranked[ranked > 0])) > 1  # overflow shares differ between plans
 
 
-def test_seed_order_does_not_depend_on_import_order() -> None:
-    # The registry's order follows module import order (tests import solver modules directly);
-    # the seeds steer the search, so their order must not.
+def test_seed_order_is_the_named_order() -> None:
+    # The seeds steer the search, so their order is the option's, never the registry's (which
+    # follows module import order: tests import solver modules directly).
     inst = build_model("gpt2-xl", layers=2, seq=256, batch=2)
     names = [n for n, _ in seed_plans(inst, Budget.fraction(0.7), time_limit=None, seed=0)]
     assert names[0] == "slackswap"
-    assert names[1:] == sorted(names[1:])
+    assert names == [n for n in ga_module.DEFAULT_SEED_SOLVERS if n in names]
+    assert len(names) >= 5
+    chosen = ("vdnn", "slackswap")
+    names = seed_plans(inst, Budget.fraction(0.7), time_limit=None, seed=0, names=chosen)
+    assert [n for n, _ in names] == ["vdnn", "slackswap"]
 
 
 def test_convergence_figure_draws_the_history(small, tmp_path) -> None:  # type: ignore[no-untyped-def]

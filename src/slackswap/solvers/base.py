@@ -156,6 +156,7 @@ _WANT = {
     int: "a non-negative integer",
     float: "a non-negative finite number",
     str: "a name",
+    tuple: "a list of names (or one comma-separated text)",
 }
 
 
@@ -170,6 +171,8 @@ def option_types(cls: type[Solver]) -> dict[str, tuple[tuple[type, ...], bool]]:
     for key, default in cls.option_defaults().items():
         hint = hints.get(key)
         args = typing.get_args(hint) if typing.get_args(hint) else (hint,)
+        if typing.get_origin(hint) is tuple:  # ``tuple[str, ...]``: a list of names
+            args = (tuple,)
         types = tuple(t for t in args if t in _WANT)
         none_ok = type(None) in args or default is None
         if not types and default is not None and type(default) in _WANT:
@@ -180,8 +183,9 @@ def option_types(cls: type[Solver]) -> dict[str, tuple[tuple[type, ...], bool]]:
 
 def check_option(solver: str, key: str, value: Any, types: tuple[type, ...], none_ok: bool) -> None:
     """A `UserError` unless ``value`` is one of ``types`` (a flag true/false, a count a
-    non-negative integer, a number non-negative and finite, a name text) or None where allowed.
-    An option of no known type takes anything; ranges beyond these are each solver's own."""
+    non-negative integer, a number non-negative and finite, a name text, a list of names a list
+    of texts or one comma-separated text) or None where allowed. An option of no known type
+    takes anything; ranges beyond these are each solver's own."""
     if not types or (value is None and none_ok):
         return
     ok = False
@@ -192,7 +196,9 @@ def check_option(solver: str, key: str, value: Any, types: tuple[type, ...], non
     elif isinstance(value, float) and float in types:
         ok = math.isfinite(value) and value >= 0
     elif isinstance(value, str):
-        ok = str in types
+        ok = str in types or tuple in types
+    elif isinstance(value, list | tuple):
+        ok = tuple in types and all(isinstance(v, str) for v in value)
     if not ok:
         want = " or ".join(_WANT[t] for t in types) + (" or null" if none_ok else "")
         raise UserError(f"solver {solver!r} option {key}: expected {want}, got {value!r}")

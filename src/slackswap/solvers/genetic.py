@@ -3,10 +3,12 @@
 The paper bounds SlackSwap's gap with such a search (POET's search space, SwapAdvisor's method,
 45 s, Table 3). Two registered variants:
 
-- ``ga``: seeded with SlackSwap and every other registered solver whose plan is static and that
-  does not itself search (baselines, ablations), then mutants of those seeds to fill the
-  population. Seeds are scored unrepaired and the best plan is kept by elitism, so the result is
-  never worse than SlackSwap's plan in the simulator.
+- ``ga``: seeded with the plans of the solvers named by ``seed_solvers`` (by default
+  `DEFAULT_SEED_SOLVERS`: SlackSwap, then the built-in baselines and ablations whose plan is
+  static and that do not search), then mutants of those seeds to fill the population. Seeds
+  are scored unrepaired and the best plan is kept by elitism, so with SlackSwap among the seeds
+  the result is never worse than SlackSwap's plan in the simulator. The seeds are named, never
+  read off the registry, so that registering another solver changes no GA result.
 - ``ga-random``: uniform random genomes, as SwapAdvisor's search starts.
 
 Search space: a plan is one action per saved tensor, and ``recomp`` only for tensors some
@@ -24,17 +26,16 @@ Repair (``repair=True``, the default of ``ga-random``): before scoring, each new
 repaired in place (Lamarckian) by `_ga_repair`: while the planner's static memory profile exceeds
 the budget, the kept tensor idle at the peak with the lowest recompute cost per freed byte is
 recomputed (Pass 2's rule), or the largest one swapped when none can be rebuilt. It is what lets
-the random start reach feasible plans at 20% of P; with ``repair=False`` the search is the
+the random start reach feasible plans at low budgets; with ``repair=False`` the search is the
 paper's plain GA, climbing out of infeasibility on the overflow alone. The seeded ``ga`` starts
-from plans that fit and leaves the repair off by default: it found the same best plans in 45 s
-on GPT-2 XL at 20% (+0.126% on SlackSwap with and without) and the repair costs about 5 us per
-plan, some 10-15% of the rate (benchmarks/README.md).
+from plans that fit and leaves the repair off by default: with seeds that fit, the repair did
+not change the best plan found and only slowed the search (figures in benchmarks/README.md,
+"Genetic search").
 
-Ranking infeasible plans (``rank_infeasible=True``, as the issue asks) is what lets even the plain
-random search reach 20% of P: it finds a first feasible plan within a few thousand plans. With
-``rank_infeasible=False`` every infeasible plan scores alike, and the plain random search behaves
-as the paper reports (feasible plans at 50% at once, none at 20% in 45 s): the measured figures
-are in benchmarks/README.md.
+Ranking infeasible plans (``rank_infeasible=True``, the default) is what lets even the plain
+random search reach low budgets: it is the only signal that points a plan that does not fit
+towards one that does. With ``rank_infeasible=False`` every infeasible plan scores alike, and
+the plain random search behaves as the paper reports it (figures in benchmarks/README.md).
 
 Operators (`_ga_search`): DEAP's tournament selection, two-point crossover and uniform integer
 mutation (as a step on a window of consecutive tensors), hall-of-fame elitism, and DEAP's ring
@@ -75,6 +76,7 @@ import numpy as np
 from slackswap.problem import Instance, UserError
 from slackswap.solvers._ga_repair import Repair
 from slackswap.solvers._ga_search import SearchConfig, SearchResult, search
+from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import REGISTRY, Solution, Solver, Tags, register
 
 if TYPE_CHECKING:
@@ -137,16 +139,34 @@ class SimulatorFitness:
         return infeas, step_s
 
 
-def seed_plans(
-    instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
-) -> list[tuple[str, np.ndarray]]:
-    """Plans of SlackSwap and every registered static-plan solver that does not search, SlackSwap
-    first, then by name; a solver that raises or returns no plan is skipped.
+#: The solvers whose plans seed ``ga`` unless ``seed_solvers`` names others: the built-in
+#: solvers whose plan is static and that do not search, SlackSwap first (the plan the search
+#: must never do worse than), then by name. A fixed list rather than every registered static
+#: solver: the seeds and their order steer the search, so a solver registered later (a new
+#: baseline, a plug-in) must not change the GA's results.
+DEFAULT_SEED_SOLVERS: tuple[str, ...] = (
+    "slackswap",
+    "barriers",
+    "checkpoint",
+    "offload-overlap",
+    "offload-sync",
+    "recompute-only",
+    "swap-first",
+    "swapadvisor",
+    "vdnn",
+)
 
-    By name, not registry order: the registry's order depends on which solver module was imported
-    first, and the seeds' order steers the search, so a fresh process must see the same order."""
-    names = [e.name for e in REGISTRY if e.tags.static_plan and not e.tags.uses_time_limit]
-    names.sort(key=lambda n: (n != "slackswap", n))
+
+def seed_plans(
+    instance: Instance,
+    budget: Budget,
+    *,
+    time_limit: float | None,
+    seed: int,
+    names: tuple[str, ...] = DEFAULT_SEED_SOLVERS,
+) -> list[tuple[str, np.ndarray]]:
+    """The plans of the solvers ``names``, in that order; a solver that raises or returns no
+    plan is skipped (it costs the search one seed, nothing more)."""
     out: list[tuple[str, np.ndarray]] = []
     for name in names:
         try:
@@ -169,6 +189,7 @@ class GeneticSearch(Solver):
         self,
         *,
         seeded: bool = True,
+        seed_solvers: tuple[str, ...] = DEFAULT_SEED_SOLVERS,
         pop_size: int = 128,
         cxpb: float = 0.8,
         mutpb: float = 1.0,
@@ -189,7 +210,9 @@ class GeneticSearch(Solver):
         processes: bool = True,
     ) -> None:
         """Options: ``seeded`` (start from other solvers' plans, else random genomes);
-        ``pop_size``; ``cxpb`` / ``mutpb`` (probability that a pair is crossed / a genome
+        ``seed_solvers`` (the solvers whose plans seed a seeded search, in order: registered
+        static planners that do not search; a list, or names separated by commas; default
+        `DEFAULT_SEED_SOLVERS`); ``pop_size``; ``cxpb`` / ``mutpb`` (probability that a pair is crossed / a genome
         mutated); ``indpb`` (per-gene mutation probability, default 2 / tensors: the expected
         genes changed per mutation is indpb x tensors); ``mutation_window`` (a mutation changes
         genes only in a window of this many consecutive tensors, 0 = the whole genome);
@@ -206,6 +229,7 @@ class GeneticSearch(Solver):
         result); ``processes`` (run the islands' workers as processes, forked or fresh, see
         above; False: all islands in turn in the calling thread)."""
         self.seeded = seeded
+        self.seed_solvers = solver_names(seed_solvers)
         self.pop_size = pop_size
         self.cxpb = cxpb
         self.mutpb = mutpb
@@ -229,6 +253,7 @@ class GeneticSearch(Solver):
         self._check()
 
     def _check(self) -> None:
+        check_solver_names(self.key, "seed_solvers", self.seed_solvers, static_only=True)
         if self.pop_size < 2:
             raise UserError(f"ga: pop_size must be at least 2, got {self.pop_size}")
         for name in ("cxpb", "mutpb"):
@@ -269,7 +294,9 @@ class GeneticSearch(Solver):
         self._check()
         n = instance.n_tensors
         seeds = (
-            seed_plans(instance, budget, time_limit=time_limit, seed=seed) if self.seeded else []
+            seed_plans(instance, budget, time_limit=time_limit, seed=seed, names=self.seed_solvers)
+            if self.seeded
+            else []
         )
         seeding_s = time.perf_counter() - t0
         config = SearchConfig(

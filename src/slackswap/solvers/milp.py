@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from slackswap.plan import Budget, Plan
-from slackswap.problem import Instance
+from slackswap.problem import Instance, UserError
 from slackswap.solvers._exact_lp import BoundModel
 from slackswap.solvers._exact_plans import (
     Scorer,
@@ -41,6 +41,7 @@ from slackswap.solvers._exact_plans import (
     labelled,
     round_candidates,
 )
+from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import Solution, Solver, Tags, register
 
 #: Share of the time limit kept free for the runner and the final bookkeeping.
@@ -63,7 +64,17 @@ class Milp(Solver):
         max_evaluations: int | None = None,
         default_time_limit: float = 60.0,
     ):
+        """``hint``: the registered solver whose plan is one more start (repaired and improved
+        like the others; ``info["found_by"]`` says ``hint:SOLVER`` when it wins): default
+        ``slackswap``, ``none`` for no hint."""
         self.integral = integral
+        # One registered solver by name (or "none"), never looked up by what is registered:
+        # a new solver changes no exact solver's starts. Checked here, so a misspelt hint is
+        # the user's error rather than a start silently missing.
+        hints = solver_names(hint)
+        if len(hints) > 1:
+            raise UserError(f"solver {self.key!r} option hint: one solver or none, got {hint!r}")
+        check_solver_names(self.key, "hint", hints, static_only=False)
         self.hint = hint
         self.search = search
         self.max_evaluations = max_evaluations
