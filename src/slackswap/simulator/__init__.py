@@ -42,9 +42,9 @@ flight")? There every offload frees its buffer when it ends. Here an offload sti
 the backward pass belongs to a tensor that stays on the device, so its end frees nothing unless
 the tensor's last backward reader is done; it only gives one more tensor a host copy. Waiting
 for such copies held compute for the whole lagging queue while a tensor with its host copy could
-leave at once (56 ms on GPT-2 XL at 70% of P with a random plan, issue 19; measured against the
-wait-first rule in `benchmarks/README.md`, where it is also shown not to be better every time:
-an eviction costs a prefetch later). The buffer of a swapped tensor whose last reader ends
+leave at once (the wait-first rule is measured against this one in `benchmarks/README.md`,
+"The judge's memory wait", where this one is also shown not to be better every time: an
+eviction costs a prefetch later). The buffer of a swapped tensor whose last reader ends
 before its offload stays until the offload ends, so even a keep/swap plan at a budget of P may
 wait for memory. The deadlock rule above uses the same order.
 If nothing is in flight and nothing can be evicted the plan is infeasible: ``reason`` and

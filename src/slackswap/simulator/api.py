@@ -267,10 +267,10 @@ def score_many(
     feasible) and whether each plan recomputes a tensor nothing can rebuild; the values
     `simulate_many` gives, bit for bit, in one thread.
 
-    The genetic search's fitness calls this once per generation: it skips the other metrics'
-    arrays and reads the unrebuildable case off the kernel's failure reason, not off a pass
-    over the plans (a prototype of this path, without the population check, took 1.3-1.8 us a
-    plan less than `simulate_many` on GPT-2 XL GA plans, 6-7% of the simulator's time)."""
+    The genetic search's fitness calls this once per generation, so it does only what the
+    search ranks by: it skips the other metrics' arrays and reads the unrebuildable case off the
+    kernel's failure reason rather than a second pass over the plans (the saving is in
+    benchmarks/README.md, "Figures from module docstrings")."""
     acts = check_population(instance, actions_2d)
     if runtime in PY_RUNTIMES:
         res = simulate_many(instance, acts, budget, runtime)

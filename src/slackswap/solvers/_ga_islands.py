@@ -3,9 +3,9 @@ the calling thread, with the same result either way.
 
 Why processes: DEAP's variation is Python and holds the GIL for about as long as the simulator
 (compiled, GIL released) takes to score the plans it makes, so two islands in two threads of one
-process mostly wait for each other's Python (measured on GPT-2 XL at 50%: two islands in two
-threads scored as many plans per second as one island in one thread; two processes, 1.6 times
-as many). A worker process made by ``fork`` inherits the loaded instance, the compiled simulator
+process mostly wait for each other's Python: two threads score hardly more plans per second
+than one, two processes nearly twice as many (figures in benchmarks/README.md, "Genetic
+search"). A worker process made by ``fork`` inherits the loaded instance, the compiled simulator
 and the fitness, so it starts in milliseconds and nothing travels but genomes. Forking a process
 that runs other threads is unsafe (a lock another thread held at the fork stays held in the
 child), so such a caller (Jupyter, a Dask worker) gets fresh interpreters instead
@@ -481,8 +481,7 @@ def run_islands(
     whether the clock stopped the run.
 
     There is no thread mode: DEAP's Python holds the GIL, so island threads only take turns,
-    and slowly (on a 2-layer BERT-Large, 1 s: 8,726-10,435 plans with two island threads against
-    42,740-48,111 in two processes; GPT-2 XL 50%: two threads scored as many as one island)."""
+    and slowly (figures in benchmarks/README.md, "Figures from module docstrings")."""
     n = len(islands)
     workers = max(1, min(workers, n)) if start_method else 1
     payloads: dict[int, bytes] = {}

@@ -249,8 +249,8 @@ def mutate_window(
     draws a step in 1..arity-1 for each; the gene moves by that step modulo its arity, so a picked
     gene always changes action (a plain redraw keeps it a third of the time, and a mutant equal to
     its parent is a wasted evaluation). The window is placed at random: tensors are in production
-    order, so it covers a layer or two, and it costs O(width) Python steps instead of O(tensors)
-    (~0.1 us per gene, most of a generation's cost over a GPT-2 XL genome of 484 tensors).
+    order, so it covers a layer or two, and it costs O(width) Python steps instead of O(tensors):
+    a step per gene over the whole genome would be most of a generation's cost.
     ``ups[start]``, if given, is the list of upper step bounds (arity - 1) of the window at
     ``start``, precomputed by the toolbox.
     """

@@ -31,11 +31,11 @@ class Checkpoint(Solver):
     When even every block checkpointed does not fit, there is no plan; the smallest budget that
     plan needs is reported (Fig. 4: no checkpointing plan at 10% of the peak).
 
-    Measured on the A100 catalog: no plan at 10% and 80.3-81.4% at 15% for the transformers, as
-    in Fig. 4. On VGG-16 the floor is 69.1% of P (a plan at 70%, none at 60%, as in Fig. 4):
-    the first stage's pooling backward needs both stage-0 convolution outputs (rebuilt) next to
-    0.26 P of gradient buffers, which no choice of blocks changes; SlackSwap goes lower (63.8%)
-    by bringing the first convolution's output back only after that operator.
+    On VGG-16 the floor is set by the first stage's pooling backward, which needs both stage-0
+    convolution outputs (rebuilt) next to its gradient buffers whatever blocks are chosen;
+    SlackSwap goes lower by bringing the first convolution's output back only after that
+    operator. The floors on the catalog are in benchmarks/README.md ("Figures from module
+    docstrings").
     """
 
     key = "checkpoint"

@@ -22,31 +22,26 @@ Validation and repair (Sec. 3.4), as decided here:
 - Not in the paper: when no round fits at all, up to three last-resort replays swap what stays
   resident where memory runs out, so the runtime's eviction can free it between its backward
   readers (``oversubscribe``; see `_RepairSearch._oversubscribe`). Only budgets where Algorithm 1
-  finds nothing are affected (VGG-16 between 63% and 64% of P in the toolkit's model: below
-  63.8% the first stage's second convolution backward, its 0.82 GB input and two 0.82 GB
-  gradient buffers, does not fit next to the input image, which only the runtime can evict).
+  finds nothing are affected: a narrow band of VGG-16 budgets, where the first stage's second
+  convolution backward does not fit next to the input image, which only the runtime can evict
+  (the band is in benchmarks/README.md, "Figures from module docstrings").
 
-Operator waits (issue 17): the event model records an operator's wait for its own inputs
-without a tensor (it may wait for several), and the repair used to read only the rebuild waits,
-which name one. Such plans kept their stall: on Llama-7B, H200, NVLink-C2C at 10-30% of P the
-runtime admits the prefetches of a layer's SwiGLU inputs (180 MB each) only once the next
-operators' transient bytes fit beside them, so they are fetched on demand, 1.2-1.6 ms of
-backward stall and 99.7-99.8% of ideal where SwapAdvisor reaches 100%. Reading those waits is
-Sec. 3.4's own rule applied to every late prefetch, not a new one; ``op_waits=False`` gives the
-repair as it was. Table 3's SlackSwap, swap-first and barriers cells (A100, PCIe 4.0; six cases
-each) are identical either way (measured); ``benchmarks/bench_fastlink_sweep.py`` holds SlackSwap
-against the best baseline over every catalog model, GPU, link and budget.
+Operator waits: the event model records an operator's wait for its own inputs without naming a
+tensor (it may wait for several), so the repair blames each swapped input whose prefetch was
+still running when the wait began, as it blames the tensors a stalled rebuild reads: Sec. 3.4's
+rule applied to every late prefetch, not a new one. Without it a plan whose prefetches are
+fetched on demand (on fast links, when the runtime admits a prefetch only once the next
+operators' transient bytes fit beside it) keeps its stall. ``op_waits=False`` reads rebuild
+waits only. ``benchmarks/bench_fastlink_sweep.py`` holds SlackSwap against the best baseline
+over every catalog model, GPU, link and budget.
 
 The ``barriers`` ablation runs exactly that search (validated barrier-free, as SlackSwap's own
 plan) and hands the resulting plan to the ``barriers`` runtime: the paper's point is the cost of
-the runtime, not a plan re-tuned for it.
-
-Measured (``slackswap reproduce table3``): SlackSwap, swap-first and recompute-only are within
-0.3 points of Table 3 at 50% and 20% for BERT-Large, GPT-2 XL and Llama-7B (swap-first on
-Llama-7B at 20%: 87.7 vs 85.5). ``barriers`` is 19-25 points above the paper: the simulator's
-barrier runtime synchronises per ``op_layer`` (a transformer block), which hides most copies
-behind the block's own compute; synchronising per operator gives 56.7-63.3%, within 2.5 points
-of the paper except Llama-7B at 50% (62.9 vs 66.9) (``reproduce table3 --explain-barriers``).
+the runtime, not a plan re-tuned for it. The simulator's barrier runtime synchronises per
+``op_layer`` (a transformer block), which hides most copies behind the block's own compute, so
+``barriers`` runs faster here than in the paper; ``slackswap reproduce table3`` compares every
+ablation with Table 3 and ``--explain-barriers`` shows the per-operator variant (figures in
+benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -102,7 +97,7 @@ class SlackSwap(Solver):
     validation and repair; ``runtime`` the returned plan is for; ``oversubscribe``: when no
     round fits, try the last-resort plan that leans on the runtime's eviction (see
     `_RepairSearch._oversubscribe`; not in the paper); ``op_waits``: the repair also reads an
-    operator's wait for its own swapped inputs (False: only rebuild waits, as before issue 17).
+    operator's wait for its own swapped inputs (False: only the waits of rebuilds).
     """
 
     key = "slackswap"
