@@ -27,6 +27,7 @@ Modelling choices (see the reproduction report):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -160,6 +161,313 @@ TRANSFORMERS: dict[str, TransformerConfig] = {
 }
 
 
+# ---- one training step as a list of steps ------------------------------------------------------
+#
+# Every workload is the same shape: an embedding block, ``cfg.layers`` layers, a head. Each block
+# is a list of steps; a step is a forward operator, the tensors it saves for backward and its
+# backward operator (named ``<op>.bwd``, same kind and block). The backward pass runs the steps
+# in reverse, so one list fixes both passes. The architecture (`TransformerConfig`: norm,
+# GeLU MLP or SwiGLU, grouped-query attention, QK-norm, RoPE, dropout, causal mask, BERT's
+# MLM transform) only decides which steps a block has and their sizes.
+
+
+@dataclass(frozen=True)
+class _Op:
+    """An operator to record (seconds, FLOPs, bytes)."""
+
+    name: str
+    kind: str
+    duration_s: float
+    flops: float = 0.0
+    reads: tuple[str, ...] = ()
+    transient_bytes: float = 0
+
+
+@dataclass(frozen=True)
+class _Backward:
+    """The backward operator of a step (its name and kind follow the forward one)."""
+
+    duration_s: float
+    flops: float = 0.0
+    reads: tuple[str, ...] = ()
+    transient_bytes: float = 0
+
+
+@dataclass(frozen=True)
+class _Saved:
+    """A tensor saved for backward by its step's operator (bytes, seconds)."""
+
+    name: str
+    nbytes: float
+    category: str
+    block: int
+    recompute_s: float = math.inf
+    rebuild_inputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A forward operator, what it saves, and its backward operator (None: it has none)."""
+
+    block: int
+    forward: _Op
+    saved: tuple[_Saved, ...] = ()
+    backward: _Backward | None = None
+
+
+def _saving(
+    block: int,
+    op: _Op,
+    nbytes: float,
+    category: str,
+    backward: _Backward,
+    out: str | None = None,
+) -> _Step:
+    """``op`` and its output ``out`` (default ``<op>.out``), saved, rebuilt by rerunning ``op``
+    on its inputs."""
+    saved = _Saved(out or op.name + ".out", nbytes, category, block, op.duration_s, op.reads)
+    return _Step(block, op, (saved,), backward)
+
+
+def _gemm(rf: Roofline, e: int, m: int, k: int, n: int) -> tuple[float, float]:
+    """Seconds and FLOPs of an (m x k) @ (k x n) GEMM with ``e``-byte elements."""
+    flops = 2.0 * m * k * n
+    return rf.gemm(flops, (m * k + k * n + m * n) * e), flops
+
+
+def _bwd_gemm(t_fwd: float) -> float:
+    """A GEMM's backward: dgrad + wgrad, twice the forward's work, one launch counted once."""
+    return 2 * (t_fwd - 5e-6) + 5e-6
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Sizes (bytes), FLOPs and operator times (seconds) of one workload's layers."""
+
+    rf: Roofline
+    e: int  # bytes per element
+    act: int  # one residual-stream tensor (tokens x hidden)
+    mask: int  # a dropout mask, one byte per element
+    qkv_bytes: int  # the QKV GEMM's output
+    qk_bytes: int  # its q and k parts
+    attn_bytes: int  # attention output
+    lse_bytes: int  # FlashAttention's fp32 log-sum-exp rows
+    mlp_act: int  # one MLP-width activation
+    attn_flops: float
+    t_attn_f: float
+    t_attn_b: float
+    t_norm: float
+    t_norm_b: float
+    t_drop: float
+    t_drop_b: float
+    t_mask: float
+    t_add: float
+    t_qkv: float
+    f_qkv: float
+    t_proj: float
+    f_proj: float
+    t_fc1: float
+    f_fc1: float
+    t_fc2: float
+    f_fc2: float
+    t_rope: float
+    t_qknorm: float
+
+
+def _costs(cfg: TransformerConfig, rf: Roofline, e: int) -> _Costs:
+    N, h, m = cfg.tokens, cfg.hidden, cfg.mlp
+    qw, kvw = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim  # GQA: kv_heads <= heads
+    act = N * h * e
+    mask = N * h
+    qk_bytes = N * (qw + kvw) * e
+    attn_flops = 4.0 * cfg.batch * cfg.seq * cfg.seq * qw / (2 if cfg.causal else 1)
+
+    t_qkv, f_qkv = _gemm(rf, e, N, h, qw + 2 * kvw)
+    t_proj, f_proj = _gemm(rf, e, N, qw, h)
+    t_fc1, f_fc1 = _gemm(rf, e, N, h, m)
+    t_fc2, f_fc2 = _gemm(rf, e, N, m, h)
+    return _Costs(
+        rf=rf,
+        e=e,
+        act=act,
+        mask=mask,
+        qkv_bytes=N * (qw + 2 * kvw) * e,
+        qk_bytes=qk_bytes,
+        attn_bytes=N * qw * e,
+        lse_bytes=N * cfg.heads * 4,
+        mlp_act=N * m * e,
+        attn_flops=attn_flops,
+        t_attn_f=rf.attention(attn_flops, backward=False),
+        t_attn_b=rf.attention(2 * attn_flops, backward=True),
+        t_norm=rf.memory(2 * act),
+        t_norm_b=rf.memory(5 * act),  # input, grad in/out, plus the residual-gradient accumulate
+        t_drop=rf.memory(2 * act + mask),
+        t_drop_b=rf.memory(2 * act + mask),
+        t_mask=rf.memory(mask),  # regenerate a mask from the RNG state
+        t_add=rf.memory(3 * act),
+        t_qkv=t_qkv,
+        f_qkv=f_qkv,
+        t_proj=t_proj,
+        f_proj=f_proj,
+        t_fc1=t_fc1,
+        f_fc1=f_fc1,
+        t_fc2=t_fc2,
+        f_fc2=f_fc2,
+        t_rope=rf.memory(2 * N * (qw + kvw) * e),
+        t_qknorm=rf.memory(2 * qk_bytes),
+    )
+
+
+def _embedding(cfg: TransformerConfig, c: _Costs) -> list[_Step]:
+    t_emb, act = c.rf.memory(2 * c.act), c.act
+    out = _Saved("emb.out", act, "block_input", 0)
+    if not cfg.dropout:
+        return [_Step(-1, _Op("emb", "embedding", t_emb), (out,), _Backward(t_emb, 0.0, (), act))]
+    mask = _Saved("emb.mask", c.mask, "dropout_mask", -1, c.t_mask)
+    return [
+        _Step(-1, _Op("emb", "embedding", t_emb, 0.0, (), act), (), _Backward(t_emb, 0.0, (), act)),
+        _Step(-1, _Op("emb.drop", "memory", c.t_drop, 0.0, (), act), (mask, out),
+              _Backward(c.t_drop_b, 0.0, ("emb.mask",), 2 * act)),
+    ]  # fmt: skip
+
+
+def _dropout(L: int, name: str, c: _Costs) -> _Step:
+    """A layer's dropout: its mask is saved, regenerated from the RNG state to recompute."""
+    mask = _Saved(name + ".mask", c.mask, "dropout_mask", L, c.t_mask)
+    back = _Backward(c.t_drop_b, 0.0, (name + ".mask",), 3 * c.act)  # with the residual grad
+    return _Step(L, _Op(name, "memory", c.t_drop, 0.0, (), 2 * c.act), (mask,), back)
+
+
+def _norm(L: int, name: str, x: str, c: _Costs, gs: int) -> _Step:
+    """A pre-norm (LayerNorm or RMSNorm: the same bytes) of the residual stream ``x``."""
+    back = _Backward(c.t_norm_b, 0.0, (x,), gs + 2 * c.act)
+    return _saving(L, _Op(name, "memory", c.t_norm, 0.0, (x,)), c.act, "elementwise", back)
+
+
+def _attention(cfg: TransformerConfig, L: int, x: str, c: _Costs) -> tuple[list[_Step], str]:
+    """Norm, QKV (QK-norm and RoPE where the architecture has them), attention, output
+    projection, dropout and residual add; returns the steps and the residual's name."""
+    p, gs, act = f"L{L}.", c.act, c.act  # gs: the residual-stream gradient, alive in backward
+    n1 = p + "norm1.out"
+    steps = [_norm(L, p + "norm1", x, c, gs)]
+    # The GEMM's output is one buffer: with QK-norm its q and k parts are the saved qk.raw
+    # (allocated as the output), so only v is transient here.
+    pre_rope = cfg.rope or cfg.qk_norm
+    transient = (c.qkv_bytes - c.qk_bytes if cfg.qk_norm else c.qkv_bytes) if pre_rope else 0
+    raw: tuple[_Saved, ...] = ()
+    if cfg.qk_norm:  # QK-norm's backward needs its input: the raw q and k, rebuilt by the GEMM
+        raw = (_Saved(p + "qk.raw", c.qk_bytes, "gemm_output", L, c.t_qkv, (n1,)),)
+    qkv_back = _Backward(_bwd_gemm(c.t_qkv), 2 * c.f_qkv, (n1,), gs + c.qkv_bytes + act)
+    chain = [_Step(L, _Op(p + "qkv", "gemm", c.t_qkv, c.f_qkv, (n1,), transient), raw, qkv_back)]
+    qkv_cost = c.t_qkv
+    if cfg.qk_norm:
+        back = _Backward(c.rf.memory(3 * c.qk_bytes), 0.0, (p + "qk.raw",), gs + 2 * c.qkv_bytes)
+        op = _Op(p + "qknorm", "memory", c.t_qknorm, 0.0, (p + "qk.raw",), c.qkv_bytes)
+        chain.append(_Step(L, op, (), back))
+        qkv_cost += c.t_qknorm  # v comes straight from the GEMM: rebuild from norm1.out
+    if cfg.rope:
+        back = _Backward(c.t_rope, 0.0, (), gs + 2 * c.qkv_bytes)
+        chain.append(_Step(L, _Op(p + "rope", "memory", c.t_rope, 0.0, (), c.qkv_bytes), (), back))
+        qkv_cost += c.t_rope
+    qkv = p + "qkv.out"
+    out = _Saved(qkv, c.qkv_bytes, "gemm_output", L, qkv_cost, (n1,))
+    chain[-1] = replace(chain[-1], saved=(*chain[-1].saved, out))
+    steps += chain
+    a = p + "attn.out"
+    back = _Backward(c.t_attn_b, 2 * c.attn_flops, (qkv, a), gs + c.attn_bytes + c.qkv_bytes)
+    op = _Op(p + "attn", "attention", c.t_attn_f, c.attn_flops, (qkv,))
+    steps.append(_saving(L, op, c.attn_bytes + c.lse_bytes, "attention_output", back))
+    back = _Backward(_bwd_gemm(c.t_proj), 2 * c.f_proj, (a,), gs + act + c.attn_bytes)
+    steps.append(_Step(L, _Op(p + "proj", "gemm", c.t_proj, c.f_proj, (a,), act), (), back))
+    # the mid-block residual is rebuilt by the projection, dropout and add from saved tensors
+    cost, inputs = c.t_proj + c.t_add, [a, x]
+    if cfg.dropout:
+        steps.append(_dropout(L, p + "drop1", c))
+        cost, inputs = cost + c.t_drop, [*inputs, p + "drop1.mask"]
+    r = p + "resid"
+    resid = _Saved(r, act, "residual", L, cost, tuple(inputs))
+    steps.append(_Step(L, _Op(p + "add1", "memory", c.t_add, 0.0, (x,), act), (resid,)))
+    return steps, r
+
+
+def _mlp(cfg: TransformerConfig, L: int, r: str, x_next: str, c: _Costs) -> list[_Step]:
+    """Norm, the MLP (GeLU, or SwiGLU's gate and up), FC2, dropout and the residual add that
+    makes the next block's input ``x_next``."""
+    p, gs, act, m = f"L{L}.", c.act, c.act, c.mlp_act
+    n2 = p + "norm2.out"
+    steps = [_norm(L, p + "norm2", r, c, gs)]
+    fc1_back = _Backward(_bwd_gemm(c.t_fc1), 2 * c.f_fc1, (n2,), gs + m + act)
+    if cfg.mlp_kind == "swiglu":
+        # The SwiGLU backward makes the gate and up gradients at once; the gate gradient waits
+        # in memory while the up GEMM's backward runs (its norm2.out gradient is then
+        # accumulated into by the gate GEMM's backward).
+        for part, pending in (("gate", 0), ("up", m)):
+            back = replace(fc1_back, transient_bytes=gs + m + act + pending)
+            op = _Op(p + part, "gemm", c.t_fc1, c.f_fc1, (n2,))
+            steps.append(_saving(L, op, m, "gemm_output", back))
+        ins = (p + "gate.out", p + "up.out")
+        back = _Backward(c.rf.memory(5 * m), 0.0, ins, gs + 3 * m)
+        op = _Op(p + "swiglu", "memory", c.rf.memory(3 * m), 0.0, ins)
+        steps.append(_saving(L, op, m, "elementwise", back))
+    else:
+        steps.append(_saving(L, _Op(p + "fc1", "gemm", c.t_fc1, c.f_fc1, (n2,)), m, "gemm_output",
+                             fc1_back))  # fmt: skip
+        back = _Backward(c.rf.memory(3 * m), 0.0, (p + "fc1.out",), gs + 2 * m)
+        op = _Op(p + "gelu", "memory", c.rf.memory(2 * m), 0.0, (p + "fc1.out",))
+        steps.append(_saving(L, op, m, "elementwise", back))
+    hidden = steps[-1].saved[0].name
+    back = _Backward(_bwd_gemm(c.t_fc2), 2 * c.f_fc2, (hidden,), gs + act + m)
+    steps.append(_Step(L, _Op(p + "fc2", "gemm", c.t_fc2, c.f_fc2, (hidden,), act), (), back))
+    if cfg.dropout:
+        steps.append(_dropout(L, p + "drop2", c))
+    out = _Saved(x_next, act, "block_input", L + 1)
+    steps.append(_Step(L, _Op(p + "add2", "memory", c.t_add, 0.0, (r,), act), (out,)))
+    return steps
+
+
+def _head(cfg: TransformerConfig, x: str, c: _Costs) -> list[_Step]:
+    """Final norm, BERT's MLM transform (dense, GeLU, LayerNorm) where the architecture has
+    it, the vocabulary projection of the ``head_fraction`` of tokens, and the loss."""
+    H = cfg.layers  # the head is block H
+    Nh = max(1, int(round(cfg.tokens * cfg.head_fraction)))
+    act_h = Nh * cfg.hidden * c.e
+    logits = Nh * cfg.vocab * c.e
+    steps = [_norm(H, "head.norm", x, c, 0)]
+    dec_in = "head.norm.out"
+    if cfg.mlm_transform:
+        t_dense, f_dense = _gemm(c.rf, c.e, Nh, cfg.hidden, cfg.hidden)
+        back = _Backward(_bwd_gemm(t_dense), 2 * f_dense, (dec_in,), 2 * act_h)
+        steps.append(_saving(H, _Op("head.dense", "gemm", t_dense, f_dense, (dec_in,)), act_h,
+                             "gemm_output", back))  # fmt: skip
+        for name, inp in (("head.gelu", "head.dense.out"), ("head.norm2", "head.gelu.out")):
+            back = _Backward(c.rf.memory(3 * act_h), 0.0, (inp,), 2 * act_h)
+            op = _Op(name, "memory", c.rf.memory(2 * act_h), 0.0, (inp,))
+            steps.append(_saving(H, op, act_h, "elementwise", back))
+        dec_in = "head.norm2.out"
+    t_lm, f_lm = _gemm(c.rf, c.e, Nh, cfg.hidden, cfg.vocab)
+    back = _Backward(_bwd_gemm(t_lm), 2 * f_lm, (dec_in,), logits + act_h)
+    op = _Op("head.lm", "gemm", t_lm, f_lm, (dec_in,))
+    steps.append(_saving(H, op, logits, "gemm_output", back, out="head.logits"))
+    back = _Backward(c.rf.memory(2 * logits), 0.0, ("head.logits",), logits)
+    op = _Op("head.loss", "loss", c.rf.memory(logits), 0.0, ("head.logits",))
+    steps.append(_Step(H, op, (), back))
+    return steps
+
+
+def _steps(cfg: TransformerConfig, rf: Roofline, bytes_per_element: int) -> list[_Step]:
+    """The forward steps of one training step of ``cfg``, in order (the backward pass runs them
+    in reverse): embedding, ``cfg.layers`` layers, head."""
+    c = _costs(cfg, rf, bytes_per_element)
+    steps = _embedding(cfg, c)
+    x = "emb.out"
+    for L in range(cfg.layers):
+        attention, r = _attention(cfg, L, x, c)
+        x_next = f"L{L + 1}.in" if L + 1 < cfg.layers else "head.in"
+        steps += attention + _mlp(cfg, L, r, x_next, c)
+        x = x_next
+    return steps + _head(cfg, x, c)
+
+
 def build_transformer(
     cfg: TransformerConfig,
     gpu: str = "a100",
@@ -170,13 +478,6 @@ def build_transformer(
     """The operator sequence of one training step of ``cfg`` on ``gpu`` (BF16, FlashAttention)."""
     g = get_gpu(gpu)
     hw = hardware(gpu, link, link_bw_Bps)
-    rf = Roofline(g)
-    e = g.bytes_per_element
-    N, h = cfg.tokens, cfg.hidden
-    qw, kvw, m = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.mlp
-    act = N * h * e  # one residual-stream tensor, bytes
-    qkv_bytes = N * (qw + 2 * kvw) * e
-    mask = N * h  # dropout mask, one byte per element
     meta: dict[str, Any] = {
         "model": cfg.name,
         "config": asdict(cfg),
@@ -185,544 +486,20 @@ def build_transformer(
         "builder": "transformer",
     }
     b = GraphBuilder(name or f"{cfg.name}@{g.key}-{hw.link}", hw, meta)
-
-    def gemm_t(m_: int, k_: int, n_: int) -> tuple[float, float]:
-        flops = 2.0 * m_ * k_ * n_
-        return rf.gemm(flops, (m_ * k_ + k_ * n_ + m_ * n_) * e), flops
-
-    attn_flops = 4.0 * cfg.batch * cfg.seq * cfg.seq * qw / (2 if cfg.causal else 1)
-    t_attn_f = rf.attention(attn_flops, backward=False)
-    t_attn_b = rf.attention(2 * attn_flops, backward=True)
-    t_norm = rf.memory(2 * act)
-    t_norm_b = rf.memory(5 * act)  # input, grad in/out, plus the residual-gradient accumulate
-    t_drop = rf.memory(2 * act + mask)
-    t_drop_b = rf.memory(2 * act + mask)
-    t_mask = rf.memory(mask)  # regenerate a mask from the RNG state
-    t_add = rf.memory(3 * act)
-    t_qkv, f_qkv = gemm_t(N, h, qw + 2 * kvw)
-    t_proj, f_proj = gemm_t(N, qw, h)
-    t_fc1, f_fc1 = gemm_t(N, h, m)
-    t_fc2, f_fc2 = gemm_t(N, m, h)
-    mlp_act = N * m * e
-    t_rope = rf.memory(2 * N * (qw + kvw) * e)
-    qk_bytes = N * (qw + kvw) * e
-    t_qknorm = rf.memory(2 * qk_bytes)
-
-    # ---- forward ------------------------------------------------------------------------
-    x = "emb.out"
-    if cfg.dropout:
-        b.op("emb", block=-1, kind="embedding", duration_s=rf.memory(2 * act), transient_bytes=act)
-        b.op("emb.drop", block=-1, kind="memory", duration_s=t_drop, transient_bytes=act)
-        b.saved(
-            "emb.mask",
-            nbytes=mask,
-            producer="emb.drop",
-            category="dropout_mask",
-            block=-1,
-            recompute_s=t_mask,
-        )
-        b.saved(x, nbytes=act, producer="emb.drop", category="block_input", block=0)
-    else:
-        b.op("emb", block=-1, kind="embedding", duration_s=rf.memory(2 * act))
-        b.saved(x, nbytes=act, producer="emb", category="block_input", block=0)
-
-    for L in range(cfg.layers):
-        p = f"L{L}."
-        b.op(p + "norm1", block=L, kind="memory", duration_s=t_norm, reads=[x])
-        b.saved(
-            p + "norm1.out",
-            nbytes=act,
-            producer=p + "norm1",
-            category="elementwise",
-            block=L,
-            recompute_s=t_norm,
-            rebuild_inputs=[x],
-        )
-        pre_rope = cfg.rope or cfg.qk_norm
-        b.op(
-            p + "qkv",
-            block=L,
-            kind="gemm",
-            duration_s=t_qkv,
-            flops=f_qkv,
-            reads=[p + "norm1.out"],
-            # The GEMM's output is one buffer: with QK-norm its q and k parts are the saved
-            # qk.raw (allocated as the output), so only v is transient here.
-            transient_bytes=(qkv_bytes - qk_bytes if cfg.qk_norm else qkv_bytes) if pre_rope else 0,
-        )
-        qkv_cost = t_qkv
-        qkv_inputs = [p + "norm1.out"]
-        if cfg.qk_norm:
-            # QK-norm's backward needs its input: the raw q and k, rebuilt by the QKV GEMM.
-            b.saved(
-                p + "qk.raw",
-                nbytes=qk_bytes,
-                producer=p + "qkv",
-                category="gemm_output",
-                block=L,
-                recompute_s=t_qkv,
-                rebuild_inputs=[p + "norm1.out"],
-            )
-            b.op(
-                p + "qknorm",
-                block=L,
-                kind="memory",
-                duration_s=t_qknorm,
-                reads=[p + "qk.raw"],
-                transient_bytes=qkv_bytes,
-            )
-            qkv_cost += t_qknorm  # v comes straight from the GEMM: rebuild from norm1.out
-        if cfg.rope:
-            b.op(p + "rope", block=L, kind="memory", duration_s=t_rope, transient_bytes=qkv_bytes)
-            qkv_cost += t_rope
-        b.saved(
-            p + "qkv.out",
-            nbytes=qkv_bytes,
-            producer=b._ops[-1].name,
-            category="gemm_output",
-            block=L,
-            recompute_s=qkv_cost,
-            rebuild_inputs=qkv_inputs,
-        )
-        b.op(
-            p + "attn",
-            block=L,
-            kind="attention",
-            duration_s=t_attn_f,
-            flops=attn_flops,
-            reads=[p + "qkv.out"],
-        )
-        lse = N * cfg.heads * 4  # FlashAttention's fp32 log-sum-exp rows
-        b.saved(
-            p + "attn.out",
-            nbytes=N * qw * e + lse,
-            producer=p + "attn",
-            category="attention_output",
-            block=L,
-            recompute_s=t_attn_f,
-            rebuild_inputs=[p + "qkv.out"],
-        )
-        b.op(
-            p + "proj",
-            block=L,
-            kind="gemm",
-            duration_s=t_proj,
-            flops=f_proj,
-            reads=[p + "attn.out"],
-            transient_bytes=act,
-        )
-        resid_cost, resid_inputs = t_proj + t_add, [p + "attn.out", x]
-        if cfg.dropout:
-            b.op(p + "drop1", block=L, kind="memory", duration_s=t_drop, transient_bytes=2 * act)
-            b.saved(
-                p + "drop1.mask",
-                nbytes=mask,
-                producer=p + "drop1",
-                category="dropout_mask",
-                block=L,
-                recompute_s=t_mask,
-            )
-            resid_cost += t_drop
-            resid_inputs.append(p + "drop1.mask")
-        b.op(p + "add1", block=L, kind="memory", duration_s=t_add, reads=[x], transient_bytes=act)
-        r = p + "resid"
-        b.saved(
-            r,
-            nbytes=act,
-            producer=p + "add1",
-            category="residual",
-            block=L,
-            recompute_s=resid_cost,
-            rebuild_inputs=resid_inputs,
-        )
-        b.op(p + "norm2", block=L, kind="memory", duration_s=t_norm, reads=[r])
-        b.saved(
-            p + "norm2.out",
-            nbytes=act,
-            producer=p + "norm2",
-            category="elementwise",
-            block=L,
-            recompute_s=t_norm,
-            rebuild_inputs=[r],
-        )
-        if cfg.mlp_kind == "swiglu":
-            for part in ("gate", "up"):
-                b.op(
-                    p + part,
-                    block=L,
-                    kind="gemm",
-                    duration_s=t_fc1,
-                    flops=f_fc1,
-                    reads=[p + "norm2.out"],
-                )
-                b.saved(
-                    p + part + ".out",
-                    nbytes=mlp_act,
-                    producer=p + part,
-                    category="gemm_output",
-                    block=L,
-                    recompute_s=t_fc1,
-                    rebuild_inputs=[p + "norm2.out"],
-                )
-            t_act = rf.memory(3 * mlp_act)
-            b.op(
-                p + "swiglu",
-                block=L,
-                kind="memory",
-                duration_s=t_act,
-                reads=[p + "gate.out", p + "up.out"],
-            )
-            b.saved(
-                p + "swiglu.out",
-                nbytes=mlp_act,
-                producer=p + "swiglu",
-                category="elementwise",
-                block=L,
-                recompute_s=t_act,
-                rebuild_inputs=[p + "gate.out", p + "up.out"],
-            )
-            hidden_t = p + "swiglu.out"
-        else:
-            b.op(
-                p + "fc1",
-                block=L,
-                kind="gemm",
-                duration_s=t_fc1,
-                flops=f_fc1,
-                reads=[p + "norm2.out"],
-            )
-            b.saved(
-                p + "fc1.out",
-                nbytes=mlp_act,
-                producer=p + "fc1",
-                category="gemm_output",
-                block=L,
-                recompute_s=t_fc1,
-                rebuild_inputs=[p + "norm2.out"],
-            )
-            t_act = rf.memory(2 * mlp_act)
-            b.op(p + "gelu", block=L, kind="memory", duration_s=t_act, reads=[p + "fc1.out"])
-            b.saved(
-                p + "gelu.out",
-                nbytes=mlp_act,
-                producer=p + "gelu",
-                category="elementwise",
-                block=L,
-                recompute_s=t_act,
-                rebuild_inputs=[p + "fc1.out"],
-            )
-            hidden_t = p + "gelu.out"
-        b.op(
-            p + "fc2",
-            block=L,
-            kind="gemm",
-            duration_s=t_fc2,
-            flops=f_fc2,
-            reads=[hidden_t],
-            transient_bytes=act,
-        )
-        if cfg.dropout:
-            b.op(p + "drop2", block=L, kind="memory", duration_s=t_drop, transient_bytes=2 * act)
-            b.saved(
-                p + "drop2.mask",
-                nbytes=mask,
-                producer=p + "drop2",
-                category="dropout_mask",
-                block=L,
-                recompute_s=t_mask,
-            )
-        b.op(p + "add2", block=L, kind="memory", duration_s=t_add, reads=[r], transient_bytes=act)
-        x = f"L{L + 1}.in" if L + 1 < cfg.layers else "head.in"
-        b.saved(x, nbytes=act, producer=p + "add2", category="block_input", block=L + 1)
-
-    # ---- head: final norm (+ BERT's MLM transform), vocabulary projection, loss ---------------
-    H = cfg.layers  # the head is block H
-    Nh = max(1, int(round(N * cfg.head_fraction)))
-    act_h = Nh * h * e
-    logits = Nh * cfg.vocab * e
-    b.op("head.norm", block=H, kind="memory", duration_s=t_norm, reads=[x])
-    b.saved(
-        "head.norm.out",
-        nbytes=act,
-        producer="head.norm",
-        category="elementwise",
-        block=H,
-        recompute_s=t_norm,
-        rebuild_inputs=[x],
-    )
-    dec_in = "head.norm.out"
-    head_ops: list[tuple[str, str, float, float, str]] = []  # (op, kind, time, flops, input)
-    if cfg.mlm_transform:
-        t_dense, f_dense = gemm_t(Nh, h, h)
-        b.op("head.dense", block=H, kind="gemm", duration_s=t_dense, flops=f_dense, reads=[dec_in])
-        b.saved(
-            "head.dense.out",
-            nbytes=act_h,
-            producer="head.dense",
-            category="gemm_output",
-            block=H,
-            recompute_s=t_dense,
-            rebuild_inputs=[dec_in],
-        )
-        t_g = rf.memory(2 * act_h)
-        b.op("head.gelu", block=H, kind="memory", duration_s=t_g, reads=["head.dense.out"])
-        b.saved(
-            "head.gelu.out",
-            nbytes=act_h,
-            producer="head.gelu",
-            category="elementwise",
-            block=H,
-            recompute_s=t_g,
-            rebuild_inputs=["head.dense.out"],
-        )
-        t_n = rf.memory(2 * act_h)
-        b.op("head.norm2", block=H, kind="memory", duration_s=t_n, reads=["head.gelu.out"])
-        b.saved(
-            "head.norm2.out",
-            nbytes=act_h,
-            producer="head.norm2",
-            category="elementwise",
-            block=H,
-            recompute_s=t_n,
-            rebuild_inputs=["head.gelu.out"],
-        )
-        head_ops = [
-            ("head.dense", "gemm", 2 * (t_dense - 5e-6) + 5e-6, 2 * f_dense, dec_in),
-            ("head.gelu", "memory", rf.memory(3 * act_h), 0.0, "head.dense.out"),
-            ("head.norm2", "memory", rf.memory(3 * act_h), 0.0, "head.gelu.out"),
-        ]
-        dec_in = "head.norm2.out"
-    t_lm, f_lm = gemm_t(Nh, h, cfg.vocab)
-    b.op("head.lm", block=H, kind="gemm", duration_s=t_lm, flops=f_lm, reads=[dec_in])
-    b.saved(
-        "head.logits",
-        nbytes=logits,
-        producer="head.lm",
-        category="gemm_output",
-        block=H,
-        recompute_s=t_lm,
-        rebuild_inputs=[dec_in],
-    )
-    t_loss = rf.memory(logits)
-    b.op("head.loss", block=H, kind="loss", duration_s=t_loss, reads=["head.logits"])
-
-    # ---- backward ---------------------------------------------------------------------------
-    def bwd_gemm(t_fwd: float) -> float:
-        return 2 * (t_fwd - 5e-6) + 5e-6  # dgrad + wgrad, one launch each counted once
-
-    b.op(
-        "head.loss.bwd",
-        backward=True,
-        block=H,
-        kind="loss",
-        duration_s=rf.memory(2 * logits),
-        reads=["head.logits"],
-        transient_bytes=logits,
-    )
-    b.op(
-        "head.lm.bwd",
-        backward=True,
-        block=H,
-        kind="gemm",
-        duration_s=bwd_gemm(t_lm),
-        flops=2 * f_lm,
-        reads=[dec_in],
-        transient_bytes=logits + act_h,
-    )
-    for op, kind, t, f, inp in reversed(head_ops):
-        b.op(
-            op + ".bwd",
-            backward=True,
-            block=H,
-            kind=kind,
-            duration_s=t,
-            flops=f,
-            reads=[inp],
-            transient_bytes=2 * act_h,
-        )
-    b.op(
-        "head.norm.bwd",
-        backward=True,
-        block=H,
-        kind="memory",
-        duration_s=t_norm_b,
-        reads=[x],
-        transient_bytes=2 * act,
-    )
-
-    for L in reversed(range(cfg.layers)):
-        p = f"L{L}."
-        xin = f"L{L}.in" if L > 0 else "emb.out"
-        gs = act  # running residual-stream gradient, alive through the whole layer
-        if cfg.dropout:
-            b.op(
-                p + "drop2.bwd",
-                backward=True,
-                block=L,
-                kind="memory",
-                duration_s=t_drop_b,
-                reads=[p + "drop2.mask"],
-                transient_bytes=gs + 2 * act,
-            )
-        if cfg.mlp_kind == "swiglu":
-            b.op(
-                p + "fc2.bwd",
-                backward=True,
-                block=L,
-                kind="gemm",
-                duration_s=bwd_gemm(t_fc2),
-                flops=2 * f_fc2,
-                reads=[p + "swiglu.out"],
-                transient_bytes=gs + act + mlp_act,
-            )
-            b.op(
-                p + "swiglu.bwd",
-                backward=True,
-                block=L,
-                kind="memory",
-                duration_s=rf.memory(5 * mlp_act),
-                reads=[p + "gate.out", p + "up.out"],
-                transient_bytes=gs + 3 * mlp_act,
-            )
-            # The SwiGLU backward makes the gate and up gradients at once; the gate gradient
-            # waits in memory while the up GEMM's backward runs (its norm2.out gradient is then
-            # accumulated into by the gate GEMM's backward).
-            for part, pending in (("up", mlp_act), ("gate", 0)):
-                b.op(
-                    p + part + ".bwd",
-                    backward=True,
-                    block=L,
-                    kind="gemm",
-                    duration_s=bwd_gemm(t_fc1),
-                    flops=2 * f_fc1,
-                    reads=[p + "norm2.out"],
-                    transient_bytes=gs + mlp_act + act + pending,
-                )
-        else:
-            b.op(
-                p + "fc2.bwd",
-                backward=True,
-                block=L,
-                kind="gemm",
-                duration_s=bwd_gemm(t_fc2),
-                flops=2 * f_fc2,
-                reads=[p + "gelu.out"],
-                transient_bytes=gs + act + mlp_act,
-            )
-            b.op(
-                p + "gelu.bwd",
-                backward=True,
-                block=L,
-                kind="memory",
-                duration_s=rf.memory(3 * mlp_act),
-                reads=[p + "fc1.out"],
-                transient_bytes=gs + 2 * mlp_act,
-            )
-            b.op(
-                p + "fc1.bwd",
-                backward=True,
-                block=L,
-                kind="gemm",
-                duration_s=bwd_gemm(t_fc1),
-                flops=2 * f_fc1,
-                reads=[p + "norm2.out"],
-                transient_bytes=gs + mlp_act + act,
-            )
-        b.op(
-            p + "norm2.bwd",
-            backward=True,
-            block=L,
-            kind="memory",
-            duration_s=t_norm_b,
-            reads=[p + "resid"],
-            transient_bytes=gs + 2 * act,
-        )
-        if cfg.dropout:
-            b.op(
-                p + "drop1.bwd",
-                backward=True,
-                block=L,
-                kind="memory",
-                duration_s=t_drop_b,
-                reads=[p + "drop1.mask"],
-                transient_bytes=gs + 2 * act,
-            )
-        b.op(
-            p + "proj.bwd",
-            backward=True,
-            block=L,
-            kind="gemm",
-            duration_s=bwd_gemm(t_proj),
-            flops=2 * f_proj,
-            reads=[p + "attn.out"],
-            transient_bytes=gs + act + N * qw * e,
-        )
-        b.op(
-            p + "attn.bwd",
-            backward=True,
-            block=L,
-            kind="attention",
-            duration_s=t_attn_b,
-            flops=2 * attn_flops,
-            reads=[p + "qkv.out", p + "attn.out"],
-            transient_bytes=gs + N * qw * e + qkv_bytes,
-        )
-        if cfg.rope:
-            b.op(
-                p + "rope.bwd",
-                backward=True,
-                block=L,
-                kind="memory",
-                duration_s=t_rope,
-                transient_bytes=gs + 2 * qkv_bytes,
-            )
-        if cfg.qk_norm:
-            b.op(
-                p + "qknorm.bwd",
-                backward=True,
-                block=L,
-                kind="memory",
-                duration_s=rf.memory(3 * qk_bytes),
-                reads=[p + "qk.raw"],
-                transient_bytes=gs + 2 * qkv_bytes,
-            )
-        b.op(
-            p + "qkv.bwd",
-            backward=True,
-            block=L,
-            kind="gemm",
-            duration_s=bwd_gemm(t_qkv),
-            flops=2 * f_qkv,
-            reads=[p + "norm1.out"],
-            transient_bytes=gs + qkv_bytes + act,
-        )
-        b.op(
-            p + "norm1.bwd",
-            backward=True,
-            block=L,
-            kind="memory",
-            duration_s=t_norm_b,
-            reads=[xin],
-            transient_bytes=gs + 2 * act,
-        )
-    if cfg.dropout:
-        b.op(
-            "emb.drop.bwd",
-            backward=True,
-            block=-1,
-            kind="memory",
-            duration_s=t_drop_b,
-            reads=["emb.mask"],
-            transient_bytes=2 * act,
-        )
-    b.op(
-        "emb.bwd",
-        backward=True,
-        block=-1,
-        kind="embedding",
-        duration_s=rf.memory(2 * act),
-        transient_bytes=act,
-    )
+    steps = _steps(cfg, Roofline(g), g.bytes_per_element)
+    for s in steps:
+        f = s.forward
+        b.op(f.name, block=s.block, kind=f.kind, duration_s=f.duration_s, flops=f.flops,
+             reads=f.reads, transient_bytes=f.transient_bytes)  # fmt: skip
+        for t in s.saved:
+            b.saved(t.name, nbytes=t.nbytes, producer=f.name, category=t.category, block=t.block,
+                    recompute_s=t.recompute_s, rebuild_inputs=t.rebuild_inputs)  # fmt: skip
+    for s in reversed(steps):
+        if s.backward is not None:
+            k = s.backward
+            b.op(s.forward.name + ".bwd", backward=True, block=s.block, kind=s.forward.kind,
+                 duration_s=k.duration_s, flops=k.flops, reads=k.reads,
+                 transient_bytes=k.transient_bytes)  # fmt: skip
     return b.build()
 
 
