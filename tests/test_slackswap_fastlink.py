@@ -91,3 +91,27 @@ def test_the_memory_branch_closes_the_sweeps_last_exceptions(name: str, frac: fl
     assert one_path.recompute_s is not None and one_path.recompute_s > 0
     assert ours.throughput >= best * (1 - 1e-3)
     assert ours.throughput >= one_path.throughput
+
+
+BASELINES = ("vdnn", "superneurons", "swapadvisor", "checkpoint", "offload-sync", "offload-overlap")
+
+
+@pytest.mark.slow
+def test_slackswap_within_a_tenth_of_a_percent_of_the_best_baseline_everywhere() -> None:
+    """Every catalog model, GPU and link at 10-90% of P (1,260 cases, about 30 s of CPU):
+    SlackSwap has a plan wherever a baseline has one and is never more than 0.1% below the best
+    (benchmarks/bench_fastlink_sweep.py prints the same grid as a table)."""
+    from slackswap.instances.catalog import MODELS
+    from slackswap.models.hardware import GPUS, LINKS
+
+    short = []
+    for name in (f"{m}@{g}-{lk}" for m in MODELS for g in GPUS for lk in LINKS):
+        inst = load(name)
+        for frac in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+            best = max(
+                (run(b, inst, frac, find_min_budget=False).throughput or 0.0) for b in BASELINES
+            )
+            ours = run("slackswap", inst, frac, find_min_budget=False).throughput or 0.0
+            if ours < best * (1 - 1e-3):
+                short.append(f"{name} {frac:.0%}: {100 * ours:.3f}% < {100 * best:.3f}%")
+    assert not short, short
