@@ -54,12 +54,12 @@ from slackswap.solvers._exact_plans import (
     local_search,
     round_candidates,
 )
-from slackswap.solvers.base import Solution, Solver, Tags, register
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 MARGIN = 0.08
 
 
-@register("cpsat")
+@register("cpsat", display=Display(colour="#17becf", marker="<", order=12))
 class CpSat(Solver):
     """CP-SAT interval model: exact on small instances, neighbourhood search on big ones."""
 
