@@ -16,7 +16,7 @@ is a `PluginError` naming the distribution, the entry and the cause; it is never
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from importlib.metadata import EntryPoint, entry_points
 
 from slackswap.problem import UserError
@@ -61,11 +61,17 @@ def load_group(group: str, registered: Callable[[], Collection[str]]) -> None:
             return
         _loading.add(group)
         try:
-            for ep in sorted(entry_points(group=group), key=lambda e: (e.name, e.value)):
-                _load_one(ep, registered)
+            load_entries(entry_points(group=group), registered)
             _done.add(group)
         finally:
             _loading.discard(group)
+
+
+def load_entries(eps: Iterable[EntryPoint], registered: Callable[[], Collection[str]]) -> None:
+    """Load the entries ``eps`` (of one group, in name order) that are not loaded yet; raises
+    `PluginError` at the first bad one. `load_group` passes the installed ones."""
+    for ep in sorted(eps, key=lambda e: (e.name, e.value)):
+        _load_one(ep, registered)
 
 
 def _load_one(ep: EntryPoint, registered: Callable[[], Collection[str]]) -> None:
@@ -91,7 +97,8 @@ def _load_one(ep: EntryPoint, registered: Callable[[], Collection[str]]) -> None
         if ep.name not in after:
             got = ", ".join(sorted(after - before)) or "nothing"
             raise PluginError(
-                f"{describe(ep)}: loading it registered no {_KIND[ep.group]} named {ep.name!r} "
+                f"{describe(ep)}: loading it registered no {_KIND.get(ep.group, 'plug-in')} "
+                f"named {ep.name!r} "
                 f"(it registered {got}; an entry's name must be the name it registers)"
             )
     _entries.add((ep.group, ep.name))
