@@ -171,21 +171,32 @@ def test_plugin_package_passes_the_kit_and_runs_in_compare(installed: Path, tmp_
     assert all(r["status"] == "feasible" and r["throughput"] == 1.0 for r in at_peak), at_peak
 
 
-def _dist(root: Path, group: str, entries: dict[str, str], modules: dict[str, str]) -> Path:
-    """A hand-written ``.dist-info`` for distribution ``badplug`` with ``entries`` in ``group``
-    and the modules ``modules`` beside it; returns the directory to put on ``sys.path``."""
-    info = root / "badplug-0.1.dist-info"
+def _dist(
+    root: Path,
+    group: str,
+    entries: dict[str, str],
+    modules: dict[str, str],
+    name: str = "badplug",
+    more: dict[str, dict[str, str]] | None = None,
+) -> Path:
+    """A hand-written ``.dist-info`` for distribution ``name`` with ``entries`` in ``group``
+    (and ``more``: group -> entries) and the modules ``modules`` beside it; returns the
+    directory to put on ``sys.path``."""
+    info = root / f"{name}-0.1.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: badplug\nVersion: 0.1\n")
-    lines = "\n".join(f"{k} = {v}" for k, v in entries.items())
-    (info / "entry_points.txt").write_text(f"[{group}]\n{lines}\n")
-    for name, text in modules.items():
-        (root / f"{name}.py").write_text(textwrap.dedent(text))
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    text = ""
+    for g, e in {group: entries, **(more or {})}.items():
+        text += f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in e.items())
+    (info / "entry_points.txt").write_text(text)
+    for mod, body in modules.items():
+        (root / f"{mod}.py").write_text(textwrap.dedent(body))
     return root
 
 
-def _entries(root: Path) -> list:  # type: ignore[type-arg]
-    return list(PathDistribution(root / "badplug-0.1.dist-info").entry_points)
+def _entries(root: Path, name: str = "badplug", group: str | None = None) -> list:  # type: ignore[type-arg]
+    eps = PathDistribution(root / f"{name}-0.1.dist-info").entry_points
+    return [ep for ep in eps if group is None or ep.group == group]
 
 
 BAD = {
@@ -328,3 +339,55 @@ def test_builtin_figure_styles_and_order_are_unchanged() -> None:
     assert solver_order(["zeta", *reversed(ORDER), "ga(pop_size=4)"]) == [
         *ORDER[:11], "ga(pop_size=4)", *ORDER[11:], "zeta",
     ]  # fmt: skip
+
+
+#: Fake registries for the tests below (their own groups, so no real registry is touched).
+FAKE = """
+SOLVERS = set()
+RUNTIMES = set()
+"""
+
+
+def test_one_module_may_register_for_several_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    solvers, runtimes = "test.plugins.solvers", "test.plugins.runtimes"
+    both = "import fakereg\nfakereg.SOLVERS.add('dual')\nfakereg.RUNTIMES.add('dual-rt')\n"
+    root = _dist(
+        tmp_path, solvers, {"dual": "dualplug_mod"}, {"fakereg": FAKE, "dualplug_mod": both},
+        name="dualplug", more={runtimes: {"dual-rt": "dualplug_mod"}},
+    )  # fmt: skip
+    monkeypatch.syspath_prepend(str(root))
+    import fakereg  # type: ignore[import-not-found]
+
+    plugins.load_entries(_entries(root, "dualplug", runtimes), lambda: fakereg.RUNTIMES)
+    # the solver's entry finds its name registered by its own module, already imported: fine
+    plugins.load_entries(_entries(root, "dualplug", solvers), lambda: fakereg.SOLVERS)
+    assert fakereg.SOLVERS == {"dual"} and fakereg.RUNTIMES == {"dual-rt"}
+
+    # another distribution claiming the same name is refused, naming the first
+    other = _dist(tmp_path / "other", solvers, {"dual": "otherplug_mod"},
+                  {"otherplug_mod": "import fakereg\nfakereg.SOLVERS.add('dual')\n"},
+                  name="otherplug")  # fmt: skip
+    monkeypatch.syspath_prepend(str(other))
+    with pytest.raises(
+        PluginError, match="'otherplug'.* already registered by distribution 'dualplug'"
+    ):
+        plugins.load_entries(_entries(other, "otherplug"), lambda: fakereg.SOLVERS)
+
+
+def test_an_entry_whose_module_the_user_imported_first_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = "test.plugins.early"
+    root = _dist(
+        tmp_path, group, {"early": "earlyplug_mod"},
+        {"fakereg2": FAKE, "earlyplug_mod": "import fakereg2\nfakereg2.SOLVERS.add('early')\n"},
+        name="earlyplug",
+    )  # fmt: skip
+    monkeypatch.syspath_prepend(str(root))
+    import earlyplug_mod  # type: ignore[import-not-found]  # noqa: F401 - registers 'early'
+    import fakereg2  # type: ignore[import-not-found]
+
+    plugins.load_entries(_entries(root, "earlyplug"), lambda: fakereg2.SOLVERS)
+    assert fakereg2.SOLVERS == {"early"}

@@ -15,6 +15,7 @@ is a `PluginError` naming the distribution, the entry and the cause; it is never
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Collection, Iterable
 from importlib.metadata import EntryPoint, entry_points
@@ -34,8 +35,8 @@ class PluginError(UserError):
 _lock = threading.RLock()
 #: (group, name) -> distribution, for every name a plug-in's import registered in this process.
 _owner: dict[tuple[str, str], str] = {}
-#: (group, entry name) of the entries loaded so far.
-_entries: set[tuple[str, str]] = set()
+#: (group, entry name, distribution) of the entries loaded so far.
+_entries: set[tuple[str, str, str]] = set()
 _done: set[str] = set()
 _loading: set[str] = set()
 _KIND = {SOLVERS: "solver", RUNTIMES: "runtime", MODELS: "workload model"}
@@ -75,13 +76,16 @@ def load_entries(eps: Iterable[EntryPoint], registered: Callable[[], Collection[
 
 
 def _load_one(ep: EntryPoint, registered: Callable[[], Collection[str]]) -> None:
-    if (ep.group, ep.name) in _entries:
-        return
     dist = _dist(ep)
+    if (ep.group, ep.name, dist) in _entries:
+        return
     before = set(registered())
     if ep.name in before:
+        # Taken already. Fine when the entry's own module has been imported (by an earlier
+        # entry, say the one module that registers a solver and a runtime, or by the plug-in's
+        # own tests) and no other plug-in took the name; else another registration holds it.
         owner = _owner.get((ep.group, ep.name))
-        if owner != dist:  # an earlier entry of the same distribution may have registered it
+        if ep.module not in sys.modules or owner not in (None, dist):
             by = f"distribution {owner!r}" if owner else "slackswap or code imported before"
             raise PluginError(f"{describe(ep)}: name {ep.name!r} is already registered by {by}")
     else:
@@ -101,4 +105,5 @@ def _load_one(ep: EntryPoint, registered: Callable[[], Collection[str]]) -> None
                 f"named {ep.name!r} "
                 f"(it registered {got}; an entry's name must be the name it registers)"
             )
-    _entries.add((ep.group, ep.name))
+    _owner.setdefault((ep.group, ep.name), dist)
+    _entries.add((ep.group, ep.name, dist))
