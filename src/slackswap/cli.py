@@ -34,13 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"slackswap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # command group not built yet
-            raise
-        module.register(sub)
+        # A command group that fails to import is an error, not a command quietly missing.
+        importlib.import_module(name).register(sub)
     return parser
 
 
@@ -48,9 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad input, with a one-line message)."""
     from slackswap.problem import UserError
 
-    parser = build_parser()
     try:
-        # Inside the try: an argument's type check may raise UserError (one line, exit 2).
+        # Inside the try: an argument's type check or a bad plug-in may raise UserError (one
+        # line, exit 2).
+        parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

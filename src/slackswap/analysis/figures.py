@@ -18,37 +18,53 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-#: Fixed colours so a policy looks the same in every figure (SlackSwap in black).
+#: Colours for solvers whose registry entry sets none (and for the convergence figure's runs).
 _PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
 )  # fmt: skip
-_KNOWN = (
-    "vdnn", "superneurons", "swapadvisor", "checkpoint", "swap-first", "recompute-only",
-    "barriers", "offload-sync", "offload-overlap", "cpsat", "milp", "ga", "ga-random",
-)  # fmt: skip
+_MARKERS = "s^vDP*Xph<>d"
+
+
+def _display(solver: str) -> Any:
+    """The registry's `Display` for a run label (``ga(pop_size=50)`` -> ``ga``), or None for a
+    solver this process does not know (results written elsewhere)."""
+    from slackswap.solvers.base import REGISTRY
+
+    entry = REGISTRY.get(solver.split("(", 1)[0])
+    return None if entry is None else entry.display
 
 
 def solver_style(solver: str, others: Sequence[str] = ()) -> dict[str, Any]:
-    """Colour, line width and marker for a solver label (stable across figures).
+    """Colour, line width and marker for a solver label, from its registry entry's `Display`
+    (stable across figures); a solver that sets no colour takes the next palette colour after
+    those the registered solvers set, by its place among such solvers in ``others``.
 
-    SlackSwap is the widest line, drawn beneath the others: a policy that ties it (the genetic
-    search often does) shows as a thin coloured line inside the black one instead of vanishing
-    under it.
+    The emphasised solver (SlackSwap) is the widest line, drawn beneath the others: a policy
+    that ties it (the genetic search often does) shows as a thin coloured line inside the black
+    one instead of vanishing under it.
     """
-    base = solver.split("(", 1)[0]
-    if base == "slackswap":
-        return {"color": "black", "linewidth": 3.2, "marker": "o", "markersize": 7, "zorder": 2}
-    if base in _KNOWN:
-        i = _KNOWN.index(base)
-    else:
-        extra = [s for s in others if s.split("(", 1)[0] not in (*_KNOWN, "slackswap")]
-        i = len(_KNOWN) + (extra.index(solver) if solver in extra else 0)
-    markers = "s^vDP*Xph<>d"
+    d = _display(solver)
+    if d is not None and d.emphasis:
+        return {"color": d.colour or "black", "linewidth": 3.2, "marker": d.marker or "o",
+                "markersize": 7, "zorder": 2}  # fmt: skip
+    if d is not None and d.colour is not None:
+        return {"color": d.colour, "linewidth": 1.4, "marker": d.marker or _MARKERS[0],
+                "markersize": 4, "zorder": 3}  # fmt: skip
+    from slackswap.solvers.base import REGISTRY
+
+    styled = sum(1 for e in REGISTRY if e.display.colour is not None and not e.display.emphasis)
+
+    def unstyled(label: str) -> bool:
+        e = _display(label)
+        return e is None or (e.colour is None and not e.emphasis)
+
+    extra = [s for s in others if unstyled(s)]
+    i = styled + (extra.index(solver) if solver in extra else 0)
     return {
         "color": _PALETTE[i % len(_PALETTE)],
         "linewidth": 1.4,
-        "marker": markers[i % 12],
+        "marker": (d.marker if d is not None and d.marker else _MARKERS[i % len(_MARKERS)]),
         "markersize": 4,
         "zorder": 3,
     }

@@ -108,19 +108,19 @@ def gaps(results: pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
     return g[list(GAP_COLUMNS)].reset_index(drop=True)
 
 
-#: The paper's order of policies (figures and tables list solvers this way; others follow).
-PAPER_ORDER = (
-    "slackswap", "swap-first", "recompute-only", "barriers", "vdnn", "superneurons",
-    "swapadvisor", "checkpoint", "offload-sync", "offload-overlap", "ga", "ga-random", "cpsat",
-    "milp",
-)  # fmt: skip
-
-
 def solver_order(solvers: Any) -> list[str]:
-    """Solver labels in the paper's order, then any others in order of appearance."""
+    """Solver labels by their registry entry's ``Display.order`` (the paper's order for the
+    built-ins), then the others (unordered or unknown here) in order of appearance."""
+    from slackswap.solvers.base import REGISTRY
+
     seen = list(dict.fromkeys(str(s) for s in solvers))
-    rank = {n: i for i, n in enumerate(PAPER_ORDER)}
-    return sorted(seen, key=lambda s: (rank.get(s.split("(", 1)[0], len(rank)), seen.index(s)))
+
+    def rank(label: str) -> float:
+        entry = REGISTRY.get(label.split("(", 1)[0])
+        order = None if entry is None else entry.display.order
+        return float("inf") if order is None else float(order)
+
+    return sorted(seen, key=lambda s: (rank(s), seen.index(s)))
 
 
 def _status_summary(statuses: pd.Series) -> str:

@@ -21,7 +21,6 @@ import pandas as pd
 from slackswap.analysis import figures as F
 from slackswap.analysis import planfigs as PF
 
-PREFERRED = ("slackswap", "vdnn", "superneurons", "swapadvisor", "checkpoint")
 #: Every figure a report may draw (each as NAME.FORMAT), and the pattern of its trace files.
 FIGURE_NAMES = (
     "throughput_vs_budget", "time_breakdown", "gap_heatmap", "plan_time_vs_size",
@@ -106,10 +105,20 @@ def _solver_rows(sub: pd.DataFrame, budget: float, k: int) -> list[pd.Series]:
     at = ok[ok["budget_fraction"].round(6) == b]
     at = at.sort_values("step_s").drop_duplicates("solver")
     names = [str(s) for s in at["solver"]]
-    order = [n for p in PREFERRED for n in names if n == p] + [
-        n for n in names if n not in PREFERRED
-    ]
-    return [at[at["solver"] == n].iloc[0] for n in order[:k]]
+    return [at[at["solver"] == n].iloc[0] for n in featured_first(names)[:k]]
+
+
+def featured_first(labels: list[str]) -> list[str]:
+    """The labels of featured solvers (``Display.featured``: SlackSwap and the paper's four
+    baselines), lowest first, then the others in the order given (fastest first here)."""
+    from slackswap.solvers.base import REGISTRY
+
+    def featured(label: str) -> int | None:
+        entry = REGISTRY.get(label)  # a plain name only: a run with changed options is not it
+        return None if entry is None else entry.display.featured
+
+    ranked = sorted((f, i) for i, n in enumerate(labels) if (f := featured(n)) is not None)
+    return [labels[i] for _, i in ranked] + [n for n in labels if featured(n) is None]
 
 
 def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:

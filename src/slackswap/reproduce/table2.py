@@ -31,13 +31,6 @@ PAPER: dict[tuple[str, str], tuple[float, float, float, float, float]] = {
     ("llama-7b", "slackswap"): (1.01, 0.008, 0.00, 0.00, 13.0),
 }
 COLUMNS = ("step", "recomp", "fwd stall", "bwd stall", "D2H GB")
-LABELS = {
-    "vdnn": "vDNN",
-    "superneurons": "SuperNeurons",
-    "swapadvisor": "SwapAdvisor",
-    "checkpoint": "Checkpoint",
-    "slackswap": "SlackSwap",
-}
 
 #: Why a row's cells may differ: the solver's own documented modelling decision, where known.
 WHY: dict[str, str] = {
@@ -166,6 +159,7 @@ def table2_cells(args: argparse.Namespace | None = None) -> list[Cell]:
     """Every cell; the solves run as batch jobs (``args``: ``--jobs``, progress; see
     `run_cases`)."""
     from slackswap.reproduce._batch import run_cases
+    from slackswap.solvers.base import REGISTRY
 
     rows = run_cases(
         [(model, BUDGET, solver, None) for model, solver in PAPER], args=args, desc="table2"
@@ -174,7 +168,7 @@ def table2_cells(args: argparse.Namespace | None = None) -> list[Cell]:
     for (model, solver), paper in PAPER.items():
         got = ratios(rows[model, BUDGET, solver])
         why = WHY.get(solver) or (vdnn_why() if solver == "vdnn" else solver_note(solver))
-        row = f"{model} {LABELS[solver]}"
+        row = f"{model} {REGISTRY[solver].title}"
         for k, col in enumerate(COLUMNS):
             unit = "GB" if col == "D2H GB" else "x ideal"
             cells.append(

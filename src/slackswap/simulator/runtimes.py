@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slackswap import plugins
 from slackswap.plan import PlanError
 
 #: Forward-pass waits for offloads (``RuntimeSpec.fwd_wait``).
@@ -55,7 +56,9 @@ def register_runtime(spec: RuntimeSpec) -> RuntimeSpec:
 
 
 def get_runtime(name: str) -> RuntimeSpec:
-    """The spec of a registered runtime; a `UserError` naming the choices otherwise."""
+    """The spec of a registered runtime (plug-ins' included); a `UserError` naming the choices
+    otherwise."""
+    plugins.load_group(plugins.RUNTIMES, RUNTIMES.keys)  # once per process; raises on a bad one
     spec = _SPECS.get(name)
     if spec is None:
         raise PlanError(f"runtime = {name!r}: unknown (one of {', '.join(RUNTIMES)})")

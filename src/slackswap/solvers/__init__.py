@@ -1,13 +1,17 @@
 """Interchangeable solvers behind one contract (`base.Solver`), registered by name.
 
-``REGISTRY`` fills itself on first use by importing the modules below; each registers its
-solvers with ``@register(name)``.
+``REGISTRY`` fills itself on first use by importing the modules below, each of which registers
+its solvers with ``@register(name)``, then the ``slackswap.solvers`` entry points of other
+packages (`slackswap.plugins`). The built-ins are listed here, not as this package's own entry
+points, so a source checkout (``PYTHONPATH=src``) finds every solver whatever metadata an older
+install left behind; a module missing from the list is an error, never skipped.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from slackswap import plugins
 from slackswap.solvers.base import (
     REGISTRY,
     RunRecord,
@@ -37,17 +41,16 @@ _loaded = False
 
 
 def load_solver_modules() -> None:
-    """Import every solver module once, so the registry is complete."""
+    """Import every solver module once, then the plug-ins, so the registry is complete.
+
+    A built-in module that cannot be imported, or a bad plug-in entry, raises: a solver that
+    silently went missing would shrink every comparison without a word."""
     global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for name in SOLVER_MODULES:
-        try:
+    if not _loaded:
+        for name in SOLVER_MODULES:
             importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real missing dependency inside the module: surface it
-                raise
+        _loaded = True
+    plugins.load_group(plugins.SOLVERS, REGISTRY.registered_names)
 
 
 __all__ = [

@@ -107,11 +107,39 @@ class Solver:
 
 
 @dataclass(frozen=True)
+class Display:
+    """How figures and reports show a solver: its registry entry carries this, so a new solver
+    (a plug-in too) needs no edit of the analysis code.
+
+    ``colour``/``marker``: a matplotlib colour and marker; None picks a palette colour after the
+    ones registered solvers set. ``emphasis``: drawn as the wide black reference line beneath
+    the others. ``order``: figures and tables list solvers by it (lower first; None after those
+    that set one, in order of appearance). ``label``: the policy's name in prose and tables
+    (``vDNN``); figures label a line by the run's label (name and changed options) so two
+    configurations stay apart. ``featured``: the report reruns the featured solvers first (lower
+    first) for its plan and timeline figures.
+    """
+
+    colour: str | None = None
+    marker: str | None = None
+    emphasis: bool = False
+    order: float | None = None
+    label: str | None = None
+    featured: int | None = None
+
+
+@dataclass(frozen=True)
 class RegisteredSolver:
     name: str
     cls: type[Solver]
     fixed: dict[str, Any]
     description: str
+    display: Display = Display()
+
+    @property
+    def title(self) -> str:
+        """The name a table or prose uses: the display label, else the registry name."""
+        return self.display.label or self.name
 
     def make(self, **options: Any) -> Solver:
         """The solver with ``options``; an unknown option or a value of the wrong type (or a
@@ -210,11 +238,27 @@ class Registry:
     def __init__(self) -> None:
         self._entries: dict[str, RegisteredSolver] = {}
 
-    def register(self, name: str, cls: type[Solver], description: str = "", **fixed: Any) -> None:
+    def register(
+        self,
+        name: str,
+        cls: type[Solver],
+        description: str = "",
+        display: Display | None = None,
+        **fixed: Any,
+    ) -> None:
         if name in self._entries:
             raise ValueError(f"solver {name!r} is already registered")
         doc = description or (inspect.getdoc(cls) or "").split("\n")[0]
-        self._entries[name] = RegisteredSolver(name, cls, dict(fixed), doc)
+        self._entries[name] = RegisteredSolver(name, cls, dict(fixed), doc, display or Display())
+
+    def registered_names(self) -> list[str]:
+        """The names registered so far, without loading the solver modules and plug-ins."""
+        return list(self._entries)
+
+    def get(self, name: str) -> RegisteredSolver | None:
+        """The entry for ``name``, or None (no error): for labels read back from results."""
+        _load_all()
+        return self._entries.get(name)
 
     def __getitem__(self, name: str) -> RegisteredSolver:
         _load_all()
@@ -242,12 +286,13 @@ REGISTRY = Registry()
 
 
 def register(
-    name: str, description: str = "", **fixed: Any
+    name: str, description: str = "", *, display: Display | None = None, **fixed: Any
 ) -> Callable[[type[Solver]], type[Solver]]:
-    """Class decorator: ``@register("slackswap")`` (extra keywords fix constructor options)."""
+    """Class decorator: ``@register("slackswap")``; ``display`` says how figures show it, extra
+    keywords fix constructor options."""
 
     def deco(cls: type[Solver]) -> type[Solver]:
-        REGISTRY.register(name, cls, description, **fixed)
+        REGISTRY.register(name, cls, description, display, **fixed)
         return cls
 
     return deco

@@ -5,10 +5,13 @@ from __future__ import annotations
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._baseline_common import checkpoint_actions, checkpointable_blocks, probe
-from slackswap.solvers.base import Solution, Solver, Tags, register
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 
-@register("checkpoint")
+@register(
+    "checkpoint",
+    display=Display(colour="#d62728", marker="D", order=7, label="Checkpoint", featured=4),
+)
 class Checkpoint(Solver):
     """Block checkpointing (Chen et al.; Megatron-LM's "block" method): fewest blocks that fit.
 

@@ -55,12 +55,12 @@ from slackswap.solvers._exact_plans import (
     round_candidates,
 )
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
-from slackswap.solvers.base import Solution, Solver, Tags, register
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 MARGIN = 0.08
 
 
-@register("cpsat")
+@register("cpsat", display=Display(colour="#17becf", marker="<", order=12))
 class CpSat(Solver):
     """CP-SAT interval model: exact on small instances, neighbourhood search on big ones."""
 

@@ -77,7 +77,7 @@ from slackswap.problem import Instance, UserError
 from slackswap.solvers._ga_repair import Repair
 from slackswap.solvers._ga_search import SearchConfig, SearchResult, search
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
-from slackswap.solvers.base import REGISTRY, Solution, Solver, Tags, register
+from slackswap.solvers.base import REGISTRY, Display, Solution, Solver, Tags, register
 
 if TYPE_CHECKING:
     from slackswap.plan import Budget
@@ -373,5 +373,14 @@ def _info(
     }
 
 
-register("ga", "genetic search seeded with SlackSwap and the static baselines")(GeneticSearch)
-register("ga-random", "genetic search from random plans", seeded=False)(GeneticSearch)
+register(
+    "ga",
+    "genetic search seeded with SlackSwap and the static baselines",
+    display=Display(colour="#637939", marker="d", order=10),
+)(GeneticSearch)
+register(
+    "ga-random",
+    "genetic search from random plans",
+    display=Display(colour="#8c6d31", marker="s", order=11),
+    seeded=False,
+)(GeneticSearch)

@@ -42,13 +42,13 @@ from slackswap.solvers._exact_plans import (
     round_candidates,
 )
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
-from slackswap.solvers.base import Solution, Solver, Tags, register
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 #: Share of the time limit kept free for the runner and the final bookkeeping.
 MARGIN = 0.08
 
 
-@register("milp")
+@register("milp", display=Display(colour="#393b79", marker=">", order=13))
 class Milp(Solver):
     """Linear relaxation over operator boundaries (HiGHS): certified bound, rounded plans."""
 

@@ -12,7 +12,7 @@ from slackswap.solvers._baseline_common import (
     checkpoint_actions,
     checkpointable_blocks,
 )
-from slackswap.solvers.base import Solver, Tags, register
+from slackswap.solvers.base import Display, Solver, Tags, register
 
 
 def offload_actions(instance: Instance, *, keep_last: int) -> np.ndarray:
@@ -43,7 +43,7 @@ class _CheckpointOffload(Solver):
         )
 
 
-@register("offload-sync")
+@register("offload-sync", display=Display(colour="#7f7f7f", marker="p", order=8))
 class OffloadSync(_CheckpointOffload):
     """Synchronous checkpoint offload (Hugging Face ``gradient_checkpointing(offload=True)``).
 
@@ -62,7 +62,7 @@ class OffloadSync(_CheckpointOffload):
     keep_last = 0
 
 
-@register("offload-overlap")
+@register("offload-overlap", display=Display(colour="#bcbd22", marker="h", order=9))
 class OffloadOverlap(_CheckpointOffload):
     """Overlapped checkpoint offload (Arctic Platform's ``activation_offload``).
 

@@ -68,7 +68,7 @@ from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._memory import KEEP, RECOMP, SWAP, need_ops, static_arrays
 from slackswap.solvers._passes import PassResult, plan_passes
-from slackswap.solvers.base import Solution, Solver, Tags, register
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 if TYPE_CHECKING:
     from slackswap.simulator import SimResult
@@ -490,11 +490,28 @@ def _swapped_sources(instance: Instance, actions: np.ndarray, t: int) -> list[in
     return sorted(out)
 
 
-register("slackswap", "SlackSwap: Algorithm 1 with validation-and-repair rounds")(SlackSwap)
 register(
-    "swap-first", "Ablation: SlackSwap with Pass 1 ranked by production time", order="production"
+    "slackswap",
+    "SlackSwap: Algorithm 1 with validation-and-repair rounds",
+    display=Display(
+        colour="black", marker="o", emphasis=True, order=0, label="SlackSwap", featured=0
+    ),
 )(SlackSwap)
-register("recompute-only", "Ablation: SlackSwap without Pass 1 (no swaps)", pass1=False)(SlackSwap)
 register(
-    "barriers", "Ablation: SlackSwap's plan under vDNN's per-layer barriers", runtime="barriers"
+    "swap-first",
+    "Ablation: SlackSwap with Pass 1 ranked by production time",
+    display=Display(colour="#9467bd", marker="P", order=1),
+    order="production",
+)(SlackSwap)
+register(
+    "recompute-only",
+    "Ablation: SlackSwap without Pass 1 (no swaps)",
+    display=Display(colour="#8c564b", marker="*", order=2),
+    pass1=False,
+)(SlackSwap)
+register(
+    "barriers",
+    "Ablation: SlackSwap's plan under vDNN's per-layer barriers",
+    display=Display(colour="#e377c2", marker="X", order=3),
+    runtime="barriers",
 )(SlackSwap)

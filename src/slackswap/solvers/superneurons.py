@@ -7,7 +7,7 @@ import numpy as np
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._baseline_common import RECOMP, SWAP, category_mask
-from slackswap.solvers.base import Solver, Tags, register
+from slackswap.solvers.base import Display, Solver, Tags, register
 
 #: Outputs of cheap layers (LayerNorm / RMSNorm, GeLU / SwiGLU, dropout masks): recomputed.
 RECOMPUTED = ("elementwise", "dropout_mask")
@@ -24,7 +24,10 @@ def superneurons_actions(instance: Instance) -> np.ndarray:
     return actions
 
 
-@register("superneurons")
+@register(
+    "superneurons",
+    display=Display(colour="#ff7f0e", marker="^", order=5, label="SuperNeurons", featured=2),
+)
 class SuperNeurons(Solver):
     """SuperNeurons: recompute norm, activation and dropout outputs; evict GEMM and attention
     outputs on demand in LRU order; prefetch for the next heavy operator.

@@ -7,7 +7,7 @@ import numpy as np
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._baseline_common import SWAP
-from slackswap.solvers.base import Solution, Solver, Tags, register
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 
 def belady_swaps(instance: Instance, budget_bytes: int) -> tuple[np.ndarray, int]:
@@ -43,7 +43,10 @@ def belady_swaps(instance: Instance, budget_bytes: int) -> tuple[np.ndarray, int
     return actions, floor
 
 
-@register("swapadvisor")
+@register(
+    "swapadvisor",
+    display=Display(colour="#2ca02c", marker="v", order=6, label="SwapAdvisor", featured=3),
+)
 class SwapAdvisor(Solver):
     """SwapAdvisor's swap policy: Belady eviction on the planned schedule, as-early-as-possible swaps.
 

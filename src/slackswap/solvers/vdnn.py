@@ -7,7 +7,7 @@ import numpy as np
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._baseline_common import SWAP, check_choice, probe
-from slackswap.solvers.base import Solution, Solver, Tags, register
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 POLICIES = ("dynamic", "none", "conv", "all")
 
@@ -44,7 +44,7 @@ def vdnn_actions(instance: Instance, policy: str) -> np.ndarray:
     return actions
 
 
-@register("vdnn")
+@register("vdnn", display=Display(colour="#1f77b4", marker="s", order=4, label="vDNN", featured=1))
 class VDNN(Solver):
     """vDNN: no offload if it fits, else vDNN-conv, else vDNN-all; per-layer barriers.
 
