@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--runtime",
         default=None,
-        help=f"runtime (default: the plan's): {', '.join(RUNTIMES)}",
+        help=f"simulator runtime (default: the plan's; see `slackswap runtimes`): {', '.join(RUNTIMES)}",
     )
     p.add_argument(
         "--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (open in Perfetto)"
