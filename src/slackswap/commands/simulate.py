@@ -61,7 +61,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
     result = simulate(inst, plan, budget, runtime=args.runtime, timeline=bool(args.trace))
     if args.trace:
-        from slackswap.simulator.trace import write_chrome_trace
+        from slackswap.simulator.chrome_trace import write_chrome_trace
 
         try:
             write_chrome_trace(args.trace, inst, result)

@@ -405,7 +405,5 @@ register(
 )(SlackSwap)
 register("recompute-only", "Ablation: SlackSwap without Pass 1 (no swaps)", pass1=False)(SlackSwap)
 register(
-    "barriers",
-    "Ablation: SlackSwap's plan run on the barriers runtime (vDNN's per-layer barriers)",
-    runtime="barriers",
+    "barriers", "Ablation: SlackSwap's plan under vDNN's per-layer barriers", runtime="barriers"
 )(SlackSwap)
