@@ -49,7 +49,19 @@ def _registered() -> dict[str, Runtime]:
 
 def register_runtime(runtime: R) -> R:
     """Add a runtime: a `RuntimeSpec` (the compiled kernel's switches) or an instance of a
-    `Runtime` subclass (its own ``simulate``); refuses a name already taken."""
+    `Runtime` subclass (its own ``simulate``); refuses a name already taken.
+
+    ``register_runtime(RuntimeSpec("eager-sync", "one line", fwd_wait=FWD_WAIT_EVERY_OP))``
+    recombines the kernel's switches; a Python runtime is a class::
+
+        class MyRuntime(Runtime):
+            name, description = "my-runtime", "one line for the CLI"
+            def simulate(self, instance, actions, budget_bytes, timeline=False) -> SimResult: ...
+        register_runtime(MyRuntime())
+
+    Either is then taken by ``simulate(..., runtime=name)``, ``simulate_many``, ``score_many``,
+    ``Plan(..., runtime=name)`` and ``--runtime``.
+    """
     if not isinstance(runtime, Runtime):
         raise TypeError(
             "register_runtime: expected a RuntimeSpec or an instance of a Runtime subclass, "
