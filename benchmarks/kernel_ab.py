@@ -30,8 +30,8 @@ import numpy as np
 import slackswap
 from slackswap.plan import Budget
 from slackswap.problem import Instance
-from slackswap.simulator.api import static_for
 from slackswap.simulator.runtimes import get_runtime
+from slackswap.simulator.static import static_for
 from slackswap.solvers.genetic import seed_plans
 
 RUNTIMES = ("barrier-free", "barriers", "layer-prefetch", "sync")

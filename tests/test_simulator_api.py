@@ -12,7 +12,7 @@ from slackswap.cli import main
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import UserError
 from slackswap.simulator import RUNTIMES, simulate, simulate_many
-from slackswap.simulator.trace import LANES, trace_events, write_chrome_trace
+from slackswap.simulator.chrome_trace import LANES, trace_events, write_chrome_trace
 
 
 @pytest.fixture(scope="module")

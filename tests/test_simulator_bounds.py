@@ -102,7 +102,7 @@ def test_a_copy_that_never_ends_is_stuck(
 
 
 def test_the_reasons_are_worded() -> None:
-    from slackswap.simulator.api import _reason
+    from slackswap.simulator.compiled import _reason
 
     inst = chain(c_bytes=0.3e6)
     assert "not finite" in _reason(inst, K.R_NOT_FINITE, -1, -1, 0)

@@ -185,7 +185,7 @@ def _rerun_figures(
         if sim is not None and sim.feasible:
             runs.append((str(rec.solver), sim))
     if runs:
-        from slackswap.simulator.trace import write_chrome_trace
+        from slackswap.simulator.chrome_trace import write_chrome_trace
 
         b = F.nearest_budget(sub[sub["step_s"].notna()], timeline_budget)
         emit(PF.timeline(inst, runs, f"One training step of {name} at {100 * b:g}% of P"),

@@ -165,7 +165,7 @@ def cmd_linkbudget(args: argparse.Namespace) -> int:
 
 
 def cmd_offload(args: argparse.Namespace) -> int:
-    from slackswap.models.offload import ESSAY_LINKS, estimate
+    from slackswap.models.offload_calculator import ESSAY_LINKS, estimate
     from slackswap.models.transformer import TRANSFORMERS, transformer_config
 
     if args.model not in TRANSFORMERS:

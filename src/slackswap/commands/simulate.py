@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--runtime",
         default=None,
-        help=f"runtime (default: the plan's): {', '.join(RUNTIMES)}",
+        help=f"simulator runtime (default: the plan's; see `slackswap runtimes`): {', '.join(RUNTIMES)}",
     )
     p.add_argument(
         "--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (open in Perfetto)"
@@ -61,7 +61,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
     result = simulate(inst, plan, budget, runtime=args.runtime, timeline=bool(args.trace))
     if args.trace:
-        from slackswap.simulator.trace import write_chrome_trace
+        from slackswap.simulator.chrome_trace import write_chrome_trace
 
         try:
             write_chrome_trace(args.trace, inst, result)

@@ -1,4 +1,5 @@
-"""``slackswap solvers`` (the registry) and ``slackswap solve`` (one instance, budget, solver)."""
+"""``slackswap solvers`` and ``slackswap runtimes`` (the registries) and ``slackswap solve`` (one
+instance, budget, solver)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solvers", help="list the registered solvers, their tags and options")
     p.add_argument("--json", action="store_true", help="one JSON list")
     p.set_defaults(func=cmd_solvers)
+
+    r = sub.add_parser(
+        "runtimes",
+        help="list the simulator's runtimes and the solvers whose plans run on each",
+        description=(
+            "A runtime is how a step runs a plan (when copies start, what waits); a solver "
+            "makes the plan. A solver may share its runtime's name (the barriers solver is "
+            "SlackSwap's plan on the barriers runtime)."
+        ),
+    )
+    r.add_argument("--json", action="store_true", help="one JSON list")
+    r.set_defaults(func=cmd_runtimes)
 
     s = sub.add_parser(
         "solve",
@@ -97,6 +110,44 @@ def cmd_solvers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runtimes(args: argparse.Namespace) -> int:
+    from slackswap.simulator.runtimes import execution_modes, get_runtime, runtime_names
+    from slackswap.solvers import REGISTRY
+
+    real = execution_modes()
+    entries: list[dict[str, Any]] = [
+        {
+            "name": name,
+            "description": get_runtime(name).description,
+            "solvers": [e.name for e in REGISTRY if e.runtime == name],
+            "real_runtime": name in real,
+        }
+        for name in runtime_names()
+    ]
+    if args.json:
+        print_json(entries)
+        return 0
+    blocks = []
+    for e in entries:
+        run_by = "slackswap run and the simulator" if e["real_runtime"] else "the simulator"
+        lines = [
+            _wrap(f"{e['name']}: {e['description']}", 2),
+            _wrap(f"  solvers  {', '.join(e['solvers']) or '-'}", 11),
+            _wrap(f"  run by   {run_by}", 11),
+        ]
+        blocks.append("\n".join(lines))
+    print("\n\n".join(blocks))
+    return 0
+
+
+def _wrap(text: str, indent: int, width: int = 100) -> str:
+    import textwrap
+
+    return textwrap.fill(
+        text, width, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
+    )
+
+
 def solver_entry(e: dict[str, Any], width: int = 100) -> str:
     """One solver for the terminal: its name and description, then its tags and options, each
     wrapped to ``width`` columns (the options of the genetic search alone run to 300)."""
@@ -129,6 +180,7 @@ def solver_entry(e: dict[str, Any], width: int = 100) -> str:
                 subsequent_indent="  ",
                 break_on_hyphens=False,
             ),
+            field("runtime", e["runtime"]),
             field("tags", " ".join(tags) or "-"),
             field("options", opts or "-"),
         ]

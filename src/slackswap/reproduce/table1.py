@@ -78,7 +78,7 @@ def table1_rows() -> list[Row]:
 
 
 def essay_rows() -> list[Row]:
-    from slackswap.models.offload import ESSAY_LINKS, estimate
+    from slackswap.models.offload_calculator import ESSAY_LINKS, estimate
     from slackswap.models.transformer import transformer_config
 
     def est(model: str, seq: int, link: str = "pcie5"):  # type: ignore[no-untyped-def]

@@ -56,16 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = ["apply", "RunStats", "RUNTIME_MODES", "StepMismatchError", "StorageTracker"]
 
-#: Simulator runtime -> how the real runtime runs it (overlap: copies on side streams;
-#: prefetch: the look-ahead admission from the start of backward, else copies on demand).
-RUNTIME_MODES: dict[str, dict[str, bool]] = {
-    "barrier-free": {"overlap": True, "prefetch": True},
-    # offload-overlap. Live (CUDA) it prefetches by the look-ahead rule, not one layer ahead
-    # as the simulator's layer-prefetch does; replayed (CPU) it follows that runtime's schedule.
-    "layer-prefetch": {"overlap": True, "prefetch": True},
-    "sync": {"overlap": False, "prefetch": False},  # offload-sync, as save_on_cpu
-}
-
 
 @dataclass
 class RunStats:
@@ -85,6 +75,12 @@ class RunStats:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "RUNTIME_MODES":
+        # Simulator runtime -> how this package runs it (`ExecutionMode`): read from the one
+        # runtime registry at each use, so the names are the registered ones.
+        from slackswap.simulator.runtimes import execution_modes
+
+        return execution_modes()
     if name == "StepMismatchError":
         from slackswap.runtime.executor import StepMismatchError
 
@@ -106,6 +102,7 @@ def check_plan(
     """Refuse a plan for another instance, a runtime this package cannot run, or a plan that
     does not fit ``budget`` in the simulator; the stats the simulator predicts otherwise."""
     from slackswap.simulator import simulate
+    from slackswap.simulator.runtimes import execution_modes
 
     if not isinstance(plan, Plan):
         raise PlanError(f"plan: expected a slackswap Plan, got {type(plan).__name__}")
@@ -116,9 +113,10 @@ def check_plan(
             f"{instance.name!r} (hash {instance.content_hash[:12]})"
         )
     rt = runtime or plan.runtime
-    if rt not in RUNTIME_MODES:
+    modes = execution_modes()
+    if rt not in modes:
         raise PlanError(
-            f"runtime = {rt!r}: slackswap.runtime runs {', '.join(RUNTIME_MODES)} "
+            f"runtime = {rt!r}: slackswap.runtime runs {', '.join(modes)} "
             "(pass runtime='barrier-free' to run the plan's actions barrier-free)"
         )
     b = Budget.parse(budget)
@@ -164,9 +162,10 @@ def apply(
 
     from slackswap.runtime.executor import PlanExecutor
     from slackswap.runtime.schedule import simulated_schedule
+    from slackswap.simulator.runtimes import execution_modes
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
-    mode = RUNTIME_MODES[stats.runtime]
+    mode = execution_modes()[stats.runtime]  # check_plan refused a runtime not in there
     if schedule is None:
         schedule = "live" if torch.cuda.is_available() else "simulated"
     if schedule not in ("live", "simulated"):
@@ -179,8 +178,8 @@ def apply(
         plan.actions,
         stats.budget_bytes,
         model,
-        overlap=mode["overlap"],
-        prefetch=mode["prefetch"],
+        overlap=mode.overlap,
+        prefetch=mode.prefetch,
         schedule=replay,
     )
     stats.op_index = ex.current_op

@@ -85,15 +85,27 @@ operator do not lengthen the step (they still count in ``d2h_bytes`` / ``h2d_byt
 
 from slackswap.simulator.api import score_many, simulate, simulate_many
 from slackswap.simulator.result import BatchResult, SimResult, Timeline
-from slackswap.simulator.runtimes import RUNTIMES, RuntimeSpec, register_runtime
+from slackswap.simulator.runtimes import (
+    RUNTIMES,
+    ExecutionMode,
+    Runtime,
+    RuntimeSpec,
+    get_runtime,
+    register_runtime,
+    runtime_names,
+)
 
 __all__ = [
     "RUNTIMES",
     "BatchResult",
+    "ExecutionMode",
+    "Runtime",
     "RuntimeSpec",
     "SimResult",
     "Timeline",
+    "get_runtime",
     "register_runtime",
+    "runtime_names",
     "score_many",
     "simulate",
     "simulate_many",

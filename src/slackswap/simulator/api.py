@@ -3,36 +3,14 @@
 
 from __future__ import annotations
 
-import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from slackswap.plan import RECOMP, Budget, Plan, PlanError, check_actions
+from slackswap.plan import Budget, Plan, PlanError, check_actions
 from slackswap.problem import Instance
-from slackswap.simulator import kernel as K
-from slackswap.simulator.result import BatchResult, SimResult, Timeline
-from slackswap.simulator.runtimes import PY_RUNTIMES, get_runtime
-from slackswap.simulator.static import static_for
-
-_N_OUT_F = 6
-_N_OUT_I = 9
-_local = threading.local()
-
-
-def _work(inst: Instance) -> K.Work:
-    """A thread's scratch arrays for this instance's sizes (reused across calls)."""
-    key = (inst.n_ops, inst.n_tensors)
-    cache = getattr(_local, "work", None)
-    if cache is None or cache[0] != key:
-        cache = (key, K.new_work(*key))
-        _local.work = cache
-    return cache[1]
-
-
-_NO_RECORD = K.new_record(0)
+from slackswap.simulator.result import BatchResult, SimResult
+from slackswap.simulator.runtimes import get_runtime
 
 
 def _budget_bytes(inst: Instance, budget: Budget | float | str) -> int:
@@ -51,81 +29,6 @@ def _actions(inst: Instance, plan: Plan | Any, runtime: str | None) -> tuple[np.
     return check_actions(inst, plan), runtime or "barrier-free"
 
 
-def _reason(inst: Instance, code: int, op: int, tensor: int, over: int) -> str:
-    if code == K.R_NO_RECOMPUTE:
-        return (
-            f"invalid plan: tensor {inst.tensor_name[tensor]!r} is marked recomp but no "
-            "operator rebuilds it (infinite recompute cost)"
-        )
-    where = f"operator {inst.op_name[op]!r} (#{op})" if op >= 0 else "the start"
-    if code == K.R_OOM_COMPUTE:
-        return (
-            f"out of memory at {where}: no copy in flight and nothing evictable "
-            f"(run on, the step peaks {over} bytes over the budget)"
-        )
-    if code == K.R_OOM_H2D:
-        return (
-            f"out of memory at {where}: the prefetch of {inst.tensor_name[tensor]!r} does not "
-            f"fit and nothing is evictable (run on, the step peaks {over} bytes over the budget)"
-        )
-    if code == K.R_NOT_FINITE:
-        return (
-            "simulation stopped: a time is not finite (a duration, recompute cost, link "
-            "bandwidth or copy latency outside any physical range)"
-        )
-    if code == K.R_LIMIT:
-        return f"simulation stopped at {where}: more evictions than any run can need (a bug)"
-    if code == K.R_STUCK and tensor >= 0:
-        return (
-            f"simulation stuck at {where}: the copy of {inst.tensor_name[tensor]!r} never ends "
-            "or cannot start (no progress possible)"
-        )
-    return f"simulation stuck at {where} (no progress possible)"
-
-
-def _run(
-    inst: Instance,
-    acts: np.ndarray,
-    budget_bytes: int,
-    runtime: str,
-    record: np.ndarray,
-    lo: int,
-    hi: int,
-    out_f: np.ndarray,
-    out_i: np.ndarray,
-) -> K.Work:
-    """Run plans lo..hi-1 through the kernel with this thread's scratch arrays."""
-    fw, hr, la = get_runtime(runtime).code()
-    S = static_for(inst)
-    W = _work(inst)
-    W.i[K.I_REC] = 1 if record.shape[1] else 0
-    K.run_batch(
-        S.so, S.base, S.st, S.trec, S.idx, S.hw, S.n_fwd, acts, budget_bytes, fw, hr, la,
-        W.wt, W.fl, W.wo, W.f, W.i, record, out_f, out_i, lo, hi,
-    )  # fmt: skip
-    return W
-
-
-def _timeline(rec: np.ndarray, nc: int, nk: int, nm: int) -> Timeline:
-    c, k, m = rec[K.LANE_COMPUTE, :nc], rec[K.LANE_COPY, :nk], rec[K.LANE_MEM, :nm]
-    # The kernel records every memory change, zero ones too (see `kernel._mem`); a zero change
-    # leaves the bytes in use as the row before it, so only rows that differ are kept.
-    m = m[np.r_[True, m[1:, 1] != m[:-1, 1]]] if len(m) else m
-    return Timeline(
-        compute_start_s=c[:, 0].copy(),
-        compute_end_s=c[:, 1].copy(),
-        compute_kind=c[:, 2].astype(np.int64),
-        compute_op=c[:, 3].astype(np.int64),
-        compute_tensor=c[:, 4].astype(np.int64),
-        copy_engine=k[:, 2].astype(np.int64),
-        copy_tensor=k[:, 3].astype(np.int64),
-        copy_start_s=k[:, 0].copy(),
-        copy_end_s=k[:, 1].copy(),
-        mem_time_s=m[:, 0].copy(),
-        mem_bytes=m[:, 1].astype(np.int64),
-    )
-
-
 def simulate(
     instance: Instance,
     plan: Plan | Any,
@@ -141,55 +44,8 @@ def simulate(
     `slackswap.simulator` for the semantics.
     """
     acts, runtime = _actions(instance, plan, runtime)
-    if runtime in PY_RUNTIMES:  # a Python event-loop runtime (simulator/runtime_*.py)
-        return PY_RUNTIMES[runtime][0](instance, acts, _budget_bytes(instance, budget), timeline)
-    get_runtime(runtime)
-    b = _budget_bytes(instance, budget)
-    acts2 = np.array(acts, dtype=np.int8).reshape(1, -1)  # writable: one kernel signature
-    out_f = np.zeros((1, _N_OUT_F))
-    out_i = np.zeros((1, _N_OUT_I), dtype=np.int64)
-    tl = None
-    if timeline:
-        cap = 4 * (instance.n_ops + 4 * instance.n_tensors) + 64
-        while True:
-            rec = K.new_record(cap)
-            W = _run(instance, acts2, b, runtime, rec, 0, 1, out_f, out_i)
-            if W.i[K.I_RECFULL] == 0:
-                break
-            cap *= 4
-        tl = _timeline(rec, *(int(W.i[K.I_NC + k]) for k in range(3)))
-    else:
-        _run(instance, acts2, b, runtime, _NO_RECORD, 0, 1, out_f, out_i)
-    f, i = out_f[0], out_i[0]
-    ideal = instance.ideal_step_s
-    bad = bool(i[0])
-    step = math.inf if bad else ideal + float(f[0])
-    fail_op = int(i[2])
-    if bad and fail_op < 0 and int(i[3]) >= 0:
-        fail_op = int(instance.tensor_first_bwd_reader[int(i[3])])
-    return SimResult(
-        step_s=step,
-        ideal_s=ideal,
-        throughput=0.0 if bad else ideal / step,
-        recompute_s=float(f[1]),
-        fwd_stall_s=float(f[2]) + float(f[3]),
-        fwd_stall_copy_s=float(f[2]),
-        fwd_stall_mem_s=float(f[3]),
-        bwd_stall_s=float(f[4]) + float(f[5]),
-        bwd_stall_copy_s=float(f[4]),
-        bwd_stall_mem_s=float(f[5]),
-        d2h_bytes=int(i[5]),
-        h2d_bytes=int(i[6]),
-        peak_bytes=int(i[7]),
-        budget_bytes=b,
-        feasible=not bad,
-        reason=_reason(instance, int(i[1]), int(i[2]), int(i[3]), int(i[4])) if bad else "",
-        fail_op=fail_op if bad else -1,
-        overflow_bytes=int(i[4]) if bad else 0,
-        evictions=int(i[8]),
-        runtime=runtime,
-        timeline=tl,
-    )
+    rt = get_runtime(runtime)
+    return rt.simulate(instance, acts, _budget_bytes(instance, budget), timeline)
 
 
 def check_population(instance: Instance, actions_2d: Any) -> np.ndarray:
@@ -221,43 +77,8 @@ def simulate_many(
     reused; ``n_jobs=2`` splits the population over two threads (the kernel releases the GIL).
     """
     acts = check_population(instance, actions_2d)
-    if runtime in PY_RUNTIMES:  # a Python event-loop runtime: one plan after another
-        return PY_RUNTIMES[runtime][1](instance, acts, _budget_bytes(instance, budget))
-    get_runtime(runtime)
-    b = _budget_bytes(instance, budget)
-    n = acts.shape[0]
-    out_f = np.zeros((n, _N_OUT_F))
-    out_i = np.zeros((n, _N_OUT_I), dtype=np.int64)
-    jobs = max(1, min(int(n_jobs), n))
-    if jobs == 1:
-        _run(instance, acts, b, runtime, _NO_RECORD, 0, n, out_f, out_i)
-    else:
-        static_for(instance)
-        bounds = np.linspace(0, n, jobs + 1).astype(int)
-        with ThreadPoolExecutor(jobs) as pool:
-            futs = [
-                pool.submit(_run, instance, acts, b, runtime, _NO_RECORD, lo, hi, out_f, out_i)
-                for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
-            ]
-            for fut in futs:
-                fut.result()
-    ideal = instance.ideal_step_s
-    bad = out_i[:, 0] != 0
-    step = np.where(bad, np.inf, ideal + out_f[:, 0])
-    return BatchResult(
-        step_s=step,
-        feasible=~bad,
-        overflow_bytes=np.where(bad, out_i[:, 4], 0),
-        recompute_s=out_f[:, 1].copy(),
-        fwd_stall_s=out_f[:, 2] + out_f[:, 3],
-        bwd_stall_s=out_f[:, 4] + out_f[:, 5],
-        d2h_bytes=out_i[:, 5].copy(),
-        h2d_bytes=out_i[:, 6].copy(),
-        peak_bytes=out_i[:, 7].copy(),
-        evictions=out_i[:, 8].copy(),
-        ideal_s=ideal,
-        budget_bytes=b,
-    )
+    rt = get_runtime(runtime)
+    return rt.simulate_population(instance, acts, _budget_bytes(instance, budget), n_jobs)
 
 
 def score_many(
@@ -272,16 +93,5 @@ def score_many(
     kernel's failure reason rather than a second pass over the plans (the saving is in
     benchmarks/README.md, "Figures from module docstrings")."""
     acts = check_population(instance, actions_2d)
-    if runtime in PY_RUNTIMES:
-        res = simulate_many(instance, acts, budget, runtime)
-        invalid = ((acts == RECOMP) & ~np.isfinite(instance.tensor_recompute_s)).any(axis=1)
-        return res.step_s, res.overflow_bytes, invalid
-    get_runtime(runtime)
-    b = _budget_bytes(instance, budget)
-    n = acts.shape[0]
-    out_f = np.empty((n, _N_OUT_F))
-    out_i = np.empty((n, _N_OUT_I), dtype=np.int64)
-    _run(instance, acts, b, runtime, _NO_RECORD, 0, n, out_f, out_i)
-    bad = out_i[:, 0] != 0
-    step = np.where(bad, np.inf, instance.ideal_step_s + out_f[:, 0])
-    return step, np.where(bad, out_i[:, 4], 0), bad & (out_i[:, 1] == K.R_NO_RECOMPUTE)
+    rt = get_runtime(runtime)
+    return rt.score_population(instance, acts, _budget_bytes(instance, budget))

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 
 from slackswap.problem import Instance
+from slackswap.simulator.result import SimResult
+from slackswap.simulator.runtime_base import Runtime
 
 RUNTIME = "on-demand-lru"
 DESCRIPTION = (
@@ -506,35 +508,14 @@ def _infeasible(base: dict[str, Any], reason: str, op: int, overflow: int) -> di
     )
 
 
-def simulate_result(
-    instance: Instance, actions: np.ndarray, budget_bytes: int, timeline: bool = False
-) -> Any:
-    """`simulate_lru` as a `SimResult` (the entry point the simulator's dispatch calls)."""
-    from slackswap.simulator.result import SimResult
+class OnDemandLRU(Runtime):
+    """The ``on-demand-lru`` runtime, registered in `slackswap.simulator.runtimes`; a population
+    runs one plan after another (`Runtime.simulate_population`)."""
 
-    return SimResult(**simulate_lru(instance, actions, budget_bytes, timeline))
+    name = RUNTIME
+    description = DESCRIPTION
 
-
-def simulate_population(instance: Instance, actions_2d: np.ndarray, budget_bytes: int) -> Any:
-    """A population through `simulate_lru`, one plan after another, as a `BatchResult`."""
-    from slackswap.simulator.result import BatchResult
-
-    rows = [simulate_lru(instance, a, budget_bytes) for a in actions_2d]
-
-    def col(key: str, dtype: type) -> np.ndarray:
-        return np.array([r[key] for r in rows], dtype=dtype)
-
-    return BatchResult(
-        step_s=col("step_s", np.float64),
-        feasible=col("feasible", np.bool_),
-        overflow_bytes=col("overflow_bytes", np.int64),
-        recompute_s=col("recompute_s", np.float64),
-        fwd_stall_s=col("fwd_stall_s", np.float64),
-        bwd_stall_s=col("bwd_stall_s", np.float64),
-        d2h_bytes=col("d2h_bytes", np.int64),
-        h2d_bytes=col("h2d_bytes", np.int64),
-        peak_bytes=col("peak_bytes", np.int64),
-        evictions=col("evictions", np.int64),
-        ideal_s=float(instance.ideal_step_s),
-        budget_bytes=int(budget_bytes),
-    )
+    def simulate(
+        self, instance: Instance, actions: np.ndarray, budget_bytes: int, timeline: bool = False
+    ) -> SimResult:
+        return SimResult(**simulate_lru(instance, actions, budget_bytes, timeline))

@@ -1,75 +1,128 @@
-"""Runtimes the event model knows: each is a set of policy switches of the one compiled kernel."""
+"""The one runtime registry: compiled (`RuntimeSpec`) and Python (`Runtime`) runtimes by name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
 
 from slackswap import plugins
 from slackswap.plan import PlanError
+from slackswap.simulator.compiled import (
+    FWD_WAIT_EVERY_OP,
+    FWD_WAIT_LAYER,
+    FWD_WAIT_NONE,
+    H2D_ALL_AT_BACKWARD,
+    H2D_LAYER_AHEAD,
+    H2D_LAYER_AHEAD_BARRIER,
+    H2D_ON_DEMAND,
+    RuntimeSpec,
+)
+from slackswap.simulator.runtime_base import ExecutionMode, Runtime
+from slackswap.simulator.runtime_lru import OnDemandLRU
 
-#: Forward-pass waits for offloads (``RuntimeSpec.fwd_wait``).
-FWD_WAIT_NONE = 0  # compute never waits for a D2H copy except for memory
-FWD_WAIT_LAYER = 1  # a layer's first operator waits for the offloads earlier layers read last
-FWD_WAIT_EVERY_OP = 2  # every operator waits until every earlier offload is done (copies inline)
+__all__ = [
+    "FWD_WAIT_EVERY_OP",
+    "FWD_WAIT_LAYER",
+    "FWD_WAIT_NONE",
+    "H2D_ALL_AT_BACKWARD",
+    "H2D_LAYER_AHEAD",
+    "H2D_LAYER_AHEAD_BARRIER",
+    "H2D_ON_DEMAND",
+    "RUNTIMES",
+    "ExecutionMode",
+    "Runtime",
+    "RuntimeSpec",
+    "execution_modes",
+    "get_runtime",
+    "register_runtime",
+    "runtime_names",
+]
 
-#: When swapped tensors are released to the H2D engine (``RuntimeSpec.h2d_release``).
-H2D_ALL_AT_BACKWARD = 0  # all of them when the backward pass starts, in deadline order
-H2D_LAYER_AHEAD_BARRIER = 1  # closest layer with prefetches; a layer waits for all its own
-H2D_LAYER_AHEAD = 2  # one layer ahead; compute waits only for the tensors it reads
-H2D_ON_DEMAND = 3  # only when compute needs the tensor (no prefetch)
+R = TypeVar("R", bound=Runtime)
+
+_REGISTRY: dict[str, Runtime] = {}
 
 
-@dataclass(frozen=True)
-class RuntimeSpec:
-    """Policy switches of the event-model kernel (see `slackswap.simulator` for the semantics).
+def _registered() -> dict[str, Runtime]:
+    """The registry as every lookup below reads it (the one place plug-in discovery hooks in)."""
+    plugins.load_group(plugins.RUNTIMES, _REGISTRY.keys)  # once per process; raises on a bad one
+    return _REGISTRY
 
-    ``lookahead_ops``: an H2D copy is admitted when used memory + its bytes + the transient
-    allocations of the next ``lookahead_ops`` operators fit in the budget.
+
+def register_runtime(runtime: R) -> R:
+    """Add a runtime: a `RuntimeSpec` (the compiled kernel's switches) or an instance of a
+    `Runtime` subclass (its own ``simulate``); refuses a name already taken.
+
+    ``register_runtime(RuntimeSpec("eager-sync", "one line", fwd_wait=FWD_WAIT_EVERY_OP))``
+    recombines the kernel's switches; a Python runtime is a class::
+
+        class MyRuntime(Runtime):
+            name, description = "my-runtime", "one line for the CLI"
+            def simulate(self, instance, actions, budget_bytes, timeline=False) -> SimResult: ...
+        register_runtime(MyRuntime())
+
+    Either is then taken by ``simulate(..., runtime=name)``, ``simulate_many``, ``score_many``,
+    ``Plan(..., runtime=name)`` and ``--runtime``.
     """
-
-    name: str
-    description: str
-    fwd_wait: int = FWD_WAIT_NONE
-    h2d_release: int = H2D_ALL_AT_BACKWARD
-    lookahead_ops: int = 3
-
-    def code(self) -> tuple[int, int, int]:
-        return (self.fwd_wait, self.h2d_release, self.lookahead_ops)
-
-
-_SPECS: dict[str, RuntimeSpec] = {}
-#: Runtime name -> one-line description (the registry the CLI lists).
-RUNTIMES: dict[str, str] = {}
-
-
-def register_runtime(spec: RuntimeSpec) -> RuntimeSpec:
-    """Add a runtime; refuses a name already taken."""
-    if spec.name in _SPECS:
-        raise ValueError(f"runtime {spec.name!r} is already registered")
-    if spec.fwd_wait not in (0, 1, 2) or spec.h2d_release not in (0, 1, 2, 3):
-        raise ValueError(f"runtime {spec.name!r}: unknown policy code")
-    if spec.lookahead_ops < 0:
-        raise ValueError(f"runtime {spec.name!r}: lookahead_ops must be >= 0")
-    _SPECS[spec.name] = spec
-    RUNTIMES[spec.name] = spec.description
-    return spec
+    if not isinstance(runtime, Runtime):
+        raise TypeError(
+            "register_runtime: expected a RuntimeSpec or an instance of a Runtime subclass, "
+            f"got {type(runtime).__name__}"
+        )
+    name = getattr(runtime, "name", None)
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise ValueError(f"runtime name {name!r}: expected a non-empty name without blanks")
+    if not isinstance(getattr(runtime, "description", None), str):
+        raise ValueError(f"runtime {name!r}: description must be a string")
+    if name in _REGISTRY:
+        raise ValueError(f"runtime {name!r} is already registered")
+    _REGISTRY[name] = runtime
+    return runtime
 
 
-def get_runtime(name: str) -> RuntimeSpec:
-    """The spec of a registered runtime (plug-ins' included); a `UserError` naming the choices
-    otherwise."""
-    plugins.load_group(plugins.RUNTIMES, RUNTIMES.keys)  # once per process; raises on a bad one
-    spec = _SPECS.get(name)
-    if spec is None:
-        raise PlanError(f"runtime = {name!r}: unknown (one of {', '.join(RUNTIMES)})")
-    return spec
+def runtime_names() -> list[str]:
+    """The registered runtimes' names, in registration order."""
+    return list(_registered())
 
+
+def get_runtime(name: str) -> Runtime:
+    """The registered runtime called ``name``; a `UserError` naming the choices otherwise."""
+    found = _registered().get(name)
+    if found is None:
+        raise PlanError(f"runtime = {name!r}: unknown (one of {', '.join(runtime_names())})")
+    return found
+
+
+def execution_modes() -> dict[str, ExecutionMode]:
+    """The registered runtimes the real PyTorch runtime (`slackswap.runtime`) can run, by name."""
+    return {n: rt.execution for n, rt in _registered().items() if rt.execution is not None}
+
+
+class _Descriptions(Mapping[str, str]):
+    """Runtime name -> one-line description, read from the registry at each use."""
+
+    def __getitem__(self, name: str) -> str:
+        return _registered()[name].description
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(runtime_names())
+
+    def __len__(self) -> int:
+        return len(_registered())
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+#: Runtime name -> one-line description (what the CLI lists), derived from the registry.
+RUNTIMES: Mapping[str, str] = _Descriptions()
 
 register_runtime(
     RuntimeSpec(
         "barrier-free",
         "SlackSwap (Sec. 3.4): eager D2H, deadline-ordered H2D from the start of backward "
         "with a three-operator memory look-ahead, no barriers",
+        execution=ExecutionMode(overlap=True, prefetch=True),
     )
 )
 register_runtime(
@@ -88,6 +141,9 @@ register_runtime(
         "side streams, eager D2H; backward prefetches one layer ahead; compute waits only "
         "for the tensors it reads",
         h2d_release=H2D_LAYER_AHEAD,
+        # The offload-overlap solver's runtime. Live (CUDA) the real runtime prefetches by the
+        # look-ahead rule, not one layer ahead; replayed (CPU) it follows this runtime's schedule.
+        execution=ExecutionMode(overlap=True, prefetch=True),
     )
 )
 register_runtime(
@@ -98,13 +154,7 @@ register_runtime(
         fwd_wait=FWD_WAIT_EVERY_OP,
         h2d_release=H2D_ON_DEMAND,
         lookahead_ops=0,
+        execution=ExecutionMode(overlap=False, prefetch=False),  # offload-sync, as save_on_cpu
     )
 )
-
-# Runtimes run by a Python event loop instead of the kernel (added by the baselines engineer):
-# name -> (simulate(instance, actions, budget_bytes, timeline) -> SimResult,
-#          simulate_population(instance, actions_2d, budget_bytes) -> BatchResult).
-from slackswap.simulator import runtime_lru as _lru  # noqa: E402
-
-PY_RUNTIMES = {_lru.RUNTIME: (_lru.simulate_result, _lru.simulate_population)}
-RUNTIMES[_lru.RUNTIME] = _lru.DESCRIPTION
+register_runtime(OnDemandLRU())

@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from slackswap import __version__
+from slackswap.plan import DEFAULT_RUNTIME
 from slackswap.problem import Instance, UserError
 
 if TYPE_CHECKING:
@@ -167,6 +168,13 @@ class RegisteredSolver:
     def defaults(self) -> dict[str, Any]:
         """Every option's value when none is given (the registered fixed ones included)."""
         return {**self.cls.option_defaults(), **self.fixed}
+
+    @property
+    def runtime(self) -> str:
+        """The simulator runtime this solver's plans are for when no option changes it: a name
+        in `slackswap.simulator.runtimes`, which solver names may repeat (``barriers``)."""
+        named = self.defaults.get("runtime") or getattr(self.cls, "runtime", "")
+        return str(named or DEFAULT_RUNTIME)
 
     def label(self, options: dict[str, Any]) -> str:
         """``ga`` or ``ga(pop_size=50)``: the name plus the options given that differ from the
@@ -563,6 +571,7 @@ def describe_solvers() -> list[dict[str, Any]]:
                 "name": entry.name,
                 "description": entry.description,
                 "tags": asdict(entry.tags),
+                "runtime": entry.runtime,
                 "options": opts,
             }
         )
