@@ -265,3 +265,25 @@ def vgg(**overrides: object):
         return F.cross_entropy(logits, labels)
 
     return model, (images,), loss_fn
+
+
+class PlainCNN(nn.Module):
+    """A stem, ``depth`` conv-BN-ReLU stages at one resolution, then pooling and a linear head:
+    activations of many layers at full resolution dominate, as in a VGG-style network."""
+
+    def __init__(self, depth: int = 8, width: int = 8, classes: int = 10):
+        super().__init__()
+        stages = [nn.Conv2d(3, width, 3, padding=1), nn.ReLU(inplace=True)]
+        for _ in range(depth):
+            stages += [nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()]
+        self.features = nn.Sequential(*stages)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+
+def plain_cnn():
+    """(model, images): the runtime tests' CNN, batch 2 on 16x16 images."""
+    torch.manual_seed(0)
+    return PlainCNN(), torch.randn(2, 3, 16, 16)

@@ -356,3 +356,20 @@ def test_buffers_held_by_python_locals_count_until_dropped() -> None:
     assert inst.op_transient_bytes[mul] >= 4 * 8 * 4
     cos = inst.op_transient_bytes[last_fwd]
     assert cos >= 4 * 8 * 4
+
+
+def test_a_saved_tensor_is_held_until_its_node_has_run_all_its_operators() -> None:
+    """Autograd releases a node's saved tensors after the node returns: a linear layer's
+    backward reads its input for the weight gradient, then sums the bias gradient while it
+    still holds the input. The profile's release point is that last operator of the node."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    inst = profile_step(model, (torch.randn(32, 8),))
+    (t,) = [i for i in range(inst.n_tensors) if inst.tensor_bytes[i] == 32 * 16 * 4
+            and inst.tensor_first_bwd_reader[i] < inst.n_ops
+            and inst.op_name[inst.tensor_first_bwd_reader[i]].startswith("bwd:2/")]  # fmt: skip
+    node_ops = [o for o in range(inst.n_forward_ops, inst.n_ops)
+                if inst.op_name[o].startswith("bwd:2/")]  # fmt: skip
+    assert [inst.op_name[o].split("/")[1] for o in node_ops] == ["mm#1", "mm#2", "sum"]
+    assert inst.tensor_first_bwd_reader[t] == node_ops[0]
+    assert inst.tensor_last_bwd_reader[t] == node_ops[-1]  # the bias sum, not the weight mm

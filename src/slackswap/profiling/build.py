@@ -105,11 +105,19 @@ def build_instance(
                 continue
             (fwd_readers if op.phase == 0 else bwd_readers)[t].add(op_of(i))
     last_op = op_of(len(ops) - 1)
-    for v, nxt in trace.unpacked_before:
+    unpacked_by = trace.unpacked_by or [-1] * len(trace.unpacked_before)
+    for (v, nxt), node in zip(trace.unpacked_before, unpacked_by, strict=True):
         t = t_index.get(values[v].storage)
         if t is None:
             continue  # held by the caller
         bwd_readers[t].add(op_of(nxt) if nxt < len(ops) else last_op)
+        # The node that unpacked it holds it until its last operator (e.g. a linear layer's
+        # backward reads its input for the weight gradient, then sums the bias gradient).
+        end = nxt
+        while node >= 0 and end + 1 < len(ops) and ops[end + 1].node == node:
+            end += 1
+        if node >= 0 and nxt < len(ops) and ops[nxt].node == node:
+            bwd_readers[t].add(op_of(end))
     for t in range(n_t):
         if not bwd_readers[t]:
             bwd_readers[t].add(last_op)

@@ -6,7 +6,9 @@ How each piece is observed:
 - Operators: a `TorchDispatchMode` sees every ATen call below autograd, in execution order, in
   forward and in backward (the autograd engine carries the mode into backward).
 - Saved tensors: `saved_tensors_hooks`; the pack hook maps the tensor to the current value of its
-  storage, the unpack hook notes the next backward operator (the one that unpacked it).
+  storage, the unpack hook notes the next backward operator (the one that unpacked it) and the
+  autograd node that unpacked it: the node holds the tensor until it has run all its operators
+  (the engine releases a node's saved variables after the node returns).
 - Storage identity: a `StorageWeakRef` per storage keeps the storage object allocated (not its
   data), so storage addresses stay unique for the whole trace.
 - Release: the pack hook keeps a detached alias of each saved tensor, not the tensor itself,
@@ -258,6 +260,7 @@ class Recorder(TorchDispatchMode):
             return h
         v = self.trace.saved[h.index]
         self.trace.unpacked_before.append((v, len(self.trace.ops)))
+        self.trace.unpacked_by.append(_node_key())
         return self._saved_tensors[h.index]
 
     def release(self) -> None:
@@ -355,9 +358,16 @@ class Recorder(TorchDispatchMode):
                 flops=_flops(func, aten, bound, args, kwargs, out),
                 bytes_moved=float(moved),
                 measured_s=elapsed,
+                node=_node_key() if self.phase == 1 else -1,
             )
         )
         return out
+
+
+def _node_key() -> int:
+    """The sequence number of the autograd node running now; -1 outside any node."""
+    node = torch._C._current_autograd_node()
+    return -1 if node is None else int(node._sequence_nr())
 
 
 def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:

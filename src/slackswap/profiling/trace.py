@@ -29,6 +29,7 @@ class OpRecord:
     flops: float = 0.0  # 2 per multiply-add
     bytes_moved: float = 0.0  # bytes read and written (tensor extents, not storages)
     measured_s: float = 0.0  # wall time of the kernel call on the profiling device, seconds
+    node: int = -1  # backward: sequence number of the autograd node running it (-1: none)
 
 
 @dataclass
@@ -55,6 +56,9 @@ class Trace:
     values: list[Value] = field(default_factory=list)
     saved: list[int] = field(default_factory=list)  # value ids in pack order (may repeat)
     unpacked_before: list[tuple[int, int]] = field(default_factory=list)  # (value, next op index)
+    # per entry of `unpacked_before`, the autograd node that unpacked it (-1: none); the node
+    # holds what it unpacked until it has run all its operators
+    unpacked_by: list[int] = field(default_factory=list)
     block_inputs: dict[int, int] = field(default_factory=dict)  # value id -> block it enters
     block_outputs: dict[int, int] = field(default_factory=dict)  # value id -> block it leaves
     block_modules: list[str] = field(default_factory=list)  # module path of each block call
