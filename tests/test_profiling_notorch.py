@@ -28,7 +28,8 @@ def test_package_imports_without_torch() -> None:
         slackswap.cli.build_parser()
         needs_torch = {"slackswap.profiling.step", "slackswap.profiling.recorder",
                        "slackswap.runtime.executor", "slackswap.runtime.memory",
-                       "slackswap.runtime.measure"}
+                       "slackswap.runtime.measure", "slackswap.runtime.copies",
+                       "slackswap.runtime.rebuild"}
         import slackswap.runtime  # the entry point itself imports torch only when used
         for info in pkgutil.walk_packages(slackswap.__path__, "slackswap."):
             if info.name in needs_torch:

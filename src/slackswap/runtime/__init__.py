@@ -39,6 +39,10 @@ operator, the first difference named in a `StepMismatchError`), forward and back
 the ``with`` block. A plan for another instance (``instance=``) or one that does not fit the
 budget in the simulator is refused before anything is installed; every hook is removed on
 exit, also when the step raises. `StorageTracker` measures the step's memory independently.
+
+Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
+(recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
+`memory` and `measure` (checking a run).
 """
 
 from __future__ import annotations

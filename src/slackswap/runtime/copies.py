@@ -1,0 +1,270 @@
+"""`CopyEngine`: move a step's swapped tensors to host memory and back, as the simulator does.
+
+Offload: when the step first saves a swapped tensor its whole storage is copied to host memory,
+on CUDA into pinned memory on a dedicated copy stream ordered after the producer, with a CUDA
+event to poll; ``record_stream`` on the copy stream keeps the caching allocator from reusing
+the device buffer before that stream read it. The host buffer is made with the dispatch modes
+disabled (host memory is not device memory, so `StorageTracker` must not count it).
+
+Back to the device, one of two ways: live, from the start of the backward pass and before each
+operator, H2D copies start in deadline order (first backward reader) on a second stream while
+the head fits the budget with the transient bytes of the next ``lookahead_ops`` operators (the
+simulator's look-ahead, on the instance's memory model, `schedule.base_resident`); replayed, the
+simulator's own copy times for the plan (`schedule.simulated_schedule`) are followed at operator
+granularity, evictions included. A tensor needed before its copy started is fetched at once
+(the deadlock rule). The device buffer of a fetch is allocated inside the executor's ``quiet``
+section: not a step operator, but device memory a `StorageTracker` counts.
+
+Without CUDA (or with ``overlap`` off) every copy is synchronous; the bookkeeping is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from slackswap.plan import RECOMP, SWAP
+from slackswap.problem import Instance
+from slackswap.runtime.entry import Entry
+from slackswap.runtime.schedule import base_resident, rebuild_points
+
+__all__ = ["CopyEngine"]
+
+
+class CopyEngine:
+    """Offloads, evicts, admits and fetches the swapped entries of one step.
+
+    ``schedule``: a replayed schedule (`simulated_schedule`), else copies back start live.
+    ``current_op``: the instance index of the next operator the step runs. ``quiet``: a
+    context in which the executor lets operators through unnumbered.
+    """
+
+    def __init__(
+        self,
+        instance: Instance,
+        actions: np.ndarray,
+        entries: list[Entry],
+        budget_bytes: int,
+        *,
+        lookahead_ops: int,
+        overlap: bool,
+        prefetch: bool,
+        schedule: dict[str, dict[int, list[int]]] | None,
+        current_op: Callable[[], int],
+        quiet: Callable[[], AbstractContextManager[None]],
+    ):
+        self.instance = instance
+        self.entries = entries
+        self.budget_bytes = budget_bytes
+        self.lookahead_ops = lookahead_ops
+        self.overlap = overlap
+        self.prefetch = prefetch
+        self.current_op = current_op
+        self.quiet = quiet
+        self.swapped_bytes = 0
+        self.h2d_bytes = 0
+        # The memory model the H2D admission uses (the simulator's, on instance operator
+        # indices): bytes resident before operator o starts when nothing is fetched back yet.
+        self._base = base_resident(instance, actions)
+        self._cum_transient = np.concatenate(
+            ([0], np.cumsum(instance.op_transient_bytes, dtype=np.int64))
+        )
+        self._admitted_bytes = 0
+        self._offloading: list[Entry] = []  # CUDA: offloads whose copy may still run
+        swapped = [e for e in entries if e.action == SWAP]
+        fbr = instance.tensor_first_bwd_reader
+        self._queue = sorted(swapped, key=lambda e: (int(fbr[e.index]), e.index))
+        # A replayed schedule: operator index -> tensors whose H2D copy starts / whose
+        # offloaded device buffer is let go before that operator.
+        self._schedule = schedule
+        self._hold_until: dict[int, int] = {}
+        if schedule is not None:
+            for o, ts in schedule["d2h_done"].items():
+                for i in ts:
+                    self._hold_until[i] = o
+        self._deferred_evictions: list[Entry] = []
+        self._rebuild_at, _ = rebuild_points(instance, actions)
+        # Tensor -> the recomputed tensors whose rebuild reads it (an eviction waits for them).
+        self._consumers: list[list[int]] = [[] for _ in range(instance.n_tensors)]
+        for v, ins in enumerate(instance.tensor_rebuild_inputs):
+            for u in ins:
+                if actions[v] == RECOMP:
+                    self._consumers[u].append(v)
+        self._cuda = False
+        self._copy_stream: Any = None
+        self._h2d_stream: Any = None
+
+    def use_device(self, cuda: bool) -> None:
+        """The step's model lives on CUDA (side streams when overlapping) or on the CPU."""
+        self._cuda = cuda
+        if cuda and self.overlap:
+            self._copy_stream = torch.cuda.Stream()
+            self._h2d_stream = torch.cuda.Stream()
+
+    # ----- offload -----------------------------------------------------------------------------
+    def offload(self, e: Entry) -> None:
+        """D2H copy of the whole storage: on the copy stream after the producer (CUDA), or at
+        once (CPU). The runtime keeps no device reference: the buffer is freed when the copy
+        and the step's last reference (its last forward reader) are done."""
+        src = e.device
+        self.swapped_bytes += e.nbytes
+        with _disable_current_modes():
+            if src.device.type == "cuda":
+                host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
+                if self._copy_stream is not None:
+                    self._copy_stream.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(self._copy_stream):
+                        host.untyped_storage().copy_(src, non_blocking=True)
+                        e.event = torch.cuda.Event()
+                        e.event.record(self._copy_stream)
+                    # The allocator must not reuse the buffer before the copy stream read it.
+                    torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
+                    self._offloading.append(e)
+                else:
+                    host.untyped_storage().copy_(src)
+            else:
+                host = torch.empty(src.nbytes(), dtype=torch.uint8)
+                host.untyped_storage().copy_(src)
+        e.host = host.untyped_storage()
+        if e.event is None and (self._schedule is None or e.index not in self._hold_until):
+            # Copied synchronously (and, replaying, saved only after the simulated copy ended):
+            # the runtime's reference goes at once.
+            e.device = None
+        # else: the replayed schedule lets the device buffer go when the simulated copy ends
+        # (never, when the simulated copy had not ended by the backward pass)
+
+    def poll_offloads(self, backward_starts: bool) -> None:
+        """Let go of the device buffers whose D2H copy has finished; when the backward pass
+        starts, a tensor still being copied keeps its device buffer (no H2D is needed)."""
+        still = []
+        for e in self._offloading:
+            if e.event.query():
+                e.device = e.event = None
+            elif backward_starts:
+                e.event = None  # stays resident until its last backward reader
+                if e in self._queue:
+                    self._queue.remove(e)
+            else:
+                still.append(e)
+        self._offloading = still
+
+    # ----- before each operator ----------------------------------------------------------------
+    def before_op(self, backward: bool) -> None:
+        """What the simulator does before the next operator starts: replay the copies due
+        by then, or (live, in the backward pass) start the H2D copies the look-ahead admits."""
+        if self._schedule is not None:
+            self._replay(self.current_op())
+        elif backward:
+            self._admit()
+
+    def _replay(self, o: int) -> None:
+        """Before operator ``o``: drop device buffers whose simulated D2H copy has ended, and
+        start the H2D copies the simulator started by then (synchronous on CPU)."""
+        assert self._schedule is not None
+        steps = (
+            ("d2h_done", self._let_go),
+            ("evict", self._evict),
+            ("h2d_start", self._fetch_if_needed),
+        )
+        for key, act in steps:
+            due = self._schedule[key]
+            for k in [k for k in due if k <= o]:
+                for i in due.pop(k):
+                    act(self.entries[i])
+
+    def _let_go(self, e: Entry) -> None:
+        self._hold_until.pop(e.index, None)
+        if self._schedule is not None and e.index in self._schedule["late"]:
+            if e.released:
+                e.device = None  # its last reader was done before its offload
+            return
+        if e.host is not None and not e.admitted:
+            e.device = None
+
+    def _evict(self, e: Entry) -> None:
+        """A simulated eviction. The simulator evicts after the rebuilds of the operator it
+        evicts at, so an input one of them still needs goes only once they are done."""
+        o = self.current_op()
+        if any(
+            self._rebuild_at[v] == o and self._awaits_rebuild(v) for v in self._consumers[e.index]
+        ):
+            self._deferred_evictions.append(e)
+            return
+        if e.host is not None and e.device is not None:
+            if e.admitted:
+                self._admitted_bytes -= e.nbytes
+                e.admitted = False
+            e.device = None
+
+    def _awaits_rebuild(self, v: int) -> bool:
+        ent = self.entries[v]
+        return ent.action == RECOMP and ent.device is None and not ent.released
+
+    def evict_deferred(self) -> None:
+        """After a rebuild: the evictions that waited for it, if no other rebuild still waits."""
+        if self._deferred_evictions:
+            waiting, self._deferred_evictions = self._deferred_evictions, []
+            for d in waiting:
+                self._evict(d)
+
+    def _fetch_if_needed(self, e: Entry) -> None:
+        if e.device is None and e.host is not None and not e.released:
+            self.fetch(e)
+
+    def _admit(self) -> None:
+        """Start H2D copies in deadline order while the head fits under the budget with the
+        transient bytes of the next ``lookahead_ops`` operators (the simulator's rule)."""
+        if not self.prefetch or self._schedule is not None:
+            return
+        o = self.current_op()
+        while self._queue:
+            e = self._queue[0]
+            if e.released or e.device is not None:
+                self._queue.pop(0)
+                continue
+            end = min(o + self.lookahead_ops, self.instance.n_ops)
+            look = int(self._cum_transient[end] - self._cum_transient[min(o, end)])
+            used = int(self._base[min(o, self.instance.n_ops - 1)]) + self._admitted_bytes
+            if used + e.nbytes + look > self.budget_bytes:
+                return
+            self._queue.pop(0)
+            self.fetch(e)
+
+    # ----- back to the device, and gone --------------------------------------------------------
+    def fetch(self, e: Entry) -> None:
+        """H2D copy of a swapped tensor into a new device buffer (on the H2D stream on CUDA)."""
+        if e in self._queue:
+            self._queue.remove(e)
+        host = e.host
+        device = torch.device("cuda") if self._cuda else torch.device("cpu")
+        with self.quiet():
+            if device.type == "cuda" and self._h2d_stream is not None:
+                self._h2d_stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(self._h2d_stream):
+                    buf = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
+                    buf.untyped_storage().copy_(host, non_blocking=True)
+                    e.event = torch.cuda.Event()
+                    e.event.record(self._h2d_stream)
+                buf.record_stream(torch.cuda.current_stream())
+            else:
+                buf = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
+                buf.untyped_storage().copy_(host)
+        e.device = buf.untyped_storage()
+        e.admitted = True
+        self._admitted_bytes += e.nbytes
+        self.h2d_bytes += e.nbytes
+
+    def release(self, e: Entry) -> None:
+        """Autograd dropped the last handle: the tensor's last backward reader is done."""
+        if e.admitted:
+            self._admitted_bytes -= e.nbytes
+            e.admitted = False
+        if e.index not in self._hold_until:  # else its offload still runs (replayed schedule)
+            e.device = None
+        e.host = e.event = None
+        e.released = True

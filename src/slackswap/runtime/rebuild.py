@@ -1,0 +1,276 @@
+"""`Rebuilder`: record each forward operator's call, and rebuild a recomputed tensor from them.
+
+During the forward pass each operator's call is kept as a template: its flattened arguments
+(``torch.utils._pytree``) with every activation replaced by the number of its value (a `_Ref`,
+never the tensor, so nothing stays alive), parameters, buffers and model inputs as themselves,
+and the RNG state it ran with when it is random (``torch.Tag.nondeterministic_seeded``). When
+autograd first unpacks a recomputed tensor, the chain of recorded operators that produced it is
+run again on its rebuild inputs: inputs that are themselves recomputed are rebuilt first, swapped
+ones fetched, and random operators run with their recorded RNG state, so dropout masks come out
+identical (``torch.utils.checkpoint`` recomputes whole regions, not single tensors, so only its
+idea of restoring the RNG state per random operator is borrowed). The operator's schema says
+which arguments it writes: a resident saved tensor or a buffer (batch-norm running statistics)
+it would write gets a scratch copy, so the model's state is that of one step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from slackswap.plan import KEEP
+from slackswap.problem import Instance
+from slackswap.profiling.recorder import Recorder, _bind
+from slackswap.profiling.trace import EXTERNAL
+from slackswap.runtime.entry import Entry
+
+__all__ = ["Rebuilder", "tensors_of", "view"]
+
+
+def tensors_of(obj: Any) -> list[torch.Tensor]:
+    """The tensors in a nest of lists, tuples and dicts (an operator's arguments or outputs)."""
+    return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+def view(storage: Any, dtype: Any, offset: int, size: Any, stride: Any) -> torch.Tensor:
+    """A tensor over ``storage``; call it in the executor's ``quiet`` section (else the
+    ``empty`` and ``set_`` it issues would be numbered as the step's operators)."""
+    t = torch.empty((0,), dtype=dtype, device=storage.device)
+    return t.set_(storage, offset, size, stride)
+
+
+class _Ref:
+    """A tensor argument of a recorded forward operator, by value (never the tensor itself)."""
+
+    __slots__ = ("value", "dtype", "device", "offset", "size", "stride")
+
+    def __init__(self, value: int, t: torch.Tensor):
+        self.value = value
+        self.dtype = t.dtype
+        self.device = t.device
+        self.offset = int(t.storage_offset())
+        self.size = tuple(t.shape)
+        self.stride = tuple(t.stride())
+
+
+class _OpRecord:
+    """What rebuilding a forward operator's outputs needs: the call with tensors as `_Ref`s
+    (parameters, buffers and model inputs as themselves), the RNG state it ran with, and where
+    each value it wrote came from (output k or mutated argument k)."""
+
+    __slots__ = ("func", "args", "mutated", "rng", "writes")
+
+    def __init__(self, func: Any, args: Any, mutated: Any, rng: Any, writes: dict[int, Any]):
+        self.func = func
+        self.args = args
+        self.mutated = mutated
+        self.rng = rng
+        self.writes = writes
+
+
+class Rebuilder:
+    """Records the step's forward operators and rebuilds recomputed saved tensors from them.
+
+    ``recorder``: the executor, whose numbering of storages and values the records use.
+    ``materialise``: the device storage of a saved tensor, fetched back or rebuilt when not
+    resident. ``quiet``: a context in which the executor lets operators through unnumbered.
+    """
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        instance: Instance,
+        entries: list[Entry],
+        entry_of_value: dict[int, int],
+        *,
+        materialise: Callable[[Entry], Any],
+        quiet: Callable[[], AbstractContextManager[None]],
+    ):
+        self.recorder = recorder
+        self.instance = instance
+        self.entries = entries
+        self.entry_of_value = entry_of_value
+        self.materialise = materialise
+        self.quiet = quiet
+        self.rebuilds = 0
+        self._records: dict[int, _OpRecord] = {}
+        self._externals: dict[int, torch.Tensor] = {}  # model inputs, by value
+        self._allocs: dict[int, tuple[int, torch.device]] = {}  # value -> (bytes, device)
+
+    def clear(self) -> None:
+        """Drop every reference to the step's tensors."""
+        self._records.clear()
+        self._externals.clear()
+
+    # ----- recording ---------------------------------------------------------------------------
+    def before_call(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """Before a forward call runs: its template and, for a random operator, its RNG state."""
+        rng = None
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            rng = _rng_state(tensors_of((args, kwargs)))
+        return self._template(func, args, kwargs), rng
+
+    def _template(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """The call's flattened arguments with every tensor replaced by what a rebuild needs to
+        find it again, and the flat positions of the arguments the operator writes."""
+        rec = self.recorder
+        bound = _bind(func._schema, args, kwargs)
+        written = {
+            id(t)
+            for a in func._schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write
+            for t in tensors_of(bound.get(a.name))
+        }
+        flat, spec = tree_flatten((args, kwargs))
+        mutated = frozenset(i for i, x in enumerate(flat) if id(x) in written)
+        out: list[Any] = []
+        for x in flat:
+            if isinstance(x, torch.Tensor):
+                k = rec._key(x)
+                if k is None or k in rec._params:
+                    out.append(x)  # parameters and buffers: alive for the whole step
+                    continue
+                v = rec.value_of(x)
+                if v is not None and rec.trace.values[v].producer == EXTERNAL:
+                    if v not in self._allocs:
+                        self._externals.setdefault(v, x)  # a model input
+                out.append(_Ref(v, x) if v is not None else x)
+            else:
+                out.append(x)
+        return spec, out, mutated
+
+    def remember(self, index: int, func: Any, before: tuple[Any, Any], out: Any) -> None:
+        """Keep forward operator ``index``'s call (``before``, from `before_call`) and where
+        each value it wrote is found in its outputs or mutated arguments."""
+        rec = self.recorder
+        (spec, flat, mutated_set), rng = before
+        outs = tensors_of(out)
+        mutated = [i for i in sorted(mutated_set) if isinstance(flat[i], _Ref)]
+        writes: dict[int, Any] = {}
+        for v in rec.trace.ops[index].writes:
+            key = rec.trace.values[v].storage
+            where: Any = None
+            for k, t in enumerate(outs):
+                if rec._key(t) == key:
+                    where = ("out", k)
+                    break
+            else:
+                for i in mutated:
+                    if rec.trace.values[flat[i].value].storage == key:
+                        where = ("arg", i)
+                        break
+            writes[v] = where
+        self._records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, writes)
+
+    def note_allocations(self, out: Any, first_new_value: int) -> None:
+        """A forward call the profile does not number as an operator made new values (a bare
+        allocation, values from ``first_new_value`` on): a rebuild makes a fresh buffer."""
+        rec = self.recorder
+        for t in tensors_of(out):
+            k = rec._key(t)
+            v = rec._current.get(k) if k is not None else None
+            if v is not None and v >= first_new_value:
+                self._allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
+
+    # ----- rebuilding --------------------------------------------------------------------------
+    def rebuild(self, e: Entry) -> None:
+        """Re-run the operator chain that produced entry ``e``'s value, its recomputed inputs
+        rebuilt first, with each random operator's original RNG state."""
+        value = int(self.instance.meta["runtime_signature"]["values"][e.index])
+        cache: dict[int, Any] = {}
+        with self.quiet():
+            storage = self._compute(value, cache)
+        e.device = storage
+        self.rebuilds += 1
+
+    def _resolve(self, value: int, cache: dict[int, Any]) -> Any:
+        """The storage holding ``value`` now: a resident or fetched/rebuilt saved tensor, a
+        model input, a fresh buffer for an allocation, or its producer run again."""
+        i = self.entry_of_value.get(value)
+        if i is not None and not self.entries[i].released:
+            e = self.entries[i]
+            if e.device is None and e.action == KEEP:
+                raise RuntimeError(f"kept tensor {self.instance.tensor_name[i]!r} not resident")
+            storage = self.materialise(e)
+            if e.event is not None:
+                torch.cuda.current_stream().wait_event(e.event)
+            return storage
+        return self._compute(value, cache)
+
+    def _compute(self, value: int, cache: dict[int, Any]) -> Any:
+        if value in cache:
+            return cache[value]
+        if value in self._externals:
+            return self._externals[value].untyped_storage()
+        if value in self._allocs:
+            nbytes, device = self._allocs[value]
+            storage = torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
+            cache[value] = storage
+            return storage
+        p = self.recorder.trace.values[value].producer
+        rec = self._records.get(p) if p != EXTERNAL else None
+        if rec is None:
+            raise RuntimeError(f"value {value} cannot be rebuilt (no recorded producer)")
+        self._run_recorded(rec, cache)
+        return cache[value]
+
+    def _run_recorded(self, rec: _OpRecord, cache: dict[int, Any]) -> None:
+        spec, flat = rec.args
+        real: list[Any] = []
+        for i, x in enumerate(flat):
+            if isinstance(x, _Ref):
+                storage = self._resolve(x.value, cache)
+                if i in rec.mutated and x.value in self.entry_of_value:
+                    # Never write into a resident saved tensor: work on a copy.
+                    storage = storage.clone()
+                real.append(view(storage, x.dtype, x.offset, x.size, x.stride))
+            elif isinstance(x, torch.Tensor) and i in rec.mutated:
+                real.append(x.clone())  # a buffer the operator updates (batch-norm statistics)
+            else:
+                real.append(x)
+        args, kwargs = tree_unflatten(real, spec)
+        with _rng_restored(rec.rng):
+            out = rec.func(*args, **kwargs)
+        outs = tensors_of(out)
+        for v, where in rec.writes.items():
+            if where is None:
+                continue
+            kind, k = where
+            t = outs[k] if kind == "out" else real[k]
+            cache[v] = t.untyped_storage()
+
+
+def _rng_state(tensors: list[torch.Tensor]) -> Any:
+    """The CPU generator's state and that of each CUDA device ``tensors`` are on."""
+    with _disable_current_modes():
+        cpu = torch.get_rng_state()
+        devs = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
+        cuda = [(d, torch.cuda.get_rng_state(d)) for d in devs]
+    return cpu, cuda
+
+
+@contextmanager
+def _rng_restored(rng: Any) -> Iterator[None]:
+    """Run with the generators in state ``rng`` (`_rng_state`), then as they were."""
+    if rng is None:
+        yield
+        return
+    cpu, cuda = rng
+    with _disable_current_modes():
+        saved_cpu = torch.get_rng_state()
+        saved_cuda = [(d, torch.cuda.get_rng_state(d)) for d, _ in cuda]
+        torch.set_rng_state(cpu)
+        for d, s in cuda:
+            torch.cuda.set_rng_state(s, d)
+    try:
+        yield
+    finally:
+        with _disable_current_modes():
+            torch.set_rng_state(saved_cpu)
+            for d, s in saved_cuda:
+                torch.cuda.set_rng_state(s, d)
