@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from strategies import small_instances
 
 from slackswap.models.graph import GraphBuilder
+from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Hardware, Instance
 from slackswap.solvers._linkcheck import link_schedule
-from slackswap.solvers._memory import KEEP, RECOMP, SWAP, memory_profile, static_arrays
+from slackswap.solvers._memory import memory_profile, static_arrays
 from slackswap.solvers._passes import candidate_order, plan_passes
 
 GB = 10**9

@@ -6,12 +6,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from slackswap.plan import RECOMP
 from slackswap.problem import Instance, UserError
 
 if TYPE_CHECKING:
     from slackswap.simulator import SimResult
-
-KEEP, SWAP, RECOMP = 0, 1, 2  # the plan's action codes (slackswap.plan uses the same values)
 
 
 def loss_block(instance: Instance) -> int:

@@ -57,9 +57,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from slackswap.plan import Budget, Plan
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._memory import KEEP, RECOMP, SWAP, need_ops, static_arrays
+from slackswap.solvers._memory import need_ops, static_arrays
 from slackswap.solvers._passes import PassResult, plan_passes
 from slackswap.solvers.base import Solution, Solver, Tags, register
 
