@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from slackswap import __version__
+from slackswap import __version__, rowschema
 from slackswap.problem import Instance, UserError
 
 if TYPE_CHECKING:
@@ -295,13 +295,7 @@ class RunRecord:
     info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     #: Keys of the flat row (``compare --json``, CSV columns), in order.
-    ROW_KEYS: ClassVar[tuple[str, ...]] = (
-        "instance", "budget_fraction", "budget_bytes", "solver", "seed", "status", "step_s",
-        "ideal_s", "throughput", "recompute_s", "fwd_stall_s", "bwd_stall_s", "d2h_bytes",
-        "h2d_bytes", "peak_bytes", "swap_bytes", "recompute_bytes", "plan_s", "lower_bound_s",
-        "gap", "evaluations", "error", "instance_hash", "solver_config", "time_limit_s",
-        "runtime", "claimed_step_s", "min_budget_bytes", "reason", "version",
-    )  # fmt: skip
+    ROW_KEYS: ClassVar[tuple[str, ...]] = rowschema.RECORD_KEYS
 
     def to_row(self) -> dict[str, Any]:
         """The flat dict: JSON-ready, one DataFrame row (solver_config as a JSON string)."""
