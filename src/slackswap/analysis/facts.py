@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.console import format_table
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -28,7 +30,6 @@ class Fact:
 
 def render(facts: Sequence[Fact], title: str = "") -> str:
     """The facts as a terminal table, then the reasons for those that do not hold."""
-    from slackswap.commands.common import format_table
 
     rows = [
         (f.what, f.paper, f.toolkit, {True: "holds", False: "DIFFERS", None: "n/a"}[f.holds])

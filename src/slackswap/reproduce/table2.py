@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from slackswap.console import print_json
 from slackswap.reproduce._batch import add_batch_arguments
 from slackswap.reproduce._cells import Cell
 
@@ -190,7 +191,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.commands.common import print_json
     from slackswap.reproduce._cells import print_table
 
     cells = table2_cells(args)
