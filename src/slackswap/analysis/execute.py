@@ -142,9 +142,9 @@ def _run_job(job: Job, instance: Instance | None) -> dict[str, Any]:
     options = dict(job.solver.options) or None
     warm_up([solver])
     rec = run(
-        solver,
         inst,
         job.budget,
+        solver,
         time_limit=job.time_limit,
         seed=job.seed,
         options=options,

@@ -126,9 +126,9 @@ def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:
     opts = json.loads(str(row["solver_options"])) if pd.notna(row["solver_options"]) else {}
     tl = row["time_limit_s"]
     rec = run(
-        str(row["solver_name"]),
         inst,
         budget,
+        str(row["solver_name"]),
         time_limit=None if pd.isna(tl) else float(tl),
         seed=int(row["seed"]),
         options=opts or None,

@@ -166,7 +166,7 @@ def _warm_one(inst: Instance, solver: Any, numba_calls: list[int]) -> None:
         limit = WARM_TIME_LIMIT_S if timed else None
         for k, frac in enumerate(WARM_BUDGETS_TIMED if timed else WARM_BUDGETS):
             before = numba_calls[0]
-            run(solver, inst, frac, time_limit=limit, seed=0, find_min_budget=False)
+            run(inst, frac, solver, time_limit=limit, seed=0, find_min_budget=False)
             if k == 0 and numba_calls[0] == before:
                 return  # its first solve compiled or loaded nothing: it has no compiled code
     except Exception:  # noqa: BLE001 - the real run reports it

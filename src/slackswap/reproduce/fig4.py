@@ -66,7 +66,7 @@ def titanx_fact() -> Fact:
     over: dict[str, float] = {}
     parts = []
     for policy in ("conv", "all"):
-        rec = run("vdnn", TITANX, TITANX_BUDGET, options={"policy": policy},
+        rec = run(TITANX, TITANX_BUDGET, "vdnn", options={"policy": policy},
                   find_min_budget=False)  # fmt: skip
         if rec.step_s is None:
             over[policy] = float("nan")

@@ -155,7 +155,7 @@ def explain_barriers() -> list[dict[str, Any]]:
     out = []
     for (model, frac), paper in PAPER.items():
         inst = load(model)
-        rec = run("slackswap", inst, frac, find_min_budget=False)
+        rec = run(inst, frac, "slackswap", find_min_budget=False)
         if rec.plan is None:
             continue
         per_op = replace(inst, op_layer=np.arange(inst.n_ops, dtype=np.int32))

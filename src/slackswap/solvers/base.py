@@ -20,6 +20,7 @@ import math
 import time
 import traceback
 import typing
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -309,16 +310,28 @@ class RunRecord:
 
 
 def run(
-    solver: str | Solver,
     instance: Instance | str,
     budget: Budget | float | str,
+    solver: str | Solver,
     *,
     time_limit: float | None = None,
     seed: int = 0,
     options: dict[str, Any] | None = None,
     find_min_budget: bool = True,
 ) -> RunRecord:
-    """Solve, time, and score one case in the simulator; never raises for a solver's failure."""
+    """Solve, time, and score one case in the simulator; never raises for a solver's failure.
+
+    The arguments come in the order of `solve` and `simulate`: instance, budget, then the solver
+    (a registered name or a `Solver`). The order before, ``run(solver, instance, budget)``, still
+    works and warns (DeprecationWarning).
+    """
+    if _solver_first(instance, solver):
+        warnings.warn(
+            "run(solver, instance, budget) is deprecated: use run(instance, budget, solver)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        instance, budget, solver = budget, solver, instance  # type: ignore[assignment]
     from slackswap.instances.catalog import load
     from slackswap.plan import Budget, Plan
     from slackswap.simulator import simulate
@@ -483,6 +496,15 @@ def smallest_feasible_budget(
     return hi
 
 
+def _solver_first(first: object, third: object) -> bool:
+    """Whether a `run` call uses the old order: a solver first and none third."""
+
+    def is_solver(x: object) -> bool:
+        return isinstance(x, Solver) or (isinstance(x, str) and x in REGISTRY)
+
+    return is_solver(first) and not is_solver(third)
+
+
 def solve(
     instance: Instance | str,
     budget: Budget | float | str,
@@ -493,7 +515,7 @@ def solve(
     **options: Any,
 ) -> RunRecord:
     """Run one registered solver on one instance and budget; the plan is on ``record.plan``."""
-    return run(solver, instance, budget, time_limit=time_limit, seed=seed, options=options)
+    return run(instance, budget, solver, time_limit=time_limit, seed=seed, options=options)
 
 
 def describe_solvers() -> list[dict[str, Any]]:
