@@ -18,7 +18,7 @@ from slackswap.plan import SWAP, Budget
 from slackswap.solvers import run
 from slackswap.solvers._memory import static_arrays
 from slackswap.solvers._passes import plan_passes
-from slackswap.solvers.slackswap import late_prefetches
+from slackswap.solvers.slackswap_planner import late_prefetches
 
 
 def test_an_operators_wait_names_its_late_swapped_inputs() -> None:
