@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis.gapanalysis import gaps
 from slackswap.console import format_table
 
 
@@ -48,7 +49,6 @@ def render(facts: Sequence[Fact], title: str = "") -> str:
 
 def best_table(df: pd.DataFrame) -> pd.DataFrame:
     """Throughput (fraction, NaN when no plan) indexed by (instance, budget), one column per solver."""
-    from slackswap.analysis.gapanalysis import gaps
 
     g = gaps(df)
     t = g.pivot_table(

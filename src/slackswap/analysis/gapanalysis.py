@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis.results import read_results
 from slackswap.console import format_table
 
 GAP_COLUMNS = (
@@ -31,7 +32,6 @@ _STATUS_ORDER = ("optimal", "feasible", "timeout", "infeasible", "error")
 def _frame(results: pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
     if isinstance(results, pd.DataFrame):
         return results
-    from slackswap.analysis.results import read_results
 
     return read_results(results)
 

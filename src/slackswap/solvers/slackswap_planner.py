@@ -59,6 +59,8 @@ import numpy as np
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
+from slackswap.simulator import simulate
+from slackswap.simulator.result import COMPUTE_KINDS
 from slackswap.solvers._memory import need_ops, static_arrays
 from slackswap.solvers._passes import PassResult, plan_passes
 from slackswap.solvers.base import Solution, Solver, Tags, register
@@ -190,7 +192,6 @@ class _RepairSearch:
 
     def _replay(self, pass1: bool) -> tuple[PassResult, Any] | None:
         """Plan once and replay it; None when the passes cannot fit or the plan was seen."""
-        from slackswap.simulator import simulate
 
         m_plan = self._plan_budget()
         res = plan_passes(
@@ -264,7 +265,6 @@ class _RepairSearch:
         resident at the failing operator and not read there becomes a swap, and the plan is
         replayed; a replay that still fails names the next operator to treat.
         """
-        from slackswap.simulator import simulate
 
         res = plan_passes(
             self.sa, self.m_bytes, int(self.instance.peak_bytes), order=self.solver.order,
@@ -338,8 +338,6 @@ def late_prefetches(
     the swapped tensors its rebuild chain reads. ``sim``: a replay of these actions with its
     timeline, when the caller has one.
     """
-    from slackswap.simulator import simulate
-    from slackswap.simulator.result import COMPUTE_KINDS
 
     if sim is None or sim.timeline is None:
         sim = simulate(instance, actions, budget, runtime=PLANNER_RUNTIME, timeline=True)
