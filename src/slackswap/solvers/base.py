@@ -24,14 +24,13 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from slackswap import __version__, rowschema
+from slackswap.instances.catalog import load
+from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
-
-if TYPE_CHECKING:
-    from slackswap.plan import Budget, Plan
-    from slackswap.simulator import SimResult
+from slackswap.simulator import SimResult, simulate
 
 #: A solver that overruns its time limit by more than this share is reported as a timeout.
 TIME_LIMIT_SLACK = 0.10
@@ -332,9 +331,6 @@ def run(
             stacklevel=2,
         )
         instance, budget, solver = budget, solver, instance  # type: ignore[assignment]
-    from slackswap.instances.catalog import load
-    from slackswap.plan import Budget, Plan
-    from slackswap.simulator import simulate
 
     inst = load(instance) if isinstance(instance, str) else instance
     bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
@@ -465,8 +461,6 @@ def smallest_feasible_budget(
     ``max_seconds``. Assumes feasibility is monotone in the budget, which holds for the
     heuristics here up to the bisection's tolerance.
     """
-    from slackswap.plan import Budget
-    from slackswap.simulator import simulate
 
     if solver.tags.uses_time_limit or not solver.tags.deterministic:
         return None
