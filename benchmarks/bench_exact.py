@@ -8,7 +8,7 @@ table for ``benchmarks/README.md``.
     .venv/bin/python benchmarks/bench_exact.py --time-limit 60
 
 ``--scale 48,192,768`` instead builds GPT-2 XL with that many layers at 30% of P (issue 17 item
-3) and reports, per size, the bound engine alone (`BoundModel` build and solve under the time
+3) and reports, per size, the bound engine alone (`BoundProgram` build and solve under the time
 share ``milp`` gives it: seconds, rounds, its peak Python memory by tracemalloc and the process's
 peak resident set, which includes HiGHS) and then ``milp``'s and SlackSwap's plans with the best
 plan to the best bound. Each size runs in its own process so the resident-set figure is its own.
@@ -56,13 +56,13 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     from slackswap.instances.catalog import build_model
     from slackswap.plan import Budget
     from slackswap.solvers import run
-    from slackswap.solvers._exact_lp import BoundModel
+    from slackswap.solvers._exact_lp import BoundProgram
 
     inst = build_model("gpt2-xl", layers=layers)
     budget = Budget.fraction(SCALE_FRACTION)
     tracemalloc.start()
     t0 = time.perf_counter()
-    model = BoundModel(inst, budget.bytes_for(inst))
+    model = BoundProgram(inst, budget.bytes_for(inst))
     t1 = time.perf_counter()
     lp = model.solve(time_limit=LP_SHARE * time_limit)
     t2 = time.perf_counter()

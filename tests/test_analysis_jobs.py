@@ -138,3 +138,13 @@ def test_bad_sweep_files_name_file_and_key(tmp_path, text: str, match: str) -> N
     with pytest.raises(UserError, match=match) as err:
         load_sweep(p)
     assert str(p) in str(err.value)
+
+
+def test_job_columns_are_the_row_schemas_job_columns() -> None:
+    # rowschema is the one definition of a results row; a job fills its JOB columns (execute adds
+    # wall_s after the run), so a column added to one and not the other fails here.
+    from slackswap import rowschema
+
+    job = Sweep([ref_from_arg("vgg16")], ["0.5"], [SolverSpec.of("a")], [0]).jobs()[0]
+    assert (*job.columns(), "wall_s") == rowschema.JOB_KEYS
+    assert set(rowschema.RECORD_KEYS).isdisjoint(rowschema.JOB_KEYS)

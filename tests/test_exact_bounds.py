@@ -17,7 +17,7 @@ from slackswap.instances.catalog import BUNDLED, build_model, load
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers import Status, run
-from slackswap.solvers._exact_lp import BoundModel, BoundResult
+from slackswap.solvers._exact_lp import BoundProgram, BoundResult
 from slackswap.solvers.base import Solution, Solver
 
 FAST_BUDGETS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -57,15 +57,15 @@ def test_an_inflated_engine_bound_is_reported_raw_not_capped(
 ) -> None:
     """A relaxation that claimed 1.5x its value must show as such: before, the solvers capped
     it at their plan's step and called the plan proven optimal."""
-    real = BoundModel.solve
+    real = BoundProgram.solve
 
-    def inflated(self: BoundModel, *args: object, **kwargs: object) -> BoundResult:
+    def inflated(self: BoundProgram, *args: object, **kwargs: object) -> BoundResult:
         res = real(self, *args, **kwargs)  # type: ignore[arg-type]
         if res.bound_s is None:
             return res
         return dataclasses.replace(res, bound_s=res.bound_s * 1.5)
 
-    monkeypatch.setattr(BoundModel, "solve", inflated)
+    monkeypatch.setattr(BoundProgram, "solve", inflated)
     inst = small()
     rec = run(name, inst, 0.8, time_limit=4.0, options={"hint": "none", "max_evaluations": 300})
     assert rec.step_s is not None and rec.lower_bound_s is not None

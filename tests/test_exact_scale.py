@@ -6,12 +6,12 @@ import numpy as np
 
 from slackswap.instances.catalog import build_model
 from slackswap.plan import Budget
-from slackswap.solvers._exact_lp import BoundModel
+from slackswap.solvers._exact_lp import BoundProgram
 
 
-def _model_and_point() -> tuple[BoundModel, np.ndarray]:
+def _model_and_point() -> tuple[BoundProgram, np.ndarray]:
     inst = build_model("gpt2-xl", layers=2)
-    model = BoundModel(inst, Budget.fraction(0.3).bytes_for(inst))
+    model = BoundProgram(inst, Budget.fraction(0.3).bytes_for(inst))
     rng = np.random.default_rng(0)
     x = rng.uniform(0.0, 1.0, model.n_vars)  # any point: slacks are plain arithmetic on it
     return model, x
@@ -42,7 +42,7 @@ def test_blocked_slacks_and_picks_equal_the_whole_matrix() -> None:
     for kind, (src, dst, slack) in whole.items():
         np.testing.assert_array_equal(np.vstack(parts[kind]), slack)
         for per_row in (1, 2, 3):
-            picked = BoundModel._pick(slack, kind, src, dst, per_row)
+            picked = BoundProgram._pick(slack, kind, src, dst, per_row)
             expect = [
                 (kind, int(src[a]), int(dst[c]))
                 for a in range(slack.shape[0])

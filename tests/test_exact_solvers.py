@@ -13,7 +13,7 @@ from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Status, run
-from slackswap.solvers._exact_lp import BoundModel
+from slackswap.solvers._exact_lp import BoundProgram
 from slackswap.solvers._exact_plans import Scorer, local_search, repair
 
 
@@ -68,7 +68,7 @@ def test_timeout_keeps_incumbent_and_bound(name: str) -> None:
 
 def test_lp_bound_rises_as_memory_shrinks() -> None:
     inst = gpt2_6()
-    bounds = [BoundModel(inst, int(f * inst.peak_bytes)).solve().bound_s for f in (1.0, 0.6, 0.4)]
+    bounds = [BoundProgram(inst, int(f * inst.peak_bytes)).solve().bound_s for f in (1.0, 0.6, 0.4)]
     assert bounds[0] == pytest.approx(inst.ideal_step_s)
     assert bounds[0] <= bounds[1] <= bounds[2]
     assert bounds[2] > bounds[0] * 1.01

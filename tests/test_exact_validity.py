@@ -1,7 +1,7 @@
 """The executed validity argument: feasible simulator runs are solutions of both relaxations.
 
 Each feasible run (keep, swap, recomp, stalls, evictions) is mapped onto the variables of the
-linear relaxation (`BoundModel.embed_run`) and of the CP-SAT model (`CpPlanModel.embed_run`);
+linear relaxation (`BoundProgram.embed_run`) and of the CP-SAT model (`CpPlanProgram.embed_run`);
 no constraint of either may be violated, so neither optimum can exceed the simulator's optimum.
 """
 
@@ -17,8 +17,8 @@ from slackswap.instances.catalog import build_model, load
 from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator import simulate, simulate_many
-from slackswap.solvers._exact_cp import CpPlanModel
-from slackswap.solvers._exact_lp import BoundModel
+from slackswap.solvers._exact_cp import CpPlanProgram
+from slackswap.solvers._exact_lp import BoundProgram
 
 
 def random_plan(inst: Instance, rng: np.random.Generator) -> np.ndarray:
@@ -39,11 +39,11 @@ def check_run(inst: Instance, acts: np.ndarray, budget: int, cp: bool = True) ->
     res = simulate(inst, acts, Budget.bytes(budget), timeline=True)
     if not res.feasible:
         return False
-    lp = BoundModel(inst, budget)
+    lp = BoundProgram(inst, budget)
     x = lp.embed_run(acts, res.timeline)
     assert lp.violations(x) == [], (inst.name, acts.tolist(), budget)
     if cp:
-        model = CpPlanModel(inst, budget, horizon_s=res.step_s)
+        model = CpPlanProgram(inst, budget, horizon_s=res.step_s)
         assert model.check_values(model.embed_run(acts, res.timeline)), (inst.name, acts.tolist())
     return True
 
@@ -93,7 +93,7 @@ def test_bound_below_every_feasible_run() -> None:
     seen_bound = seen_proof = False
     for frac in (0.9, 0.6, 0.45, 0.3):
         budget = int(frac * inst.peak_bytes)
-        bound = BoundModel(inst, budget).solve(time_limit=20)
+        bound = BoundProgram(inst, budget).solve(time_limit=20)
         res = simulate_many(inst, acts, Budget.bytes(budget))
         if bound.status == "infeasible":  # a proof: no plan may fit
             assert not res.feasible.any()
@@ -116,7 +116,7 @@ def test_plan_value_is_a_claim_below_the_simulated_step() -> None:
         res = simulate(inst, acts, Budget.bytes(budget))
         if not res.feasible:
             continue
-        model = BoundModel(inst, budget)
+        model = BoundProgram(inst, budget)
         model.solve(time_limit=10)
         claim = model.plan_value(acts)
         assert claim is not None and claim <= res.step_s * (1 + 1e-9)
@@ -126,7 +126,7 @@ def test_plan_value_is_a_claim_below_the_simulated_step() -> None:
 
 def test_infeasible_budget_has_a_reason() -> None:
     inst = load("vgg16")
-    res = BoundModel(inst, int(0.5 * inst.peak_bytes)).solve()
+    res = BoundProgram(inst, int(0.5 * inst.peak_bytes)).solve()
     assert res.status == "infeasible" and res.bound_s is None
     assert "s0.c1.conv.bwd" in res.info["reason"]
 

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from strategies import small_instances
 
 from slackswap.models.graph import GraphBuilder
+from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Hardware, Instance
 from slackswap.solvers._linkcheck import link_schedule
-from slackswap.solvers._memory import KEEP, RECOMP, SWAP, memory_profile, static_arrays
+from slackswap.solvers._memory import memory_profile, static_arrays, static_profile
 from slackswap.solvers._passes import candidate_order, plan_passes
 
 GB = 10**9
@@ -195,3 +196,34 @@ def test_gpt2_xl_fig3_plan_shape() -> None:
     # Every block input the link can take is swapped before anything cheaper.
     assert (res.actions[cats == "block_input"][:-2] == SWAP).all()
     assert math.isclose(s[res.actions == SWAP].sum(), inst.link_budget_bytes, rel_tol=0.02)
+
+
+def _one_tensor(action: int, back: int) -> list[int]:
+    """Hand-worked: one 10-byte tensor made at op 0, forward residency to op 2, back at ``back``,
+    last read at op 3, five operators; back_after_fwd False and True."""
+    args = [np.array([v], dtype=np.int64) for v in (0, 2, back, 3, 10)]
+    out = []
+    for after in (False, True):
+        prof = static_profile(np.array([action], dtype=np.int8), *args[:4], args[4],
+                              np.zeros(5, dtype=np.int64), after)  # fmt: skip
+        out.append(prof.tolist())
+    return out
+
+
+def test_the_static_profile_semantics_by_hand() -> None:
+    assert _one_tensor(KEEP, 1) == [[10, 10, 10, 10, 0]] * 2  # producer .. last reader
+    # back inside the forward residency: counted twice there, or moved past it
+    assert _one_tensor(SWAP, 1) == [[10, 20, 20, 10, 0], [10, 10, 10, 10, 0]]
+    assert _one_tensor(RECOMP, 3) == [[10, 10, 10, 10, 0]] * 2  # back right after: no gap
+    assert _one_tensor(SWAP, 4) == [[10, 10, 10, 0, 0]] * 2  # back after the last reader: gone
+
+
+@pytest.mark.parametrize("name", ["vgg16", "gpt2-xl"])
+def test_the_static_profile_of_keep_all_is_the_instances_closed_form(name: str) -> None:
+    from slackswap.instances.catalog import load
+
+    inst = load(name)
+    keep = np.zeros(inst.n_tensors, dtype=np.int8)
+    sa = static_arrays(inst)
+    prof = static_profile(keep, sa.prod, sa.lfr, sa.fbr, sa.lbr, sa.size, sa.transient, False)
+    assert np.array_equal(prof, inst.memory_profile_keep_all)

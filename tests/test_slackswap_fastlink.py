@@ -24,7 +24,7 @@ from slackswap.simulator import simulate
 from slackswap.solvers import run
 from slackswap.solvers._memory import static_arrays
 from slackswap.solvers._passes import plan_passes
-from slackswap.solvers.slackswap import held_back_prefetches, late_prefetches
+from slackswap.solvers.slackswap_planner import held_back_prefetches, late_prefetches
 
 
 def test_an_operators_wait_names_its_late_swapped_inputs() -> None:

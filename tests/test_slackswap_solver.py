@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from slackswap.instances.catalog import build_model, load
-from slackswap.plan import Budget, Plan
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Solution, Status, run
-from slackswap.solvers._memory import KEEP, RECOMP, SWAP
-from slackswap.solvers.slackswap import _swapped_sources, late_prefetches
+from slackswap.solvers.slackswap_planner import _swapped_sources, late_prefetches
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from slackswap.problem import Instance, UserError
+from slackswap.textfile import atomic_write_text
 
 KEEP = 0
 SWAP = 1
@@ -144,8 +145,6 @@ class Plan:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as JSON, atomically: instance name and content hash, tensors by name."""
-        from slackswap.instances.format import atomic_write_text
-
         atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod

@@ -13,11 +13,20 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
 import numpy as np
+
+# The errors and the vocabularies live below this module (validation needs them, and this module
+# validates every instance); they stay importable from here.
+from slackswap.errors import InstanceError as InstanceError
+from slackswap.errors import UserError as UserError
+from slackswap.textfile import atomic_write_text
+from slackswap.validation import CATEGORIES as CATEGORIES
+from slackswap.validation import OP_KINDS as OP_KINDS
+from slackswap.validation import validate_instance
 
 FORWARD = 0
 BACKWARD = 1
@@ -25,34 +34,8 @@ BACKWARD = 1
 #: Guard g of Algorithm 1: the link budget leaves 2% of the forward pass free.
 LINK_GUARD = 0.02
 
-#: Saved-tensor categories (paper Sec. 2.1 and Fig. 2).
-CATEGORIES = (
-    "block_input",
-    "residual",
-    "gemm_output",
-    "attention_output",
-    "elementwise",
-    "dropout_mask",
-)
-
-#: Operator kinds the roofline knows.
-OP_KINDS = ("gemm", "attention", "memory", "conv", "pool", "loss", "embedding")
-
-
-class UserError(Exception):
-    """Bad input from the user (file, name, option): the CLI prints one line and exits 2."""
-
-
-class InstanceError(ValueError, UserError):
-    """An instance (or an instance file) breaks the format; the message names field, index, value."""
-
-    def __init__(
-        self, message: str, *, field: str = "", index: int | None = None, value: Any = None
-    ):
-        super().__init__(message)
-        self.field = field
-        self.index = index
-        self.value = value
+#: schema_version of the instance file `Instance.to_dict` writes.
+SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -178,8 +161,6 @@ class Instance:
                 f"meta = {self.meta!r}: expected a dict", field="meta", value=self.meta
             )
         object.__setattr__(self, "meta", dict(self.meta))
-        from slackswap.validation import validate_instance
-
         validate_instance(self)
 
     # ----- sizes -----------------------------------------------------------------------------
@@ -274,9 +255,7 @@ class Instance:
     @cached_property
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON form (name excluded): what results cite."""
-        from slackswap.instances.format import instance_to_dict
-
-        d = instance_to_dict(self)
+        d = self.to_dict()
         d.pop("name", None)
         d.pop("meta", None)
         blob = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
@@ -301,11 +280,55 @@ class Instance:
             "n_tensors": self.n_tensors,
         }
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the instance as versioned JSON, atomically."""
-        from slackswap.instances.format import save_instance
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (plain Python types): the layout of `slackswap.instances.format`."""
+        inst = self
+        ops = []
+        names = inst.op_name
+        tnames = inst.tensor_name
+        for i in range(inst.n_ops):
+            ops.append(
+                {
+                    "name": names[i],
+                    "phase": "forward" if inst.op_phase[i] == 0 else "backward",
+                    "block": int(inst.op_block[i]),
+                    "layer": int(inst.op_layer[i]),
+                    "kind": inst.op_kind[i],
+                    "duration_s": float(inst.op_duration_s[i]),
+                    "flops": float(inst.op_flops[i]),
+                    "transient_bytes": int(inst.op_transient_bytes[i]),
+                    "reads": [tnames[t] for t in inst.op_reads[i]],
+                }
+            )
+        tensors = []
+        for t in range(inst.n_tensors):
+            c = float(inst.tensor_recompute_s[t])
+            tensors.append(
+                {
+                    "name": tnames[t],
+                    "bytes": int(inst.tensor_bytes[t]),
+                    "producer": names[inst.tensor_producer[t]],
+                    "last_fwd_reader": names[inst.tensor_last_fwd_reader[t]],
+                    "first_bwd_reader": names[inst.tensor_first_bwd_reader[t]],
+                    "last_bwd_reader": names[inst.tensor_last_bwd_reader[t]],
+                    "recompute_s": c if math.isfinite(c) else None,
+                    "rebuild_inputs": [tnames[u] for u in inst.tensor_rebuild_inputs[t]],
+                    "block": int(inst.tensor_block[t]),
+                    "category": inst.tensor_category[t],
+                }
+            )
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "name": inst.name,
+            "hardware": inst.hardware.to_dict(),
+            "ops": ops,
+            "tensors": tensors,
+            "meta": inst.meta,
+        }
 
-        save_instance(self, path)
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the instance as versioned JSON (`to_dict`), atomically."""
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     def with_hardware(self, hardware: Hardware) -> Instance:
         """The same iteration on another link (operator times unchanged)."""
@@ -321,7 +344,11 @@ class Instance:
         )
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        # Pickle through the plain dict: cached properties and read-only flags rebuild on load.
-        from slackswap.instances.format import instance_from_dict, instance_to_dict
+        # Pickle the fields and rebuild through the constructor: cached properties, read-only
+        # flags and validation come back as on any construction.
+        return (_rebuild, ({f.name: getattr(self, f.name) for f in fields(self)},))
 
-        return (instance_from_dict, (instance_to_dict(self),))
+
+def _rebuild(kwargs: dict[str, Any]) -> Instance:
+    """An unpickled instance (see `Instance.__reduce__`)."""
+    return Instance(**kwargs)

@@ -109,8 +109,8 @@ class SolverUnderTest:
             raise TypeError(f"time_limit={limit!r}: seconds, None or 'default'")
         opts = self.options if options is None else options
         if self.cls is not None:
-            return run(self.cls(**opts), instance, budget, time_limit=limit, seed=seed)
-        return run(self.name, instance, budget, time_limit=limit, seed=seed, options=opts or None)
+            return run(instance, budget, self.cls(**opts), time_limit=limit, seed=seed)
+        return run(instance, budget, self.name, time_limit=limit, seed=seed, options=opts or None)
 
 
 def solver_under_test(

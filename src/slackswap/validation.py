@@ -6,10 +6,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from slackswap.problem import CATEGORIES, OP_KINDS, InstanceError
+from slackswap.errors import InstanceError
 
 if TYPE_CHECKING:
     from slackswap.problem import Instance
+
+#: Saved-tensor categories (paper Sec. 2.1 and Fig. 2).
+CATEGORIES = (
+    "block_input",
+    "residual",
+    "gemm_output",
+    "attention_output",
+    "elementwise",
+    "dropout_mask",
+)
+
+#: Operator kinds the roofline knows.
+OP_KINDS = ("gemm", "attention", "memory", "conv", "pool", "loss", "embedding")
 
 #: Largest saved tensor or operator temporary: 1 PiB, far beyond any device's memory.
 MAX_BYTES = 2**50

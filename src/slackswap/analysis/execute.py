@@ -35,9 +35,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from slackswap import __version__
 from slackswap.analysis.jobs import InstanceRef, Job
 from slackswap.analysis.warmup import warm_up
+from slackswap.plan import Budget
 from slackswap.problem import Instance
+from slackswap.solvers.base import RunRecord, run
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.
 _INSTANCES: dict[tuple[str, str], Instance] = {}
@@ -135,16 +138,14 @@ def execute(job: Job, instance: Instance | None = None) -> dict[str, Any]:
 
 
 def _run_job(job: Job, instance: Instance | None) -> dict[str, Any]:
-    from slackswap.solvers.base import run
-
     inst = worker_instance(job.instance, instance)
     solver: Any = job.solver.obj if job.solver.obj is not None else job.solver.name
     options = dict(job.solver.options) or None
     warm_up([solver])
     rec = run(
-        solver,
         inst,
         job.budget,
+        solver,
         time_limit=job.time_limit,
         seed=job.seed,
         options=options,
@@ -184,7 +185,6 @@ def _describe(exc: BaseException) -> str:
 
 def failure_row(job: Job, status: str, message: str, elapsed_s: float) -> dict[str, Any]:
     """A row for a job that produced no `RunRecord` (guard, load failure, lost worker)."""
-    from slackswap.solvers.base import RunRecord
 
     row: dict[str, Any] = dict.fromkeys(RunRecord.ROW_KEYS)
     row.update(
@@ -200,9 +200,6 @@ def failure_row(job: Job, status: str, message: str, elapsed_s: float) -> dict[s
         solver_config="{}",
     )
     try:
-        from slackswap import __version__
-        from slackswap.plan import Budget
-
         inst = worker_instance(job.instance)
         nbytes = Budget.parse(job.budget).bytes_for(inst)
         row.update(

@@ -13,6 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis.gapanalysis import gaps
+from slackswap.console import format_table
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -28,7 +31,6 @@ class Fact:
 
 def render(facts: Sequence[Fact], title: str = "") -> str:
     """The facts as a terminal table, then the reasons for those that do not hold."""
-    from slackswap.commands.common import format_table
 
     rows = [
         (f.what, f.paper, f.toolkit, {True: "holds", False: "DIFFERS", None: "n/a"}[f.holds])
@@ -47,7 +49,6 @@ def render(facts: Sequence[Fact], title: str = "") -> str:
 
 def best_table(df: pd.DataFrame) -> pd.DataFrame:
     """Throughput (fraction, NaN when no plan) indexed by (instance, budget), one column per solver."""
-    from slackswap.analysis.gapanalysis import gaps
 
     g = gaps(df)
     t = g.pivot_table(

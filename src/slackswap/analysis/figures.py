@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from slackswap.analysis.gapanalysis import gaps, solver_order
+
 #: Colours for solvers whose registry entry sets none (and for the convergence figure's runs).
 _PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -103,14 +105,11 @@ def _grid(
 
 def _best(df: pd.DataFrame) -> pd.DataFrame:
     """Best run over seeds per (instance, budget, solver), via the gap table."""
-    from slackswap.analysis.gapanalysis import gaps
 
     return gaps(df)
 
 
 def _solvers(df: pd.DataFrame) -> list[str]:
-    from slackswap.analysis.gapanalysis import solver_order
-
     return solver_order(df["solver"])
 
 

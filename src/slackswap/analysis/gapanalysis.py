@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis.results import read_results
+from slackswap.console import format_table
+
 GAP_COLUMNS = (
     "instance", "budget_fraction", "solver", "status", "runs", "feasible_runs", "step_s",
     "step_s_mean", "throughput", "best_known_s", "best_solver", "lower_bound_s",
@@ -29,7 +32,6 @@ _STATUS_ORDER = ("optimal", "feasible", "timeout", "infeasible", "error")
 def _frame(results: pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
     if isinstance(results, pd.DataFrame):
         return results
-    from slackswap.analysis.results import read_results
 
     return read_results(results)
 
@@ -134,7 +136,6 @@ def _status_summary(statuses: pd.Series) -> str:
 
 def format_gaps(g: pd.DataFrame) -> str:
     """The gap table for a terminal (ms, %, GB)."""
-    from slackswap.commands.common import format_table
 
     def pct(x: Any, digits: int = 1) -> str:
         return "-" if pd.isna(x) else f"{100 * float(x):.{digits}f}%"

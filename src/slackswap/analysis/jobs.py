@@ -17,7 +17,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from slackswap.analysis import checks
+from slackswap.analysis.checks import MAX_BUDGETS, sweep_size
+from slackswap.instances.catalog import build_model, load
+from slackswap.models.hardware import get_gpu
+from slackswap.plan import MAX_BUDGET_BYTES, Budget, PlanError, budget_too_big
 from slackswap.problem import Instance, UserError
+from slackswap.solvers.base import REGISTRY
 
 if TYPE_CHECKING:
     from slackswap.solvers.base import Solver
@@ -55,7 +61,6 @@ class InstanceRef:
 
 def resolve_spec(spec: dict[str, Any]) -> Instance:
     """Build or load the instance a spec names (see `InstanceRef`)."""
-    from slackswap.instances.catalog import build_model, load
 
     if "name" in spec:
         return load(spec["name"])
@@ -114,7 +119,6 @@ def ref_from_instance(inst: Instance, spec: dict[str, Any] | None = None) -> Ins
 
 def ref_from_arg(name_or_path: str) -> InstanceRef:
     """An `InstanceRef` for a CLI argument or sweep-file entry: a catalog name or a file."""
-    from slackswap.instances.catalog import load
 
     inst = load(name_or_path)
     is_file = os.path.exists(name_or_path) or name_or_path.endswith(".json")
@@ -158,7 +162,6 @@ def _check_grid_value(key: str, v: Any) -> None:
 
 def ref_from_grid_point(point: dict[str, Any]) -> InstanceRef:
     """Build one model-grid point; ``tokens`` (per batch) sets batch = max(1, tokens // seq)."""
-    from slackswap.models.hardware import get_gpu
 
     p = dict(point)
     tokens = p.pop("tokens", None)
@@ -213,7 +216,6 @@ class SolverSpec:
         """Fail early (UserError) on an unknown solver or option, before any job starts."""
         if self.obj is not None:
             return
-        from slackswap.solvers.base import REGISTRY
 
         REGISTRY[self.name].make(**dict(self.options))
 
@@ -292,14 +294,10 @@ def parse_budgets(text: str | list[Any]) -> list[str]:
 
 
 def _budget(spec: Any) -> Any:
-    from slackswap.plan import Budget
-
     return Budget.parse(spec)
 
 
 def _range(whole: str, *parts: str) -> list[str]:
-    from slackswap.analysis.checks import MAX_BUDGETS
-
     vals = []
     for p in parts:
         try:
@@ -326,7 +324,6 @@ def _range(whole: str, *parts: str) -> list[str]:
 
 def _fraction(x: float, whole: object = None) -> str:
     """A fraction of P as a stable job key (``0.3``), checked by `Budget`."""
-    from slackswap.plan import Budget
 
     b = Budget.parse(x) if whole is None else _budget_in(whole, x)
     r = round(b.value, 6)
@@ -334,8 +331,6 @@ def _fraction(x: float, whole: object = None) -> str:
 
 
 def _budget_in(whole: object, x: float) -> Any:
-    from slackswap.plan import Budget, PlanError
-
     try:
         return Budget.fraction(x)
     except PlanError as exc:
@@ -386,8 +381,6 @@ class Sweep:
         The same checks as ``solve`` (`checks`, `Budget`, solver options), whichever entry
         point built the sweep: ``compare`` flags, a sweep file or code.
         """
-        from slackswap.analysis import checks
-        from slackswap.plan import MAX_BUDGET_BYTES, Budget, PlanError, budget_too_big
 
         if not self.instances:
             raise UserError("no instances given")
@@ -422,8 +415,6 @@ class Sweep:
         return notes
 
     def _size(self) -> int:
-        from slackswap.analysis.checks import sweep_size
-
         return sweep_size(
             {
                 "instances": len(self.instances),

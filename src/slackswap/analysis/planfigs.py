@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from slackswap.problem import Instance
+from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 
 ACTION_STYLE = (("keep", "#4daf4a"), ("swap", "#377eb8"), ("recompute", "#ff7f00"))
 
@@ -67,7 +68,6 @@ def timeline(instance: Instance, runs: Sequence[tuple[str, Any]], title: str = "
     Every panel shares one time axis (ms) so steps compare at a glance; the memory line is in
     GB against the budget.
     """
-    from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 
     n = len(runs)
     fig = Figure(figsize=(11.0, 2.9 * n), layout="constrained")

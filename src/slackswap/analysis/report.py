@@ -20,6 +20,12 @@ import pandas as pd
 
 from slackswap.analysis import figures as F
 from slackswap.analysis import planfigs as PF
+from slackswap.analysis.jobs import resolve_spec
+from slackswap.analysis.results import read_results
+from slackswap.plan import Budget
+from slackswap.simulator import simulate
+from slackswap.simulator.chrome_trace import write_chrome_trace
+from slackswap.solvers.base import run
 
 #: Every figure a report may draw (each as NAME.FORMAT), and the pattern of its trace files.
 FIGURE_NAMES = (
@@ -50,7 +56,6 @@ def write_report(
 
     Raises ValueError when ``instance`` names none of the results' instances.
     """
-    from slackswap.analysis.results import read_results
 
     df = results if isinstance(results, pd.DataFrame) else read_results(results)
     rep = Report()
@@ -123,10 +128,6 @@ def featured_first(labels: list[str]) -> list[str]:
 
 def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:
     """Rerun one results row: (instance, RunRecord, SimResult with a timeline if asked)."""
-    from slackswap.analysis.jobs import resolve_spec
-    from slackswap.plan import Budget
-    from slackswap.simulator import simulate
-    from slackswap.solvers.base import run
 
     inst = resolve_spec(json.loads(str(row["instance_spec"])))
     budget = Budget.parse(str(row["budget"])) if pd.notna(row["budget"]) else float(
@@ -135,9 +136,9 @@ def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:
     opts = json.loads(str(row["solver_options"])) if pd.notna(row["solver_options"]) else {}
     tl = row["time_limit_s"]
     rec = run(
-        str(row["solver_name"]),
         inst,
         budget,
+        str(row["solver_name"]),
         time_limit=None if pd.isna(tl) else float(tl),
         seed=int(row["seed"]),
         options=opts or None,
@@ -185,8 +186,6 @@ def _rerun_figures(
         if sim is not None and sim.feasible:
             runs.append((str(rec.solver), sim))
     if runs:
-        from slackswap.simulator.chrome_trace import write_chrome_trace
-
         b = F.nearest_budget(sub[sub["step_s"].notna()], timeline_budget)
         emit(PF.timeline(inst, runs, f"One training step of {name} at {100 * b:g}% of P"),
              "timeline")  # fmt: skip

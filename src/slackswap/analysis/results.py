@@ -26,32 +26,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap import rowschema
 from slackswap.problem import UserError
-from slackswap.solvers.base import RunRecord
 from slackswap.textfile import read_user_text
 
 #: Columns a results file adds to the `RunRecord` row (see `Job.columns` and `execute`).
-EXTRA_KEYS = (
-    "job_id", "budget", "solver_name", "solver_options", "instance_spec", "model", "gpu",
-    "link", "link_bw_Bps", "seq", "batch", "layers", "n_ops", "n_tensors", "saved_bytes",
-    "instance_peak_bytes", "hideable_fraction", "wall_s",
-)  # fmt: skip
-COLUMNS: tuple[str, ...] = (*RunRecord.ROW_KEYS, *EXTRA_KEYS)
-
-FLOAT_COLUMNS = frozenset(
-    {
-        "budget_fraction", "step_s", "ideal_s", "throughput", "recompute_s", "fwd_stall_s",
-        "bwd_stall_s", "d2h_bytes", "h2d_bytes", "peak_bytes", "plan_s", "lower_bound_s",
-        "gap", "time_limit_s", "claimed_step_s", "link_bw_Bps", "hideable_fraction", "wall_s",
-    }
-)  # fmt: skip
-INT_COLUMNS = frozenset(
-    {
-        "budget_bytes", "seed", "swap_bytes", "recompute_bytes", "min_budget_bytes",
-        "evaluations", "seq", "batch", "layers", "n_ops", "n_tensors", "saved_bytes",
-        "instance_peak_bytes",
-    }
-)  # fmt: skip
+EXTRA_KEYS = rowschema.JOB_KEYS
+COLUMNS = rowschema.COLUMNS
+FLOAT_COLUMNS = rowschema.FLOAT_COLUMNS
+INT_COLUMNS = rowschema.INT_COLUMNS
 #: Columns that change from run to run of the same job (compare rows without them).
 TIMING_COLUMNS = ("plan_s", "wall_s")
 

@@ -22,6 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import slackswap
+from slackswap.instances.catalog import build_model
+from slackswap.solvers._memory import need_ops, static_arrays
+from slackswap.solvers._passes import plan_passes
+
 if TYPE_CHECKING:
     from slackswap.problem import Instance
     from slackswap.solvers.base import Solver
@@ -97,7 +102,6 @@ def _planner_helper(say: Callable[[str], None] | None) -> subprocess.Popen[bytes
     cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
     if "simulator" not in stale or "planner" not in stale or cores < 2:
         return None
-    import slackswap
 
     env = dict(os.environ)
     # the same sources, so the same numba cache files
@@ -126,9 +130,6 @@ def compile_planner() -> None:
     cache: the second process of `_planner_helper`."""
     import numpy as np
 
-    from slackswap.solvers._memory import need_ops, static_arrays
-    from slackswap.solvers._passes import plan_passes
-
     inst = _instance()
     sa = static_arrays(inst)
     for frac in WARM_BUDGETS:
@@ -145,8 +146,6 @@ def compile_planner() -> None:
 def _instance() -> Instance:
     global _tiny
     if _tiny is None:
-        from slackswap.instances.catalog import build_model
-
         _tiny = build_model("gpt2-xl", layers=1, name="warm-up")
     return _tiny
 
@@ -154,6 +153,8 @@ def _instance() -> Instance:
 def _warm_one(inst: Instance, solver: Any, numba_calls: list[int]) -> None:
     import numpy as np
 
+    # Here, not at the top: compile_planner's helper process imports this module and needs
+    # neither the simulator nor the solver registry.
     from slackswap.simulator import simulate
     from slackswap.solvers.base import REGISTRY, run
 
@@ -166,7 +167,7 @@ def _warm_one(inst: Instance, solver: Any, numba_calls: list[int]) -> None:
         limit = WARM_TIME_LIMIT_S if timed else None
         for k, frac in enumerate(WARM_BUDGETS_TIMED if timed else WARM_BUDGETS):
             before = numba_calls[0]
-            run(solver, inst, frac, time_limit=limit, seed=0, find_min_budget=False)
+            run(inst, frac, solver, time_limit=limit, seed=0, find_min_budget=False)
             if k == 0 and numba_calls[0] == before:
                 return  # its first solve compiled or loaded nothing: it has no compiled code
     except Exception:  # noqa: BLE001 - the real run reports it

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import sys
-from collections.abc import Sequence
 from typing import Any
 
+# Tables, JSON and the argparse helpers the reports share live in slackswap.console (the reports
+# and analysis sit below the commands); the commands import them from here as before.
+from slackswap.console import add_execution_arguments as add_execution_arguments
+from slackswap.console import add_hidden_alias as add_hidden_alias
+from slackswap.console import format_table as format_table
+from slackswap.console import positive_float as positive_float
+from slackswap.console import positive_int as positive_int
+from slackswap.console import print_json as print_json
 from slackswap.problem import Instance
 
 
@@ -53,116 +57,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def add_hidden_alias(p: argparse.ArgumentParser, alias: str, of: argparse.Action) -> None:
-    """Accept ``alias`` as an old spelling of the option ``of``, without listing it in the help."""
-    kwargs: dict[str, Any] = {"dest": of.dest, "help": argparse.SUPPRESS}
-    if of.nargs == 0:  # store_true / store_false / store_const
-        kwargs.update(action="store_const", const=of.const)
-    else:
-        kwargs.update(type=of.type, metavar=of.metavar)
-    # SUPPRESS: the alias sets nothing unless given, so it never overrides the option's default.
-    p.add_argument(alias, default=argparse.SUPPRESS, **kwargs)
-
-
 def load_instance_arg(name_or_path: str) -> Instance:
     """An instance from a CLI argument; user errors surface as one line, exit 2."""
     from slackswap.instances.catalog import load
 
     return load(name_or_path)
-
-
-def print_json(obj: Any) -> None:
-    """Print ``obj`` as valid JSON: a number that is not finite (inf, nan) is written ``null``.
-
-    Python's ``json`` would write ``Infinity`` / ``NaN``, which JSON does not have.
-    """
-    json.dump(_finite(obj), sys.stdout, indent=1, allow_nan=False, default=_jsonable)
-    sys.stdout.write("\n")
-
-
-def _finite(o: Any) -> Any:
-    """``o`` with every non-finite float (numpy's too) replaced by None, containers copied."""
-    import numpy as np
-
-    if isinstance(o, float | np.floating):
-        return float(o) if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_finite(v) for v in o]
-    if isinstance(o, np.ndarray):
-        return _finite(o.tolist())
-    return o
-
-
-def _jsonable(o: Any) -> Any:
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
-    """A plain fixed-width table (right-aligned numbers)."""
-    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = []
-    for k, r in enumerate(cells):
-        lines.append(
-            "  ".join(
-                c.rjust(w) if k and _numeric(c) else c.ljust(w)
-                for c, w in zip(r, widths, strict=True)
-            ).rstrip()
-        )
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _numeric(s: str) -> bool:
-    try:
-        float(s.rstrip("%x"))
-        return True
-    except ValueError:
-        return False
-
-
-def positive_int(text: str) -> int:
-    """argparse type: a positive integer (argparse reports a bad value and exits 2)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a positive number."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
-
-
-def add_execution_arguments(p: argparse.ArgumentParser, *, jobs: int) -> None:
-    """``--jobs``, ``--backend`` and ``--scheduler``: how a sweep's jobs run (compare, reproduce)."""
-    p.add_argument("--jobs", type=int, default=jobs, metavar="N", help="parallel jobs")
-    p.add_argument(
-        "--backend",
-        choices=("joblib", "dask"),
-        default="joblib",
-        help="joblib: worker processes here; dask: a cluster (--scheduler) or a local one",
-    )
-    p.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="Dask scheduler, tcp://host:8786 (default: a local cluster; needs --backend dask)",
-    )

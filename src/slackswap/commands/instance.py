@@ -139,7 +139,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_linkbudget(args: argparse.Namespace) -> int:
-    from slackswap.models.linkbudget import link_budget_table
+    from slackswap.instances.linkbudget import link_budget_table
 
     rows = link_budget_table()
     if args.json:

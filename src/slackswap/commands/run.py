@@ -84,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
         solver = f"plan:{args.plan}"
     else:
-        rec = run(args.solver, inst, budget, time_limit=args.time_limit, seed=args.seed,
+        rec = run(inst, budget, args.solver, time_limit=args.time_limit, seed=args.seed,
                   find_min_budget=False)  # fmt: skip
         if rec.plan is None:
             raise UserError(

@@ -213,9 +213,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         progress.start(f"{args.solver} on {inst.name} at {budget}{limit}")
         try:
             rec = run(
-                args.solver,
                 inst,
                 budget,
+                args.solver,
                 time_limit=args.time_limit,
                 seed=args.seed,
                 options=options,

@@ -1,1 +1,1 @@
-"""Instance files (versioned JSON) and the catalog of bundled instances addressable by name."""
+"""Instance files (versioned JSON), the catalog of bundled instances by name, Eq. 1 across it."""

@@ -53,17 +53,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from slackswap.problem import Hardware, Instance, InstanceError
+from slackswap.textfile import atomic_write_text as atomic_write_text
 from slackswap.textfile import read_user_text
 from slackswap.validation import in_range, range_text
 
-SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 
 _OP_FIELDS = (
@@ -99,49 +97,8 @@ class InstanceFileError(InstanceError):
 
 
 def instance_to_dict(inst: Instance) -> dict[str, Any]:
-    """The JSON-ready form of an instance (plain Python types)."""
-    ops = []
-    names = inst.op_name
-    tnames = inst.tensor_name
-    for i in range(inst.n_ops):
-        ops.append(
-            {
-                "name": names[i],
-                "phase": "forward" if inst.op_phase[i] == 0 else "backward",
-                "block": int(inst.op_block[i]),
-                "layer": int(inst.op_layer[i]),
-                "kind": inst.op_kind[i],
-                "duration_s": float(inst.op_duration_s[i]),
-                "flops": float(inst.op_flops[i]),
-                "transient_bytes": int(inst.op_transient_bytes[i]),
-                "reads": [tnames[t] for t in inst.op_reads[i]],
-            }
-        )
-    tensors = []
-    for t in range(inst.n_tensors):
-        c = float(inst.tensor_recompute_s[t])
-        tensors.append(
-            {
-                "name": tnames[t],
-                "bytes": int(inst.tensor_bytes[t]),
-                "producer": names[inst.tensor_producer[t]],
-                "last_fwd_reader": names[inst.tensor_last_fwd_reader[t]],
-                "first_bwd_reader": names[inst.tensor_first_bwd_reader[t]],
-                "last_bwd_reader": names[inst.tensor_last_bwd_reader[t]],
-                "recompute_s": c if math.isfinite(c) else None,
-                "rebuild_inputs": [tnames[u] for u in inst.tensor_rebuild_inputs[t]],
-                "block": int(inst.tensor_block[t]),
-                "category": inst.tensor_category[t],
-            }
-        )
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "name": inst.name,
-        "hardware": inst.hardware.to_dict(),
-        "ops": ops,
-        "tensors": tensors,
-        "meta": inst.meta,
-    }
+    """The JSON-ready form of an instance (plain Python types): `Instance.to_dict`."""
+    return inst.to_dict()
 
 
 def _err(source: str, where: str, value: Any, why: str) -> InstanceFileError:
@@ -394,23 +351,6 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
     return instance_from_dict(d, source)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never half-written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_instance(inst: Instance, path: str | os.PathLike[str]) -> None:
-    """Write ``inst`` as a schema_version 1 JSON file, atomically."""
-    atomic_write_text(path, json.dumps(instance_to_dict(inst), indent=1) + "\n")
+    """Write ``inst`` as a schema_version 1 JSON file, atomically: `Instance.save`."""
+    inst.save(path)

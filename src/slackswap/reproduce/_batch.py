@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.commands.common import add_execution_arguments
+from slackswap.console import add_execution_arguments
 
 #: One solve: (catalog model, budget as a fraction of P, registered solver, time limit seconds).
 Case = tuple[str, float, str, float | None]

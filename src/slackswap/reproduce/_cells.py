@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from slackswap.commands.common import format_table, print_json
+from slackswap.console import format_table, print_json
 
 
 @dataclass(frozen=True)

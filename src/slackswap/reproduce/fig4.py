@@ -19,7 +19,7 @@ import pandas as pd
 
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.commands.common import add_execution_arguments, add_hidden_alias
+from slackswap.console import add_execution_arguments, add_hidden_alias
 
 WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
@@ -66,7 +66,7 @@ def titanx_fact() -> Fact:
     over: dict[str, float] = {}
     parts = []
     for policy in ("conv", "all"):
-        rec = run("vdnn", TITANX, TITANX_BUDGET, options={"policy": policy},
+        rec = run(TITANX, TITANX_BUDGET, "vdnn", options={"policy": policy},
                   find_min_budget=False)  # fmt: skip
         if rec.step_s is None:
             over[policy] = float("nan")

@@ -21,7 +21,7 @@ import pandas as pd
 
 from slackswap.analysis.facts import Fact, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.commands.common import add_execution_arguments
+from slackswap.console import add_execution_arguments
 
 LINKS_GBPS = (12, 16, 25, 32, 50, 64, 100, 200, 450)
 SEQS = (2048, 4096, 8192, 16384, 32768)

@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from slackswap.console import add_hidden_alias, format_table
 from slackswap.reproduce._batch import add_batch_arguments
 
 DEFAULT_MODELS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
@@ -83,7 +84,6 @@ def _pct(v: float | None, digits: int = 2) -> str:
 def render(rows: list[dict[str, Any]], solvers: Sequence[str]) -> str:
     """A table: per case, the best bound as a throughput ceiling, then each solver's
     throughput and certified gap (percent)."""
-    from slackswap.commands.common import format_table
 
     header = ["workload", "budget", "ceiling %"]
     for s in solvers:
@@ -117,8 +117,6 @@ def render(rows: list[dict[str, Any]], solvers: Sequence[str]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from slackswap.commands.common import add_hidden_alias
-
     names = p.add_argument(
         "--instances",
         dest="models",

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from slackswap.commands.common import format_table, print_json
+from slackswap.console import format_table, print_json
 
 GIB = 2**30
 

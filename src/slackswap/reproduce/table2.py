@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from slackswap.console import print_json
 from slackswap.reproduce._batch import add_batch_arguments
 from slackswap.reproduce._cells import Cell
 
@@ -68,9 +69,9 @@ def vdnn_why() -> str:
     g_c, g_f, g_b = block_times("gpt2-xl")
     l_c, l_f, l_b = block_times("llama-7b")
     gpt = slackswap.load("gpt2-xl")
-    g_rec = run("vdnn", gpt, BUDGET, find_min_budget=False)
+    g_rec = run(gpt, BUDGET, "vdnn", find_min_budget=False)
     inst = slackswap.load("llama-7b")
-    rec = run("vdnn", inst, BUDGET, find_min_budget=False)
+    rec = run(inst, BUDGET, "vdnn", find_min_budget=False)
     assert rec.plan is not None and rec.bwd_stall_s is not None and g_rec.bwd_stall_s is not None
     offload_all = all(
         r.d2h_bytes is not None and r.d2h_bytes >= i.saved_bytes
@@ -85,9 +86,9 @@ def vdnn_why() -> str:
     # GPT-2 XL if its prefetches hid only that share too: each block loses the rest of its overlap.
     g_alt = (g_rec.bwd_stall_s + g_layers * (1 - share) * g_b) / g_ideal
     per_op = run(
-        "vdnn",
         replace(inst, op_layer=np.arange(inst.n_ops, dtype=np.int32)),
         BUDGET,
+        "vdnn",
         find_min_budget=False,
     )
     assert per_op.bwd_stall_s is not None
@@ -121,7 +122,7 @@ def measure(model: str, solver: str) -> tuple[float, float, float, float, float]
     """The toolkit's row, or None when the solver finds no plan at 40%."""
     from slackswap.solvers import run
 
-    return ratios(run(solver, model, BUDGET, find_min_budget=False).to_row())
+    return ratios(run(model, BUDGET, solver, find_min_budget=False).to_row())
 
 
 def ratios(row: dict[str, Any]) -> tuple[float, float, float, float, float] | None:
@@ -184,7 +185,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.commands.common import print_json
     from slackswap.reproduce._cells import print_table
 
     cells = table2_cells(args)

@@ -17,6 +17,7 @@ import statistics
 import time
 from typing import Any
 
+from slackswap.console import format_table, print_json
 from slackswap.reproduce._batch import add_batch_arguments
 from slackswap.reproduce._cells import Cell
 
@@ -154,7 +155,7 @@ def explain_barriers() -> list[dict[str, Any]]:
     out = []
     for (model, frac), paper in PAPER.items():
         inst = load(model)
-        rec = run("slackswap", inst, frac, find_min_budget=False)
+        rec = run(inst, frac, "slackswap", find_min_budget=False)
         if rec.plan is None:
             continue
         per_op = replace(inst, op_layer=np.arange(inst.n_ops, dtype=np.int32))
@@ -186,7 +187,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.commands.common import format_table, print_json
     from slackswap.reproduce._cells import print_table
 
     cells = table3_cells(ga_seconds=args.ga_seconds, repeats=args.repeats, args=args)

@@ -54,6 +54,10 @@ from typing import TYPE_CHECKING, Any
 
 from slackswap.plan import Budget, Plan, PlanError
 from slackswap.problem import Instance, UserError
+from slackswap.profiling import require_torch
+from slackswap.runtime.schedule import simulated_schedule
+from slackswap.simulator import simulate
+from slackswap.simulator.runtimes import execution_modes
 
 if TYPE_CHECKING:
     import torch
@@ -79,11 +83,11 @@ class RunStats:
 
 
 def __getattr__(name: str) -> Any:
+    # executor and memory import torch at the top: loaded on first use, so this package (and
+    # check_plan) works without the torch extra.
     if name == "RUNTIME_MODES":
         # Simulator runtime -> how this package runs it (`ExecutionMode`): read from the one
         # runtime registry at each use, so the names are the registered ones.
-        from slackswap.simulator.runtimes import execution_modes
-
         return execution_modes()
     if name == "StepMismatchError":
         from slackswap.runtime.executor import StepMismatchError
@@ -105,9 +109,6 @@ def check_plan(
 ) -> RunStats:
     """Refuse a plan for another instance, a runtime this package cannot run, or a plan that
     does not fit ``budget`` in the simulator; the stats the simulator predicts otherwise."""
-    from slackswap.simulator import simulate
-    from slackswap.simulator.runtimes import execution_modes
-
     if not isinstance(plan, Plan):
         raise PlanError(f"plan: expected a slackswap Plan, got {type(plan).__name__}")
     inst = plan.instance
@@ -159,14 +160,10 @@ def apply(
     granularity, so the measured memory checks the simulator's accounting. Yields a
     `RunStats`, filled on exit.
     """
-    from slackswap.profiling import require_torch
-
     require_torch()
     import torch
 
-    from slackswap.runtime.executor import PlanExecutor
-    from slackswap.runtime.schedule import simulated_schedule
-    from slackswap.simulator.runtimes import execution_modes
+    from slackswap.runtime.executor import PlanExecutor  # imports torch: after the check above
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
     mode = execution_modes()[stats.runtime]  # check_plan refused a runtime not in there

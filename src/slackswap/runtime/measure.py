@@ -10,8 +10,10 @@ from typing import Any
 import torch
 
 from slackswap.plan import Budget, Plan
+from slackswap.profiling.step import default_loss
 from slackswap.runtime import RunStats, apply
 from slackswap.runtime.memory import StorageTracker
+from slackswap.simulator import simulate
 
 
 @dataclass
@@ -46,7 +48,6 @@ def run_step(
     afterwards, so steps run one after another start from the same state and compare bit for
     bit. ``budget`` defaults to P (the plan's fraction 1.0).
     """
-    from slackswap.profiling.step import default_loss
 
     loss_of = loss_fn or default_loss
     params = list(model.parameters())
@@ -90,8 +91,6 @@ def simulated_op_peaks(instance: Any, plan: Plan, budget: Budget | float | str) 
     """The simulator's highest bytes in use while each operator (and the rebuilds and waits
     before it) runs, by operator index: what `StepResult.op_peak_bytes` is compared with."""
     import numpy as np
-
-    from slackswap.simulator import simulate
 
     tl = simulate(instance, plan, budget, timeline=True).timeline
     assert tl is not None

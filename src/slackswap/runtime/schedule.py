@@ -11,6 +11,7 @@ import numpy as np
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget
 from slackswap.problem import Instance
+from slackswap.simulator import simulate
 
 __all__ = ["base_resident", "rebuild_points", "simulated_schedule"]
 
@@ -41,7 +42,6 @@ def simulated_schedule(
     ``d2h_done[o]`` the swapped tensors whose offload has ended before operator o starts,
     ``h2d_start[o]`` those whose copy back started while operator o ran or before it,
     ``evict[o]`` those whose device copy was evicted before operator o."""
-    from slackswap.simulator import simulate
 
     budget = Budget.bytes(budget_bytes)  # a bare number would be a fraction of P
     tl = simulate(instance, actions, budget, runtime=runtime, timeline=True).timeline

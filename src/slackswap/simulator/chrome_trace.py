@@ -10,6 +10,7 @@ import numpy as np
 
 from slackswap.problem import Instance
 from slackswap.simulator.result import SimResult, Timeline
+from slackswap.textfile import atomic_write_text
 
 PID = 1
 TID_COMPUTE, TID_D2H, TID_H2D = 1, 2, 3
@@ -147,8 +148,6 @@ def _memory_events(tl: Timeline, budget_bytes: int) -> list[dict[str, Any]]:
 
 def write_chrome_trace(path: str | os.PathLike[str], instance: Instance, result: SimResult) -> None:
     """Write the timeline of ``result`` as Chrome trace JSON, atomically."""
-    from slackswap.instances.format import atomic_write_text
-
     doc = {
         "traceEvents": trace_events(instance, result),
         "displayTimeUnit": "ms",

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
+from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.simulator.static import (
     H_BW,
     H_DUPLEX,
@@ -45,7 +46,6 @@ _JIT_OPTIONS: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
 _inline = njit(**_JIT_OPTIONS, forceinline=True)
 _jit = njit(**_JIT_OPTIONS)
 
-KEEP, SWAP, RECOMP = 0, 1, 2
 BIG = np.int64(1) << 60
 # Hot loops index with unsigned integers: numba wraps a negative signed index around (a compare,
 # a select and a load of the array's length on every access), and an unsigned one cannot be

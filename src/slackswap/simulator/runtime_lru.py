@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
 from slackswap.simulator.result import SimResult
 from slackswap.simulator.runtime_base import Runtime
@@ -48,7 +49,6 @@ DESCRIPTION = (
     "SuperNeurons: SWAP tensors leave only under memory pressure, least recently used first, "
     "compute waiting for the eviction copy; backward prefetch for the next heavy operator"
 )
-KEEP, SWAP, RECOMP = 0, 1, 2
 HEAVY_KINDS = ("gemm", "attention", "conv")
 D2H, H2D = 0, 1
 K_OP, K_REBUILD, K_STALL_COPY, K_STALL_MEM, K_EVICT = 0, 1, 2, 3, 4  # result.COMPUTE_KINDS

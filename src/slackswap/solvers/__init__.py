@@ -26,7 +26,7 @@ from slackswap.solvers.base import (
 )
 
 SOLVER_MODULES = (
-    "slackswap.solvers.slackswap",  # slackswap, swap-first, recompute-only, barriers
+    "slackswap.solvers.slackswap_planner",  # slackswap, swap-first, recompute-only, barriers
     "slackswap.solvers.vdnn",
     "slackswap.solvers.superneurons",
     "slackswap.solvers.swapadvisor",

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from slackswap.plan import RECOMP, Budget
 from slackswap.problem import Instance, UserError
+from slackswap.simulator import simulate
 
 if TYPE_CHECKING:
     from slackswap.simulator import SimResult
-
-KEEP, SWAP, RECOMP = 0, 1, 2  # the plan's action codes (slackswap.plan uses the same values)
 
 
 def loss_block(instance: Instance) -> int:
@@ -71,8 +71,6 @@ def category_mask(instance: Instance, categories: tuple[str, ...]) -> np.ndarray
 
 def probe(instance: Instance, actions: np.ndarray, budget_bytes: int, runtime: str) -> SimResult:
     """Simulate ``actions`` under ``runtime`` at ``budget_bytes`` (the planner's feasibility probe)."""
-    from slackswap.plan import Budget
-    from slackswap.simulator import simulate
 
     return simulate(instance, actions, Budget.bytes(budget_bytes), runtime=runtime)
 

@@ -1,6 +1,6 @@
 """The CP-SAT interval model: per-tensor actions with timed copies, memory as a cumulative.
 
-`CpPlanModel` states, for one instance and budget M, a scheduling problem whose optimum is at or
+`CpPlanProgram` states, for one instance and budget M, a scheduling problem whose optimum is at or
 below the simulated step (barrier-free runtime) of every plan it admits:
 
 - the compute stream: operators in order (start variables, fixed durations) and one optional
@@ -63,7 +63,7 @@ class CpResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-class CpPlanModel:
+class CpPlanProgram:
     """The interval model for one instance and budget (bytes)."""
 
     def __init__(
@@ -399,3 +399,7 @@ class CpPlanModel:
                 "offloaded": [t for t in range(len(acts)) if solver.boolean_value(self.off[t])],
             },
         )
+
+
+#: The name before 0.2 (it read as a workload model, like slackswap.models).
+CpPlanModel = CpPlanProgram

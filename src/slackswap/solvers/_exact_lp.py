@@ -1,6 +1,6 @@
 """The linear relaxation over operator boundaries: a lower bound on any plan's simulated step.
 
-`BoundModel` builds, for one instance and memory budget M, a linear program whose optimum is at
+`BoundProgram` builds, for one instance and memory budget M, a linear program whose optimum is at
 or below the step time the simulator (barrier-free runtime) gives *any* plan at that budget. Its
 binary version (``integral=True``: the per-tensor actions 0/1) is a stronger relaxation of the
 same thing and is solved by HiGHS's branch and bound when time allows.
@@ -188,7 +188,7 @@ def _cum_chain(
     )
 
 
-class BoundModel:
+class BoundProgram:
     """The relaxation for one instance and budget (bytes); `solve` returns a `BoundResult`."""
 
     def __init__(self, instance: Instance, budget_bytes: int):
@@ -867,3 +867,7 @@ class BoundModel:
             seconds=time.perf_counter() - t0,
             info={"T": x[self.T] * self.time_unit},
         )
+
+
+#: The name before 0.2 (it read as a workload model, like slackswap.models).
+BoundModel = BoundProgram

@@ -33,6 +33,7 @@ the run exactly.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import pickle
 import sys
@@ -447,15 +448,17 @@ def _without_main() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
-def _fresh_worker(payload: bytes, conn: Connection, board: StopBoard) -> None:
-    """A spawned (or forkserver) worker's main: unpickle its islands and run them.
+def _fresh_worker(
+    payload: bytes, conn: Connection, board: StopBoard, preload: tuple[str, ...]
+) -> None:
+    """A spawned (or forkserver) worker's main: import ``preload``, unpickle its islands and run
+    them.
 
     The genomes' classes are made by DEAP's ``creator`` when the search module is imported, so
-    that import comes first."""
-    import importlib
-
+    the caller names that module in ``preload`` and its import comes first."""
     try:
-        importlib.import_module("slackswap.solvers._ga_search")
+        for module in preload:
+            importlib.import_module(module)
         group, workers, islands, rules, n_islands, interval = pickle.loads(payload)
         for isl in islands:
             isl.warm()
@@ -473,12 +476,15 @@ def run_islands(
     interval: int,
     workers: int,
     start_method: str | None,
+    preload: Sequence[str] = (),
 ) -> tuple[list[IslandReport], bool]:
     """Run every island until it stops: in ``workers`` groups, one in the calling thread (which
     also routes messages) and the others in worker processes started by ``start_method``
     (``fork``, ``forkserver`` or ``spawn``); with None, or where the islands do not pickle for a
     fresh worker, all in turn in the calling thread. Returns the reports in island order and
-    whether the clock stopped the run.
+    whether the clock stopped the run. ``preload``: modules a fresh (spawned or forkserver)
+    worker imports before it unpickles the islands (the search module, whose import makes the
+    genomes' classes).
 
     There is no thread mode: DEAP's Python holds the GIL, so island threads only take turns,
     and slowly (figures in benchmarks/README.md, "Figures from module docstrings")."""
@@ -500,7 +506,7 @@ def run_islands(
     # Only with workers: a platform without fork has no such context.
     ctx: Any = multiprocessing.get_context(start_method) if workers > 1 else None
     if workers > 1 and start_method == "forkserver":
-        ctx.set_forkserver_preload(["slackswap.solvers._ga_search"])
+        ctx.set_forkserver_preload(list(preload))
     board = StopBoard(n, ctx)
     links: dict[int, Connection] = {}
     runners: list[Any] = []
@@ -520,7 +526,9 @@ def run_islands(
                 runner.start()
             else:
                 runner = ctx.Process(
-                    target=_fresh_worker, args=(payloads[g], theirs, board), daemon=True
+                    target=_fresh_worker,
+                    args=(payloads[g], theirs, board, tuple(preload)),
+                    daemon=True,
                 )
                 with _without_main():
                     runner.start()

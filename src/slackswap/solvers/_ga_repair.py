@@ -24,11 +24,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance
-
-_KEEP = 0
-_SWAP = 1
-_RECOMP = 2
+from slackswap.solvers._memory import static_profile as memory_static_profile
+from slackswap.solvers._memory import static_profile_into
 
 
 @njit(cache=True, nogil=True)
@@ -48,23 +47,10 @@ def _repair_one(
     n_ops = transient.shape[0]
     changed = 0
     for t in range(n_t):
-        if a[t] == _RECOMP and not np.isfinite(cost[t]):
-            a[t] = _SWAP
+        if a[t] == RECOMP and not np.isfinite(cost[t]):
+            a[t] = SWAP
             changed += 1
-    prof[:] = 0
-    for t in range(n_t):
-        s = size[t]
-        prof[producer[t]] += s
-        if a[t] == _KEEP:
-            prof[last_bwd[t] + 1] -= s
-        else:
-            prof[last_fwd[t] + 1] -= s
-            prof[first_bwd[t]] += s
-            prof[last_bwd[t] + 1] -= s
-    acc = np.int64(0)
-    for i in range(n_ops):
-        acc += prof[i]
-        prof[i] = acc + transient[i]
+    static_profile_into(prof, a, producer, last_fwd, first_bwd, last_bwd, size, transient, False)
     for _ in range(n_t):
         peak = np.int64(-1)
         at = -1
@@ -80,7 +66,7 @@ def _repair_one(
         big = -1
         big_size = np.int64(-1)
         for t in range(n_t):
-            if a[t] != _KEEP or not (last_fwd[t] < at < first_bwd[t]):
+            if a[t] != KEEP or not (last_fwd[t] < at < first_bwd[t]):
                 continue
             if np.isfinite(cost[t]):
                 score = cost[t] / min(size[t], excess)
@@ -91,10 +77,10 @@ def _repair_one(
                 big_size = size[t]
                 big = t
         if best >= 0:
-            a[best] = _RECOMP
+            a[best] = RECOMP
             pick = best
         elif big >= 0:
-            a[big] = _SWAP
+            a[big] = SWAP
             pick = big
         else:
             break
@@ -150,14 +136,9 @@ class Repair:
 
 def static_profile(inst: Instance, actions: np.ndarray) -> np.ndarray:
     """The repair's static memory profile (bytes per operator) of one plan; for tests and docs."""
-    a = np.asarray(actions)
-    delta = np.zeros(inst.n_ops + 1, dtype=np.int64)
-    s = inst.tensor_bytes.astype(np.int64)
-    keep = a == _KEEP
-    np.add.at(delta, inst.tensor_producer, s)
-    np.add.at(delta, inst.tensor_last_bwd_reader[keep] + 1, -s[keep])
-    np.add.at(delta, inst.tensor_last_fwd_reader[~keep] + 1, -s[~keep])
-    np.add.at(delta, inst.tensor_first_bwd_reader[~keep], s[~keep])
-    np.add.at(delta, inst.tensor_last_bwd_reader[~keep] + 1, -s[~keep])
-    out: np.ndarray = np.cumsum(delta)[:-1] + inst.op_transient_bytes
+    a = np.ascontiguousarray(actions, dtype=np.int8)
+    producer, last_fwd, first_bwd, last_bwd, size, _cost, transient, _budget = Repair(inst, 0)._args
+    out: np.ndarray = memory_static_profile(
+        a, producer, last_fwd, first_bwd, last_bwd, size, transient, False
+    )
     return out

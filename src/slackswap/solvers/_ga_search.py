@@ -628,6 +628,7 @@ def search(
         interval=config.migration_interval,
         workers=workers,
         start_method=_start_method(rules) if processes and workers > 1 else None,
+        preload=(__name__,),
     )
     elapsed = clock() - t0
     # The champion: the best of the islands' best, the first island on a tie (DEAP's fitness

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance
-
-KEEP, SWAP, RECOMP = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -130,43 +129,70 @@ def need_ops(actions, back, fbr, prod, rb_ptr, rb_idx):  # type: ignore[no-untyp
     big = np.int64(1) << 62
     need = np.full(n_t, big, dtype=np.int64)
     for t in range(n_t):
-        if actions[t] == 1:
+        if actions[t] == SWAP:
             need[t] = back[t]
-        elif actions[t] == 2:
+        elif actions[t] == RECOMP:
             need[t] = fbr[t]
     order = np.argsort(-prod, kind="mergesort")
     for k in range(n_t):
         t = order[k]
-        if actions[t] != 2:
+        if actions[t] != RECOMP:
             continue
         for j in range(rb_ptr[t], rb_ptr[t + 1]):
             v = rb_idx[j]
-            if actions[v] != 0 and need[t] < need[v]:
+            if actions[v] != KEEP and need[t] < need[v]:
                 need[v] = need[t]
     return need
 
 
 @njit(cache=True, nogil=True)
-def profile_full(actions, fwd_end, need, prod, lbr, size, transient):  # type: ignore[no-untyped-def]
-    """Memory profile (bytes per operator) from actions, forward residency ends and need ops."""
+def static_profile_into(  # type: ignore[no-untyped-def]
+    m, actions, prod, fwd_end, back, lbr, size, transient, back_after_fwd
+):
+    """The static memory profile of a plan, written into ``m[:n_ops]`` (bytes per operator).
+
+    The one definition every static profile in the solvers uses. Residency (operator indices,
+    inclusive): a kept tensor ``prod .. lbr``; any other ``prod .. fwd_end`` and again
+    ``back .. lbr`` (nothing when ``back > lbr``); plus the operator's transient bytes. The
+    callers differ only in the arrays they pass (``fwd_end``, ``back``) and in
+    ``back_after_fwd``: when true the backward residency starts no earlier than
+    ``fwd_end + 1``, so the two residencies of a tensor never overlap (Pass 2 keeps its
+    incremental updates consistent with that); when false a ``back`` inside the forward
+    residency counts the tensor twice there, as the planner's final check always has.
+    ``m`` may be longer than n_ops (a caller's scratch buffer); only ``m[:n_ops]`` is written.
+    """
     n_ops = transient.shape[0]
-    delta = np.zeros(n_ops + 1, dtype=np.int64)
+    for i in range(n_ops):
+        m[i] = 0
     for t in range(actions.shape[0]):
         s = size[t]
-        if actions[t] == 0:
-            delta[prod[t]] += s
-            delta[lbr[t] + 1] -= s
+        m[prod[t]] += s
+        if actions[t] == KEEP:
+            if lbr[t] + 1 < n_ops:
+                m[lbr[t] + 1] -= s
         else:
-            delta[prod[t]] += s
-            delta[fwd_end[t] + 1] -= s
-            if need[t] <= lbr[t]:
-                delta[need[t]] += s
-                delta[lbr[t] + 1] -= s
-    m = np.empty(n_ops, dtype=np.int64)
+            if fwd_end[t] + 1 < n_ops:
+                m[fwd_end[t] + 1] -= s
+            b = back[t]
+            if back_after_fwd and b <= fwd_end[t]:
+                b = fwd_end[t] + 1
+            if b <= lbr[t]:
+                m[b] += s
+                if lbr[t] + 1 < n_ops:
+                    m[lbr[t] + 1] -= s
     acc = np.int64(0)
     for i in range(n_ops):
-        acc += delta[i]
+        acc += m[i]
         m[i] = acc + transient[i]
+
+
+@njit(cache=True, nogil=True)
+def static_profile(  # type: ignore[no-untyped-def]
+    actions, prod, fwd_end, back, lbr, size, transient, back_after_fwd
+):
+    """:func:`static_profile_into` into a new int64 array of length n_ops."""
+    m = np.empty(transient.shape[0], dtype=np.int64)
+    static_profile_into(m, actions, prod, fwd_end, back, lbr, size, transient, back_after_fwd)
     return m
 
 
@@ -210,4 +236,4 @@ def memory_profile(
         back[swap] = np.minimum(back[swap], op_at_time(sa.op_end, prefetch_start_s[swap]))
     need = need_ops(a, back, sa.fbr, sa.prod, sa.rb_ptr, sa.rb_idx)
     fwd_end = forward_ends(sa, a, offload_end_s)
-    return profile_full(a, fwd_end, need, sa.prod, sa.lbr, sa.size, sa.transient)
+    return static_profile(a, sa.prod, fwd_end, need, sa.lbr, sa.size, sa.transient, False)

@@ -1,7 +1,7 @@
 """Algorithm 1's two passes as compiled kernels: spend the link budget, then recompute the rest.
 
 `plan_passes` is one run of Algorithm 1 for one memory budget; the solver in
-`slackswap.solvers.slackswap` wraps it in the Sec. 3.4 validation-and-repair rounds.
+`slackswap.solvers.slackswap_planner` wraps it in the Sec. 3.4 validation-and-repair rounds.
 
 Pass 1 walks the candidates (saved tensors with r_t < T_F < d_t) in the given order (decreasing
 rho_t for SlackSwap, production order for the swap-first ablation) and adds one to the swap set S
@@ -46,15 +46,14 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.solvers._linkcheck import _EPS, edf_ok, fifo_end, key_position
 from slackswap.solvers._memory import (
-    KEEP,
-    RECOMP,
-    SWAP,
     StaticArrays,
     forward_ends,
     need_ops,
     op_at_time,
+    static_profile,
 )
 
 _BIG = np.int64(1) << 62
@@ -249,30 +248,6 @@ def _first_over(seg, budget):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _profile_of(x, fwd_end, need, prod, lbr, size, transient):  # type: ignore[no-untyped-def]
-    n_ops = transient.shape[0]
-    delta = np.zeros(n_ops + 1, dtype=np.int64)
-    for t in range(x.shape[0]):
-        s = size[t]
-        if x[t] == 0:
-            delta[prod[t]] += s
-            delta[lbr[t] + 1] -= s
-        else:
-            delta[prod[t]] += s
-            delta[fwd_end[t] + 1] -= s
-            b = _back_start(t, need, fwd_end)
-            if b <= lbr[t]:
-                delta[b] += s
-                delta[lbr[t] + 1] -= s
-    m = np.empty(n_ops, dtype=np.int64)
-    acc = np.int64(0)
-    for k in range(n_ops):
-        acc += delta[k]
-        m[k] = acc + transient[k]
-    return m
-
-
-@njit(cache=True, nogil=True)
 def _back_start(t, need, fwd_end):  # type: ignore[no-untyped-def]
     b = need[t]
     f = fwd_end[t] + 1
@@ -282,7 +257,7 @@ def _back_start(t, need, fwd_end):  # type: ignore[no-untyped-def]
 @njit(cache=True, nogil=True)
 def _contrib(m, t, sign, x, fwd_end, need, prod, lbr, size):  # type: ignore[no-untyped-def]
     s = sign * size[t]
-    if x[t] == 0:
+    if x[t] == KEEP:
         _add(m, prod[t], lbr[t], s)
     else:
         _add(m, prod[t], fwd_end[t], s)
@@ -297,7 +272,7 @@ def _to_recomp(  # type: ignore[no-untyped-def]
 ):
     """Mark ``t`` recomp and update the profile, including the rebuild chain below it."""
     _contrib(m, t, -1, x, fwd_end, need, prod, lbr, size)
-    x[t] = 2
+    x[t] = RECOMP
     fwd_end[t] = lfr[t]
     need[t] = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
     _contrib(m, t, 1, x, fwd_end, need, prod, lbr, size)
@@ -311,13 +286,13 @@ def _to_recomp(  # type: ignore[no-untyped-def]
             v = rb_idx[j]
             if need[u] < dep_need[v]:
                 dep_need[v] = need[u]
-            if x[v] != 0 and dep_need[v] < need[v]:
+            if x[v] != KEEP and dep_need[v] < need[v]:
                 old = _back_start(v, need, fwd_end)
                 need[v] = dep_need[v]
                 new = _back_start(v, need, fwd_end)
                 if new < old:
                     _add(m, new, old - 1, size[v])
-                if x[v] == 2:
+                if x[v] == RECOMP:
                     stack[top] = v
                     top += 1
 
@@ -352,12 +327,12 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
     need = need_ops(x, back, fbr, prod, rb_ptr, rb_idx)
     dep_need = np.full(n_t, _BIG, dtype=np.int64)
     for u in range(n_t):
-        if x[u] == 2:
+        if x[u] == RECOMP:
             for j in range(rb_ptr[u], rb_ptr[u + 1]):
                 v = rb_idx[j]
                 if need[u] < dep_need[v]:
                     dep_need[v] = need[u]
-    m = _seg_build(_profile_of(x, fwd_end, need, prod, lbr, size, transient))
+    m = _seg_build(static_profile(x, prod, fwd_end, need, lbr, size, transient, True))
     stack = np.empty(n_t + 1, dtype=np.int64)
     i = 0
     for _ in range(2 * n_t + 2):
@@ -376,10 +351,10 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
         best_score = np.inf
         for k in range(n_scan):
             t = rho_order[k] if fast else k
-            if x[t] == 2 or lfr[t] >= i or size[t] <= 0 or not np.isfinite(cost[t]):
+            if x[t] == RECOMP or lfr[t] >= i or size[t] <= 0 or not np.isfinite(cost[t]):
                 continue
             nr = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
-            if x[t] == 0:
+            if x[t] == KEEP:
                 if nr <= i:
                     continue
             else:
@@ -402,12 +377,12 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
         # Fallback: the earliest block with a tensor left to recompute goes fully recomputed.
         first_rank = _BIG
         for t in range(n_t):
-            if x[t] != 2 and np.isfinite(cost[t]) and block_rank[t] < first_rank:
+            if x[t] != RECOMP and np.isfinite(cost[t]) and block_rank[t] < first_rank:
                 first_rank = block_rank[t]
         if first_rank == _BIG:
             return False, i, excess
         for t in range(n_t):
-            if x[t] != 2 and np.isfinite(cost[t]) and block_rank[t] == first_rank:
+            if x[t] != RECOMP and np.isfinite(cost[t]) and block_rank[t] == first_rank:
                 _to_recomp(
                     t, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr,
                     rb_idx, stack,

@@ -20,18 +20,17 @@ import math
 import time
 import traceback
 import typing
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from slackswap import __version__
-from slackswap.plan import DEFAULT_RUNTIME
+from slackswap import __version__, rowschema
+from slackswap.instances.catalog import load
+from slackswap.plan import DEFAULT_RUNTIME, Budget, Plan
 from slackswap.problem import Instance, UserError
-
-if TYPE_CHECKING:
-    from slackswap.plan import Budget, Plan
-    from slackswap.simulator import SimResult
+from slackswap.simulator import SimResult, simulate
 
 #: A solver that overruns its time limit by more than this share is reported as a timeout.
 TIME_LIMIT_SLACK = 0.10
@@ -354,13 +353,7 @@ class RunRecord:
     info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     #: Keys of the flat row (``compare --json``, CSV columns), in order.
-    ROW_KEYS: ClassVar[tuple[str, ...]] = (
-        "instance", "budget_fraction", "budget_bytes", "solver", "seed", "status", "step_s",
-        "ideal_s", "throughput", "recompute_s", "fwd_stall_s", "bwd_stall_s", "d2h_bytes",
-        "h2d_bytes", "peak_bytes", "swap_bytes", "recompute_bytes", "plan_s", "lower_bound_s",
-        "gap", "evaluations", "error", "instance_hash", "solver_config", "time_limit_s",
-        "runtime", "claimed_step_s", "min_budget_bytes", "reason", "version",
-    )  # fmt: skip
+    ROW_KEYS: ClassVar[tuple[str, ...]] = rowschema.RECORD_KEYS
 
     def to_row(self) -> dict[str, Any]:
         """The flat dict: JSON-ready, one DataFrame row (solver_config as a JSON string)."""
@@ -374,19 +367,28 @@ class RunRecord:
 
 
 def run(
-    solver: str | Solver,
     instance: Instance | str,
     budget: Budget | float | str,
+    solver: str | Solver,
     *,
     time_limit: float | None = None,
     seed: int = 0,
     options: dict[str, Any] | None = None,
     find_min_budget: bool = True,
 ) -> RunRecord:
-    """Solve, time, and score one case in the simulator; never raises for a solver's failure."""
-    from slackswap.instances.catalog import load
-    from slackswap.plan import Budget, Plan
-    from slackswap.simulator import simulate
+    """Solve, time, and score one case in the simulator; never raises for a solver's failure.
+
+    The arguments come in the order of `solve` and `simulate`: instance, budget, then the solver
+    (a registered name or a `Solver`). The order before, ``run(solver, instance, budget)``, still
+    works and warns (DeprecationWarning).
+    """
+    if _solver_first(instance, solver):
+        warnings.warn(
+            "run(solver, instance, budget) is deprecated: use run(instance, budget, solver)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        instance, budget, solver = budget, solver, instance  # type: ignore[assignment]
 
     inst = load(instance) if isinstance(instance, str) else instance
     bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
@@ -517,8 +519,6 @@ def smallest_feasible_budget(
     ``max_seconds``. Assumes feasibility is monotone in the budget, which holds for the
     heuristics here up to the bisection's tolerance.
     """
-    from slackswap.plan import Budget
-    from slackswap.simulator import simulate
 
     if solver.tags.uses_time_limit or not solver.tags.deterministic:
         return None
@@ -548,6 +548,15 @@ def smallest_feasible_budget(
     return hi
 
 
+def _solver_first(first: object, third: object) -> bool:
+    """Whether a `run` call uses the old order: a solver first and none third."""
+
+    def is_solver(x: object) -> bool:
+        return isinstance(x, Solver) or (isinstance(x, str) and x in REGISTRY)
+
+    return is_solver(first) and not is_solver(third)
+
+
 def solve(
     instance: Instance | str,
     budget: Budget | float | str,
@@ -558,7 +567,7 @@ def solve(
     **options: Any,
 ) -> RunRecord:
     """Run one registered solver on one instance and budget; the plan is on ``record.plan``."""
-    return run(solver, instance, budget, time_limit=time_limit, seed=seed, options=options)
+    return run(instance, budget, solver, time_limit=time_limit, seed=seed, options=options)
 
 
 def describe_solvers() -> list[dict[str, Any]]:

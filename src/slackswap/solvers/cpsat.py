@@ -1,6 +1,6 @@
 """``cpsat``: the CP-SAT interval model (OR-Tools), exact on small instances, LNS on big ones.
 
-The model is `slackswap.solvers._exact_cp.CpPlanModel` (its docstring lists the constraints and
+The model is `slackswap.solvers._exact_cp.CpPlanProgram` (its docstring lists the constraints and
 the relaxations that keep its optimum at or below the simulator's optimum). Plans are judged by
 the simulator only, so the model's value for a plan is a claim, and the search is a loop:
 
@@ -43,8 +43,8 @@ import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
-from slackswap.solvers._exact_cp import CpPlanModel
-from slackswap.solvers._exact_lp import BoundModel
+from slackswap.solvers._exact_cp import CpPlanProgram
+from slackswap.solvers._exact_lp import BoundProgram
 from slackswap.solvers._exact_plans import (
     Scorer,
     best_plan,
@@ -107,7 +107,7 @@ class CpSat(Solver):
         M = budget.bytes_for(instance)
         scorer = Scorer(instance, M, self.max_evaluations)
         # the relaxation: a bound, an infeasibility proof, and rounded plans to start from
-        lp_model = BoundModel(instance, M)
+        lp_model = BoundProgram(instance, M)
         lp = lp_model.solve(time_limit=max(0.05, 0.25 * limit))
         if lp.status == "infeasible":
             reason = "the relaxation proves no plan fits: " + str(lp.info.get("reason"))
@@ -159,7 +159,7 @@ class CpSat(Solver):
         seed: int,
         limit: float,
     ) -> Solution:
-        cp = CpPlanModel(
+        cp = CpPlanProgram(
             inst, M, horizon_s=step if math.isfinite(step) else None, ticks_per_op=100_000
         )
         excluded: set[bytes] = set()
@@ -247,7 +247,7 @@ class CpSat(Solver):
         )
 
     @staticmethod
-    def _hint_values(cp: CpPlanModel, inst: Instance, M: int, acts: np.ndarray) -> dict:
+    def _hint_values(cp: CpPlanProgram, inst: Instance, M: int, acts: np.ndarray) -> dict:
         """The model's values for the simulated run of ``acts``: a complete, feasible hint."""
         from slackswap.simulator import simulate
 
@@ -283,7 +283,7 @@ class CpSat(Solver):
                 evaluations=scorer.evaluations,
                 info=info,
             )
-        cp = CpPlanModel(inst, M, horizon_s=step)
+        cp = CpPlanProgram(inst, M, horizon_s=step)
         hint = self._hint_values(cp, inst, M, acts)
         blocks = np.unique(inst.tensor_block)
         windows = [blocks[i : i + self.lns_blocks] for i in range(len(blocks))]

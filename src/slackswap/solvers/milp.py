@@ -1,6 +1,6 @@
 """``milp``: a certified lower bound from the linear relaxation (HiGHS) and plans rounded from it.
 
-The bound engine is `slackswap.solvers._exact_lp.BoundModel` (read its docstring for every
+The bound engine is `slackswap.solvers._exact_lp.BoundProgram` (read its docstring for every
 constraint and for the relaxations that keep the bound valid for the simulator's optimum). Plans
 come from rounding the relaxation's solution (and SlackSwap's plan as a hint), repairing each in
 the simulator (recompute the cheapest idle tensor at the failing operator until it fits) and a
@@ -33,7 +33,7 @@ import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
-from slackswap.solvers._exact_lp import BoundModel
+from slackswap.solvers._exact_lp import BoundProgram
 from slackswap.solvers._exact_plans import (
     Scorer,
     best_plan,
@@ -87,7 +87,7 @@ class Milp(Solver):
         limit = float(time_limit if time_limit is not None else self.default_time_limit)
         stop = t0 + limit * (1.0 - MARGIN)
         M = budget.bytes_for(instance)
-        model = BoundModel(instance, M)
+        model = BoundProgram(instance, M)
         lp = model.solve(time_limit=max(0.05, 0.4 * limit))
         info: dict[str, object] = {
             "lp_status": lp.status,

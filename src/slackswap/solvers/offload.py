@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slackswap.plan import Budget, Plan
+from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._baseline_common import (
-    SWAP,
     block_input_tensors,
     checkpoint_actions,
     checkpointable_blocks,

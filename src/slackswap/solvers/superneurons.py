@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slackswap.plan import Budget, Plan
+from slackswap.plan import RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._baseline_common import RECOMP, SWAP, category_mask
+from slackswap.solvers._baseline_common import category_mask
 from slackswap.solvers.base import Display, Solver, Tags, register
 
 #: Outputs of cheap layers (LayerNorm / RMSNorm, GeLU / SwiGLU, dropout masks): recomputed.

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from slackswap.plan import Budget, Plan
+from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._baseline_common import SWAP
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slackswap.plan import Budget, Plan
+from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._baseline_common import SWAP, check_choice, probe
+from slackswap.solvers._baseline_common import check_choice, probe
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 POLICIES = ("dynamic", "none", "conv", "all")

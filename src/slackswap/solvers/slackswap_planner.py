@@ -64,9 +64,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from slackswap.plan import Budget, Plan
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._memory import KEEP, RECOMP, SWAP, need_ops, static_arrays
+from slackswap.simulator import simulate
+from slackswap.simulator.result import COMPUTE_KINDS
+from slackswap.solvers._memory import need_ops, static_arrays
 from slackswap.solvers._passes import PassResult, plan_passes
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
@@ -204,7 +206,6 @@ class _RepairSearch:
 
     def _replay(self, pass1: bool) -> tuple[PassResult, Any] | None:
         """Plan once and replay it; None when the passes cannot fit or the plan was seen."""
-        from slackswap.simulator import simulate
 
         m_plan = self._plan_budget()
         res = plan_passes(
@@ -280,7 +281,6 @@ class _RepairSearch:
         resident at the failing operator and not read there becomes a swap, and the plan is
         replayed; a replay that still fails names the next operator to treat.
         """
-        from slackswap.simulator import simulate
 
         res = plan_passes(
             self.sa, self.m_bytes, int(self.instance.peak_bytes), order=self.solver.order,
@@ -401,8 +401,6 @@ def late_prefetches(
     the swapped tensors its rebuild chain reads. ``sim``: a replay of these actions with its
     timeline, when the caller has one.
     """
-    from slackswap.simulator import simulate
-    from slackswap.simulator.result import COMPUTE_KINDS
 
     if sim is None or sim.timeline is None:
         sim = simulate(instance, actions, budget, runtime=PLANNER_RUNTIME, timeline=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from slackswap.instances.catalog import build_model
 from slackswap.models.hardware import GPUS, get_link
 from slackswap.models.roofline import GEMM_EFFICIENCY
 
@@ -40,8 +41,6 @@ def link_budget_table(
     gpus: tuple[str, ...] = FIG1_GPUS, workloads: tuple[str, ...] = FIG1_WORKLOADS
 ) -> list[LinkBudgetRow]:
     """One row per (GPU with its default link, workload), built from the workload models."""
-    from slackswap.instances.catalog import build_model
-
     rows = []
     for g in gpus:
         gpu = GPUS[g]
