@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable
 from importlib.metadata import EntryPoint, entry_points
 
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 
 SOLVERS = "slackswap.solvers"
 RUNTIMES = "slackswap.runtimes"
