@@ -11,10 +11,17 @@ The name on the left is the name the plug-in registers; the value is the module 
 is lazy: each group is read the first time its registry is looked up. An entry that fails to
 import, names a missing object, registers nothing under its name or takes a name already taken
 is a `PluginError` naming the distribution, the entry and the cause; it is never skipped.
+
+Inside slackswap the same registries fill themselves from the modules of a package
+(`import_modules`): a new solver is a new module in ``slackswap/solvers/``, a new runtime a
+``runtime_*.py`` module in ``slackswap/simulator/``, a new workload model a module in
+``slackswap/models/``; a module there that fails to import is an error, never skipped.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 import threading
 from collections.abc import Callable, Collection, Iterable
@@ -40,6 +47,18 @@ _entries: set[tuple[str, str, str]] = set()
 _done: set[str] = set()
 _loading: set[str] = set()
 _KIND = {SOLVERS: "solver", RUNTIMES: "runtime", MODELS: "workload model"}
+
+
+def import_modules(package: str, *, prefix: str = "", skip: Collection[str] = ()) -> None:
+    """Import every public module of ``package`` whose name starts with ``prefix`` (except
+    ``skip``), in name order, so that a module added there registers what it defines; an import
+    error propagates."""
+    pkg = importlib.import_module(package)
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__))
+    for name in names:
+        if name.startswith("_") or not name.startswith(prefix) or name in skip:
+            continue
+        importlib.import_module(f"{package}.{name}")
 
 
 def describe(ep: EntryPoint) -> str:

@@ -3,25 +3,44 @@
 ``bert-large``, ``gpt2-xl``, ``llama-7b`` and ``vgg16`` resolve to files shipped in the package
 (A100, PCIe 4.0); ``qwen3-1.7b``, ``qwen3-8b`` and ``llama-70b`` are built from their models.
 Any model on any GPU and link resolves by a name such as ``llama-7b@h100-pcie5`` or
-``gpt2-xl@a100`` (the GPU's default link). The models are a registry: another package adds one
-with `register_model` from the module its ``slackswap.models`` entry point names.
+``gpt2-xl@a100`` (the GPU's default link). The models are a registry
+(`slackswap.models.registry`): a module of `slackswap.models`, or another package's module that
+its ``slackswap.models`` entry point names, adds one with `register_model`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
 
-from slackswap import plugins
 from slackswap.instances.format import load_instance
 from slackswap.models.hardware import GPUS, LINKS
-from slackswap.models.transformer import TRANSFORMERS, build_transformer, transformer_config
-from slackswap.models.vgg import build_vgg, vgg_config
+from slackswap.models.registry import (
+    ModelBuilder,
+    WorkloadModel,
+    register_model,
+    workload_models,
+)
 from slackswap.problem import Instance, UserError
+
+# The registry's names, importable from the catalog as before.
+__all__ = [
+    "BUNDLED",
+    "DEFAULT_GPU",
+    "DEFAULT_LINK",
+    "ModelBuilder",
+    "UnknownInstanceError",
+    "WorkloadModel",
+    "build_model",
+    "bundled_path",
+    "catalog_names",
+    "load",
+    "parse_name",
+    "register_model",
+    "regenerate_bundled",
+]
 
 BUNDLED = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 DEFAULT_GPU, DEFAULT_LINK = "a100", "pcie4"
@@ -32,88 +51,6 @@ class UnknownInstanceError(KeyError, UserError):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-class ModelBuilder(Protocol):
-    """Builds a workload model's instance on a GPU and link (None: the GPU's default link);
-    ``seq``/``batch``/``layers`` override the model's defaults, None keeps them; a builder
-    refuses an override its model does not take with a ValueError."""
-
-    def __call__(
-        self,
-        gpu: str,
-        link: str | None,
-        *,
-        seq: int | None,
-        batch: int | None,
-        layers: int | None,
-        link_bw_Bps: float | None,
-        name: str | None,
-    ) -> Instance: ...
-
-
-@dataclass(frozen=True)
-class WorkloadModel:
-    name: str
-    build: ModelBuilder
-    description: str = ""
-
-
-_MODELS: dict[str, WorkloadModel] = {}
-
-
-def register_model(name: str, build: ModelBuilder, description: str = "") -> WorkloadModel:
-    """Add a workload model to the catalog (``NAME`` and ``NAME@GPU-LINK`` then resolve to it);
-    refuses a name already taken, or one that is not lower case or holds ``@``."""
-    if name != name.lower() or "@" in name or not name:
-        raise ValueError(f"workload model name {name!r}: use lower case, without '@'")
-    if name in _MODELS:
-        raise ValueError(f"workload model {name!r} is already registered")
-    model = WorkloadModel(name, build, description)
-    _MODELS[name] = model
-    return model
-
-
-def _models() -> dict[str, WorkloadModel]:
-    plugins.load_group(plugins.MODELS, _MODELS.keys)  # once per process; raises on a bad one
-    return _MODELS
-
-
-def _transformer(model: str) -> ModelBuilder:
-    def build(
-        gpu: str,
-        link: str | None,
-        *,
-        seq: int | None,
-        batch: int | None,
-        layers: int | None,
-        link_bw_Bps: float | None,
-        name: str | None,
-    ) -> Instance:
-        cfg = transformer_config(model, seq=seq, batch=batch, layers=layers)
-        return build_transformer(cfg, gpu, link, name=name, link_bw_Bps=link_bw_Bps)
-
-    return build
-
-
-def _vgg16(
-    gpu: str,
-    link: str | None,
-    *,
-    seq: int | None,
-    batch: int | None,
-    layers: int | None,
-    link_bw_Bps: float | None,
-    name: str | None,
-) -> Instance:
-    if seq is not None or layers is not None:
-        raise ValueError("vgg16 takes no --seq or --layers")
-    return build_vgg(vgg_config(batch=batch), gpu, link, name=name, link_bw_Bps=link_bw_Bps)
-
-
-for _name in TRANSFORMERS:
-    register_model(_name, _transformer(_name), "transformer (models/transformer.py)")
-register_model("vgg16", _vgg16, "VGG-16 (models/vgg.py)")
 
 
 def build_model(
@@ -128,7 +65,7 @@ def build_model(
     name: str | None = None,
 ) -> Instance:
     """Build an instance of a catalog model on a GPU and link, with optional overrides."""
-    models = _models()
+    models = workload_models()
     entry = models.get(model.lower())
     if entry is None:
         raise UnknownInstanceError(f"unknown model {model!r} (one of {', '.join(models)})")
@@ -157,9 +94,9 @@ def parse_name(name: str) -> tuple[str, str, str | None]:
 @lru_cache(maxsize=32)
 def _resolve_name(name: str) -> Instance:
     model, gpu, link = parse_name(name)
-    if model not in _models():
+    if model not in workload_models():
         raise UnknownInstanceError(
-            f"{name!r} is neither a file nor a catalog name (models: {', '.join(_models())}; "
+            f"{name!r} is neither a file nor a catalog name (models: {', '.join(workload_models())}; "
             "add @GPU-LINK, e.g. llama-7b@h100-pcie5)"
         )
     if "@" not in name and model in BUNDLED and bundled_path(model).exists():
@@ -178,7 +115,7 @@ def load(name_or_path: str | os.PathLike[str]) -> Instance:
 
 def catalog_names() -> list[str]:
     """The workload models' names, plug-ins' included."""
-    return list(_models())
+    return list(workload_models())
 
 
 def regenerate_bundled(directory: str | os.PathLike[str] | None = None) -> list[Path]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from slackswap.models.graph import GraphBuilder
 from slackswap.models.hardware import get_gpu, hardware
+from slackswap.models.registry import ModelBuilder, register_model
 from slackswap.models.roofline import Roofline
 from slackswap.problem import Instance
 
@@ -528,3 +529,26 @@ def layer_forward_flops(cfg: TransformerConfig) -> float:
     return 2.0 * cfg.tokens * cfg.layer_params() + 2.0 * cfg.batch * cfg.seq**2 * attn_width * (
         1 if cfg.causal else 2
     )
+
+
+def _catalog_builder(model: str) -> ModelBuilder:
+    """The catalog's builder of ``model`` (`slackswap.models.registry.ModelBuilder`)."""
+
+    def build(
+        gpu: str,
+        link: str | None,
+        *,
+        seq: int | None,
+        batch: int | None,
+        layers: int | None,
+        link_bw_Bps: float | None,
+        name: str | None,
+    ) -> Instance:
+        cfg = transformer_config(model, seq=seq, batch=batch, layers=layers)
+        return build_transformer(cfg, gpu, link, name=name, link_bw_Bps=link_bw_Bps)
+
+    return build
+
+
+for _name in TRANSFORMERS:
+    register_model(_name, _catalog_builder(_name), "transformer (models/transformer.py)")

@@ -39,6 +39,7 @@ from typing import Any
 
 from slackswap.models.graph import GraphBuilder
 from slackswap.models.hardware import get_gpu, hardware
+from slackswap.models.registry import register_model
 from slackswap.models.roofline import Roofline
 from slackswap.problem import Instance
 
@@ -260,3 +261,22 @@ def vgg_config(batch: int | None = None, image: int | None = None) -> VGGConfig:
     if image is not None:
         cfg = replace(cfg, image=image)
     return cfg
+
+
+def _catalog_build(
+    gpu: str,
+    link: str | None,
+    *,
+    seq: int | None,
+    batch: int | None,
+    layers: int | None,
+    link_bw_Bps: float | None,
+    name: str | None,
+) -> Instance:
+    """The catalog's builder of ``vgg16`` (`slackswap.models.registry.ModelBuilder`)."""
+    if seq is not None or layers is not None:
+        raise ValueError("vgg16 takes no --seq or --layers")
+    return build_vgg(vgg_config(batch=batch), gpu, link, name=name, link_bw_Bps=link_bw_Bps)
+
+
+register_model("vgg16", _catalog_build, "VGG-16 (models/vgg.py)")

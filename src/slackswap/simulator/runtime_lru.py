@@ -43,6 +43,7 @@ from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
 from slackswap.simulator.result import SimResult
 from slackswap.simulator.runtime_base import Runtime
+from slackswap.simulator.runtimes import register_runtime
 
 RUNTIME = "on-demand-lru"
 DESCRIPTION = (
@@ -519,3 +520,6 @@ class OnDemandLRU(Runtime):
         self, instance: Instance, actions: np.ndarray, budget_bytes: int, timeline: bool = False
     ) -> SimResult:
         return SimResult(**simulate_lru(instance, actions, budget_bytes, timeline))
+
+
+register_runtime(OnDemandLRU())

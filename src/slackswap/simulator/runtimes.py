@@ -18,7 +18,6 @@ from slackswap.simulator.compiled import (
     RuntimeSpec,
 )
 from slackswap.simulator.runtime_base import ExecutionMode, Runtime
-from slackswap.simulator.runtime_lru import OnDemandLRU
 
 __all__ = [
     "FWD_WAIT_EVERY_OP",
@@ -41,10 +40,18 @@ __all__ = [
 R = TypeVar("R", bound=Runtime)
 
 _REGISTRY: dict[str, Runtime] = {}
+_builtins_loaded = False
 
 
 def _registered() -> dict[str, Runtime]:
     """The registry as every lookup below reads it (the one place plug-in discovery hooks in)."""
+    global _builtins_loaded
+    if not _builtins_loaded:
+        # The Python event-loop runtimes of this package (``runtime_*.py``) register themselves
+        # when imported; a new one is one new module there.
+        plugins.import_modules(__package__ or "slackswap.simulator", prefix="runtime_",
+                               skip={"runtime_base"})  # fmt: skip
+        _builtins_loaded = True
     plugins.load_group(plugins.RUNTIMES, _REGISTRY.keys)  # once per process; raises on a bad one
     return _REGISTRY
 
@@ -157,4 +164,3 @@ register_runtime(
         execution=ExecutionMode(overlap=False, prefetch=False),  # offload-sync, as save_on_cpu
     )
 )
-register_runtime(OnDemandLRU())

@@ -1,10 +1,12 @@
 """Interchangeable solvers behind one contract (`base.Solver`), registered by name.
 
-``REGISTRY`` fills itself on first use by importing the modules below, each of which registers
-its solvers with ``@register(name)``, then the ``slackswap.solvers`` entry points of other
-packages (`slackswap.plugins`). The built-ins are listed here, not as this package's own entry
-points, so a source checkout (``PYTHONPATH=src``) finds every solver whatever metadata an older
-install left behind; a module missing from the list is an error, never skipped.
+``REGISTRY`` fills itself on first use: it imports the built-in modules in `SOLVER_MODULES`
+(their order is the order ``slackswap solvers`` lists), then every other public module of this
+package (a new solver is one new module here that registers itself with ``@register(name)``),
+then the ``slackswap.solvers`` entry points of other packages (`slackswap.plugins`). A module
+that cannot be imported is an error, never skipped. The built-ins are found in the source tree,
+not through this package's own entry points, so a source checkout (``PYTHONPATH=src``) finds
+every solver whatever metadata an older install left behind.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def load_solver_modules() -> None:
     if not _loaded:
         for name in SOLVER_MODULES:
             importlib.import_module(name)
+        plugins.import_modules(__name__, skip={"base"})
         _loaded = True
     plugins.load_group(plugins.SOLVERS, REGISTRY.registered_names)
 
