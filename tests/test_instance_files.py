@@ -246,7 +246,8 @@ def test_every_numeric_field_has_a_documented_range(tmp_path: Path, good_dict: d
 
     assert set(RANGES) >= {f"hardware.{k}" for k in ("link_bw_Bps", "copy_latency_s",
                            "duplex_factor", "gpu_flops", "gpu_mem_Bps")}  # fmt: skip
-    numeric = {"block", "layer", "duration_s", "flops", "transient_bytes", "bytes", "recompute_s"}
+    numeric = {"block", "layer", "duration_s", "flops", "transient_bytes", "bytes", "recompute_s",
+               "rebuild_workspace_bytes"}  # fmt: skip
     assert {k.split("_", 1)[1] for k in RANGES if not k.startswith("hardware.")} == numeric
     for key, (lo, hi) in RANGES.items():
         assert _file_name(key) in (fmt.__doc__ or ""), f"{key}: range not documented"
@@ -387,3 +388,45 @@ def test_bundled_instances_lie_inside_the_physical_ranges(name: str) -> None:
             values = getattr(inst, key)
             values = values[np.isfinite(values)]
         assert ((values >= lo) & (values <= hi)).all(), key
+
+
+# ----- issue 16: the optional rebuild workspace of a multi-operator rebuild -----------------------
+def test_rebuild_workspace_round_trips_and_is_written_only_when_not_zero(
+    tmp_path: Path, small: slackswap.Instance
+) -> None:
+    from dataclasses import replace
+
+    # Builder instances have none: their files carry no such key (bundled files keep their bytes).
+    assert not small.tensor_rebuild_workspace_bytes.any()
+    assert all("rebuild_workspace_bytes" not in t for t in instance_to_dict(small)["tensors"])
+    k = int(np.flatnonzero(np.isfinite(small.tensor_recompute_s))[0])
+    workspace = np.zeros(small.n_tensors, dtype=np.int64)
+    workspace[k] = 98_304
+    inst = replace(small, tensor_rebuild_workspace_bytes=workspace)
+    d = instance_to_dict(inst)
+    assert [i for i, t in enumerate(d["tensors"]) if "rebuild_workspace_bytes" in t] == [k]
+    assert d["tensors"][k]["rebuild_workspace_bytes"] == 98_304
+    inst.save(tmp_path / "w.json")
+    back = load_instance(tmp_path / "w.json")
+    assert back.tensor_rebuild_workspace_bytes.tolist() == workspace.tolist()
+    assert back.content_hash == inst.content_hash != small.content_hash
+    assert back.summary()["max_rebuild_workspace_bytes"] == 98_304
+
+
+@pytest.mark.parametrize("value", [-1, 2**50 + 1, 1.5, "1", True])
+def test_bad_rebuild_workspace_names_the_field(tmp_path: Path, good_dict: dict, value) -> None:  # type: ignore[no-untyped-def]
+    d = _edited(good_dict, lambda d: d["tensors"][2].update(rebuild_workspace_bytes=value))
+    path = _write(tmp_path, d)
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    msg = str(info.value)
+    assert f"{path}: tensors[2].rebuild_workspace_bytes = " in msg and "\n" not in msg
+
+
+def test_rebuild_workspace_of_the_wrong_length_is_refused(small: slackswap.Instance) -> None:
+    from dataclasses import replace
+
+    with pytest.raises(InstanceError, match="tensor_rebuild_workspace_bytes"):
+        replace(small, tensor_rebuild_workspace_bytes=[0] * (small.n_tensors + 1))
+    with pytest.raises(InstanceError, match=r"tensor_rebuild_workspace_bytes\[0\] = -5"):
+        replace(small, tensor_rebuild_workspace_bytes=[-5] + [0] * (small.n_tensors - 1))

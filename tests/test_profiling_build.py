@@ -123,3 +123,47 @@ def test_a_trace_without_backward_is_rejected() -> None:
     tr.ops = [op for op in tr.ops if op.phase == 0]
     with pytest.raises(ValueError, match="forward and backward"):
         _build(tr)
+
+
+def test_rebuild_workspace_is_the_chains_largest_live_intermediates() -> None:
+    """A packed in-projection: y = clone(add(mm(a))) * 2, only a and y saved. Rebuilding y
+    re-runs mm, add, clone and mul; their unsaved outputs are the workspace."""
+    tr = Trace()
+    tr.values = [
+        Value(storage=10, nbytes=400, producer=EXTERNAL, dtype="float32"),  # 0: x
+        Value(storage=11, nbytes=1600, producer=0, dtype="float32"),  # 1: a (saved)
+        Value(storage=12, nbytes=4800, producer=1, dtype="float32"),  # 2: mm out
+        Value(storage=13, nbytes=4800, producer=2, dtype="float32"),  # 3: add out
+        Value(storage=16, nbytes=100, producer=2, dtype="float32"),  # 4: add's unread output
+        Value(storage=14, nbytes=4800, producer=3, dtype="float32"),  # 5: clone out
+        Value(storage=15, nbytes=1600, producer=4, dtype="float32"),  # 6: y = mul (saved)
+        Value(storage=15, nbytes=1600, producer=5, dtype="float32"),  # 7: relu_(y), in place
+    ]
+    tr.ops = [
+        _op("exp", 0, -1, [0], [1], 1.0),
+        _op("mm", 0, -1, [1], [2], 1.0),
+        _op("add", 0, -1, [2], [3, 4], 1.0),
+        _op("clone", 0, -1, [3], [5], 1.0),
+        _op("mul", 0, -1, [5], [6], 1.0),
+        _op("relu_", 0, -1, [6], [7], 1.0),
+        _op("mul_bwd", 1, -1, [7], [], 1.0),
+        _op("mm_bwd", 1, -1, [1], [], 1.0),
+        _op("exp_bwd", 1, -1, [0], [], 1.0),
+    ]
+    tr.saved = [0, 1, 7]
+    inst = _build(tr)
+    x, a, y = (inst.tensor_index[n] for n in ("input.0", "m/exp.out", "m/relu_.out"))
+    assert inst.tensor_rebuild_inputs[y] == (a,)
+    assert inst.tensor_recompute_s[y] == pytest.approx(5.0)  # mm, add, clone, mul, relu_
+    # Live intermediates by hand: at mm 4800 (mm out); at add 4800 + 4800 + 100 (mm out read,
+    # add out written, its unread second output); at clone 4800 + 4800 (add out read, clone out
+    # written); at mul 4800 (clone out); at relu_ none (y's own storage is the rebuilt tensor).
+    assert inst.tensor_rebuild_workspace_bytes[y] == 9700
+    # a single-operator rebuild and a tensor that cannot be rebuilt hold none
+    assert inst.tensor_rebuild_workspace_bytes[a] == 0
+    assert inst.tensor_rebuild_workspace_bytes[x] == 0
+
+
+def test_in_place_chain_on_the_rebuilt_storage_has_no_workspace() -> None:
+    inst = _build(_trace())  # b' = relu_(mm(a)): both write b's storage
+    assert inst.tensor_rebuild_workspace_bytes.tolist() == [0] * inst.n_tensors

@@ -231,3 +231,48 @@ def test_gpt2_xl_lagging_offloads_do_not_stall_the_first_backward_gemm() -> None
     # An independent event model with the release gives 412.6 ms: ideal + rebuilds.
     assert r.step_s == pytest.approx(r.ideal_s + r.recompute_s, rel=1e-12)
     assert r.step_s == pytest.approx(0.4126, abs=1e-4)
+
+
+def _rebuild_workspace_case(workspace_bytes: float) -> Instance:
+    """y is rebuilt from x by a three-operator chain (mm, add, clone: two 0.5 MB intermediates
+    alive at once while it runs, the workspace) before b1."""
+    g = GraphBuilder("rebuild-workspace", HW)
+    g.op("f0", block=0, kind="memory", duration_s=1 * MS)
+    g.saved("x", nbytes=1e6, producer="f0", category="block_input", block=0)
+    g.op("f1", block=0, kind="memory", duration_s=1 * MS, reads=["x"])
+    g.saved("y", nbytes=0.5e6, producer="f1", category="elementwise", block=0,
+            recompute_s=0.3 * MS, rebuild_inputs=["x"],
+            rebuild_workspace_bytes=workspace_bytes)  # fmt: skip
+    g.op("b1", backward=True, block=0, kind="memory", duration_s=1 * MS, reads=["y"])
+    g.op("b0", backward=True, block=0, kind="memory", duration_s=1 * MS, reads=["x"])
+    return g.build()
+
+
+@pytest.mark.parametrize("runtime", ["barrier-free", "on-demand-lru"])
+def test_a_rebuild_holds_its_workspace_while_it_runs(runtime: str) -> None:
+    inst = _rebuild_workspace_case(1e6)
+    plan = Plan(inst, [KEEP, RECOMP], runtime=runtime)
+    assert inst.peak_bytes == 1_500_000  # keep-all: x + y; no rebuild, no workspace
+    # By hand: the rebuild before b1 (2.0 -> 2.3 ms) holds x (1 MB), the rebuilt y (0.5 MB)
+    # and the chain's two live intermediates (1 MB): 2.5 MB; the workspace goes at 2.3 ms,
+    # y after b1 (3.3 ms).
+    r = simulate(inst, plan, "2.5e6B", timeline=True)
+    assert r.feasible and r.peak_bytes == 2_500_000
+    assert r.step_s == approx(4.3 * MS) and r.recompute_s == approx(0.3 * MS)
+    tl = r.timeline
+    assert tl is not None
+    rebuild = tl.compute_kind == 1
+    assert tl.compute_start_s[rebuild][0] == approx(2 * MS)
+    assert tl.compute_end_s[rebuild][0] == approx(2.3 * MS)
+    during = (tl.mem_time_s >= 2 * MS - 1e-12) & (tl.mem_time_s < 2.3 * MS - 1e-12)
+    assert tl.mem_bytes[during].max() == 2_500_000
+    after = np.flatnonzero(np.isclose(tl.mem_time_s, 2.3 * MS, rtol=1e-12, atol=0))
+    assert after.size and tl.mem_bytes[after[-1]] == 1_500_000
+    # One byte less and the rebuild does not fit (nothing to evict): the workspace is admitted
+    # with the tensor, not after it.
+    short = simulate(inst, plan, "2499999B")
+    assert not short.feasible and short.overflow_bytes == 1
+    # Without a workspace (a single-operator rebuild) the rebuild needs only y's bytes.
+    plain = _rebuild_workspace_case(0)
+    r0 = simulate(plain, Plan(plain, [KEEP, RECOMP], runtime=runtime), "1.5e6B")
+    assert r0.feasible and r0.peak_bytes == 1_500_000

@@ -92,7 +92,10 @@ class Instance:
     in the forward pass), ``tensor_first_bwd_reader``, ``tensor_last_bwd_reader``,
     ``tensor_recompute_s`` (``inf`` when no operator chain rebuilds it from saved tensors),
     ``tensor_rebuild_inputs`` (saved tensors the rebuild reads), ``tensor_block`` and
-    ``tensor_category`` (see `CATEGORIES`).
+    ``tensor_category`` (see `CATEGORIES`). Optional: ``tensor_rebuild_workspace_bytes``, the
+    bytes of temporaries a rebuild holds beside the rebuilt tensor itself (the unsaved
+    intermediates of a multi-operator chain at their largest moment; 0, the default, for a
+    single-operator rebuild); ``None`` means all zeros.
     """
 
     name: str
@@ -117,8 +120,12 @@ class Instance:
     tensor_block: np.ndarray
     tensor_category: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict)
+    tensor_rebuild_workspace_bytes: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        if self.tensor_rebuild_workspace_bytes is None:
+            zeros = np.zeros(len(self.tensor_name), dtype=np.int64)
+            object.__setattr__(self, "tensor_rebuild_workspace_bytes", zeros)
         conv = {
             "op_phase": np.int8,
             "op_block": np.int32,
@@ -133,6 +140,7 @@ class Instance:
             "tensor_last_bwd_reader": np.int32,
             "tensor_recompute_s": np.float64,
             "tensor_block": np.int32,
+            "tensor_rebuild_workspace_bytes": np.int64,
         }
         for name, dtype in conv.items():
             raw = getattr(self, name)
@@ -278,6 +286,7 @@ class Instance:
             "link_budget_bytes": self.link_budget_bytes,
             "n_ops": self.n_ops,
             "n_tensors": self.n_tensors,
+            "max_rebuild_workspace_bytes": int(self.tensor_rebuild_workspace_bytes.max()),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -317,6 +326,9 @@ class Instance:
                     "category": inst.tensor_category[t],
                 }
             )
+            workspace = int(inst.tensor_rebuild_workspace_bytes[t])
+            if workspace:  # absent means 0: files without multi-operator rebuilds stay unchanged
+                tensors[-1]["rebuild_workspace_bytes"] = workspace
         return {
             "schema_version": SCHEMA_VERSION,
             "name": inst.name,

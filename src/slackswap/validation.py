@@ -48,6 +48,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "op_flops": (0.0, 1e18),
     "op_transient_bytes": (0, MAX_BYTES),
     "tensor_bytes": (0, MAX_BYTES),
+    "tensor_rebuild_workspace_bytes": (0, MAX_BYTES),
     "tensor_recompute_s": (0.0, 3600.0),  # or infinite: no operator chain rebuilds the tensor
     "tensor_block": (-1, _INDEX_MAX),
 }
@@ -120,6 +121,7 @@ def validate_instance(inst: Instance) -> None:
         "tensor_rebuild_inputs",
         "tensor_block",
         "tensor_category",
+        "tensor_rebuild_workspace_bytes",
     ):
         if len(getattr(inst, name)) != n_t:
             raise _fail(
@@ -168,6 +170,7 @@ def validate_instance(inst: Instance) -> None:
         "op_transient_bytes",
         "tensor_bytes",
         "tensor_block",
+        "tensor_rebuild_workspace_bytes",
     ):
         _check_range(inst, name)
     _check_range(inst, "tensor_recompute_s", allow_inf=True)
@@ -175,7 +178,11 @@ def validate_instance(inst: Instance) -> None:
     saved = sum(int(b) for b in inst.tensor_bytes)
     if saved == 0:  # the intensity F / A and every budget's fraction of P would divide by 0
         raise _fail("tensor_bytes", None, 0, "the saved tensors hold no bytes at all")
-    total = saved + int(inst.op_transient_bytes.max())
+    # A rebuild's workspace is a temporary too: it lives beside the saved tensors.
+    temporary = max(
+        int(inst.op_transient_bytes.max()), int(inst.tensor_rebuild_workspace_bytes.max())
+    )
+    total = saved + temporary
     if total > MAX_TOTAL_BYTES:
         raise _fail(
             "tensor_bytes",

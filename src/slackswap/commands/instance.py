@@ -110,7 +110,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def info_rows(s: dict) -> list[tuple[str, str]]:
-    return [
+    rows = [
         ("instance", s["name"]),
         ("hardware", f"{s['gpu']} / {s['link']}"),
         ("saved activations A", f"{s['saved_bytes'] / GB:.2f} GB"),
@@ -125,6 +125,10 @@ def info_rows(s: dict) -> list[tuple[str, str]]:
         ("operators", str(s["n_ops"])),
         ("saved tensors", str(s["n_tensors"])),
     ]
+    workspace = s.get("max_rebuild_workspace_bytes", 0)
+    if workspace:  # only profiled instances have multi-operator rebuilds
+        rows.append(("largest rebuild workspace", f"{workspace / GB:.4g} GB"))
+    return rows
 
 
 def cmd_info(args: argparse.Namespace) -> int:

@@ -10,10 +10,13 @@ Layout (schema_version 1)::
      "tensors": [{"name", "bytes", "producer": op name, "last_fwd_reader": op name,
                   "first_bwd_reader": op name, "last_bwd_reader": op name,
                   "recompute_s": seconds or null (= infinite), "rebuild_inputs": [tensor names],
-                  "block", "category"}, ...],
+                  "block", "category", optional "rebuild_workspace_bytes"}, ...],
      "meta": {...}}
 
 Operators and tensors are referred to by name, so files can be read and edited by hand.
+``rebuild_workspace_bytes`` (bytes of temporaries a rebuild holds beside the rebuilt tensor;
+`Instance.tensor_rebuild_workspace_bytes`) is optional, 0 when absent, and written only when
+not 0, so files of instances without multi-operator rebuilds keep their exact bytes.
 
 Physical ranges (`slackswap.validation.RANGES`, inclusive; bytes, seconds, FLOP). A value
 outside is refused at load, naming the field, its index, the value and the range. The bounds
@@ -39,8 +42,9 @@ tensors[i].recompute_s     0 .. 3600 s|null  as duration_s; null = cannot be reb
 tensors[i].block           -1 .. 2**31-1     as ops[i].block
 =========================  ================  ===============================================
 
-and three sums: the saved bytes are at least 1 (F / A and fractions of P stay finite) and, plus
-the largest temporary, at most 2**53 (exact in float64, no int64 overflow); the forward pass
+``tensors[i].rebuild_workspace_bytes`` (too long a name for the table) lies in 0 .. 2**50 B,
+as ``tensors[i].bytes``; and three sums: the saved bytes are at least 1 (F / A and fractions of P
+stay finite) and, plus the largest temporary (an operator's or a rebuild's), at most 2**53 (exact in float64, no int64 overflow); the forward pass
 takes >= 1 ns (F / T_F and beta stay finite). An instance needs at least one operator and one
 saved tensor. Every name (instance, GPU, link, operators,
 tensors, kinds, categories, the names in ``reads``, ``producer`` and the other references) is a
@@ -294,6 +298,16 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
             ],
             tensor_block=col(tensors, "block", "tensors", True),
             tensor_category=texts(tensors, "category", "tensors"),
+            tensor_rebuild_workspace_bytes=[
+                _num(
+                    source,
+                    f"tensors[{i}].rebuild_workspace_bytes",
+                    t.get("rebuild_workspace_bytes", 0),
+                    "tensor_rebuild_workspace_bytes",
+                    True,
+                )
+                for i, t in enumerate(tensors)
+            ],
         )
         return Instance(name=name, hardware=hardware, meta=meta, **cols)
     except InstanceFileError:
@@ -323,6 +337,7 @@ _ARRAY_TO_FILE = {
     "tensor_rebuild_inputs": ("tensors", "rebuild_inputs"),
     "tensor_block": ("tensors", "block"),
     "tensor_category": ("tensors", "category"),
+    "tensor_rebuild_workspace_bytes": ("tensors", "rebuild_workspace_bytes"),
 }
 
 

@@ -31,6 +31,7 @@ class _Tensor:
     block: int
     recompute_s: float
     rebuild_inputs: list[str] = field(default_factory=list)
+    rebuild_workspace_bytes: int = 0
 
 
 class GraphBuilder:
@@ -94,8 +95,11 @@ class GraphBuilder:
         block: int,
         recompute_s: float = math.inf,
         rebuild_inputs: list[str] | tuple[str, ...] = (),
+        rebuild_workspace_bytes: float = 0,
     ) -> str:
-        """Declare a tensor saved for backward, produced by the (already recorded) ``producer``."""
+        """Declare a tensor saved for backward, produced by the (already recorded) ``producer``;
+        ``rebuild_workspace_bytes``: temporaries its rebuild holds beside it (a chain's
+        intermediates)."""
         if name in self._tensors:
             raise ValueError(f"duplicate tensor {name!r}")
         if producer not in self._op_names:
@@ -108,6 +112,7 @@ class GraphBuilder:
             block,
             float(recompute_s),
             list(rebuild_inputs),
+            int(round(rebuild_workspace_bytes)),
         )
         return name
 
@@ -147,5 +152,6 @@ class GraphBuilder:
             tensor_rebuild_inputs=[[t_index[u] for u in t.rebuild_inputs] for t in tensors],
             tensor_block=[t.block for t in tensors],
             tensor_category=[t.category for t in tensors],
+            tensor_rebuild_workspace_bytes=[t.rebuild_workspace_bytes for t in tensors],
         )
         return Instance(name=self.name, hardware=self.hardware, meta=self.meta, **cols)

@@ -14,6 +14,12 @@ Modelling choices:
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
   operator wrote (model inputs, constants) cost ``inf``; dropout masks are regenerated from the
   RNG state (the in-place chain on the mask's own storage, no inputs).
+- Rebuild workspace: a chain of several operators makes unsaved intermediates again (the
+  in-projection of ``nn.MultiheadAttention``: ``mm``, ``add``, ``clone``, then a ``select`` of
+  the packed result). Each intermediate storage lives from the chain operator that writes it to
+  the last chain operator that reads it, sized by its whole storage; the workspace is the largest
+  sum of live intermediates at any chain operator, the rebuilt tensor's own storage and saved
+  storages excluded (they are counted as saved tensors). A single-operator rebuild has none.
 - Last forward use: the last forward operator that reads the tensor or, when later, the one
   after which the step dropped its last own reference to the storage (`Trace.released_after`:
   a Python local keeps a buffer until its function returns); it is listed among the
@@ -149,6 +155,7 @@ def build_instance(
     recompute: list[float] = []
     rebuild: list[tuple[int, ...]] = []
     tnames: list[str] = []
+    workspace = [0] * n_t
     n_out: Counter[int] = Counter()
     n_inputs = 0
     for i, v in enumerate(tensor_values):
@@ -199,6 +206,7 @@ def build_instance(
         else:
             recompute.append(sum(durations[o] for o in chain))
             rebuild.append(tuple(sorted(u for u in inputs if u != i)))
+            workspace[i] = _chain_workspace_bytes(trace, chain, val.storage, set(t_index))
 
     # ---- operators ----------------------------------------------------------------------------
     saved_storages = set(t_index)
@@ -247,6 +255,7 @@ def build_instance(
         tensor_rebuild_inputs=rebuild,
         tensor_block=tblock,
         tensor_category=category,
+        tensor_rebuild_workspace_bytes=workspace,
     )
     return Instance(name=name, hardware=hardware, meta=meta, **cols)
 
@@ -304,10 +313,39 @@ def _own_chain(trace: Trace, v: int) -> list[int]:
         v = prev[0]
 
 
+def _chain_workspace_bytes(
+    trace: Trace, chain: list[int], target_storage: int, saved_storages: set[int]
+) -> int:
+    """The largest sum of the chain's live unsaved intermediates at any of its operators, bytes.
+
+    An intermediate is a storage a chain operator writes, other than the rebuilt tensor's own
+    and the saved tensors'; it lives from its first writer in the chain to its last reader in
+    the chain (or just its writer when no chain operator reads it).
+    """
+    values = trace.values
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    size: dict[int, int] = {}
+    for o in chain:  # in execution order
+        for w in trace.ops[o].writes:
+            k = values[w].storage
+            if k == target_storage or k in saved_storages:
+                continue
+            first.setdefault(k, o)
+            last[k] = max(last.get(k, o), o)
+            size[k] = max(size.get(k, 0), values[w].nbytes)
+        for u in trace.ops[o].reads:
+            k = values[u].storage
+            if k in first:
+                last[k] = o
+    return max((sum(size[k] for k in first if first[k] <= o <= last[k]) for o in chain), default=0)
+
+
 def _rebuild_chain(
     trace: Trace, v: int, saved: set[int], t_index: dict[int, int]
 ) -> tuple[list[int] | None, set[int]]:
-    """Operators that rebuild value ``v`` from saved tensors, and the saved tensors they read."""
+    """Operators that rebuild value ``v`` from saved tensors (in execution order), and the
+    saved tensors they read."""
     ops, values = trace.ops, trace.values
     chain: list[int] = []
     inputs: set[int] = set()

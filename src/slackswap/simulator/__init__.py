@@ -9,7 +9,9 @@ operator's ``op_transient_bytes`` (temporaries, gradient buffers) live while it 
 operator or rebuild starts, used memory + its allocation must fit in M. keep: resident until
 its last backward reader ends. recomp: freed after its last forward reader; rebuilt by a rebuild
 step of ``tensor_recompute_s`` on the compute stream (counted in ``recompute_s``) right before
-its first backward reader, resident from then until its last backward reader. A rebuild input
+its first backward reader, resident from then until its last backward reader; the rebuild also
+allocates ``tensor_rebuild_workspace_bytes`` (a chain's intermediates) beside it, admitted with
+the tensor and freed when the rebuild ends, like an operator's transient bytes. A rebuild input
 that is itself recomp is rebuilt first, at the same point (so a chain rebuilds inputs first and
 each stays until its own last backward reader); a swapped input must be on the device (its H2D
 deadline is the earliest of its first backward reader and any rebuild needing it); a kept input

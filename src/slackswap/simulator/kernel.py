@@ -36,6 +36,7 @@ from slackswap.simulator.static import (
     T_RCONS,
     T_RDR,
     T_RIN,
+    T_WS,
 )
 
 # The kernel allocates nothing, so numba's reference counting is switched off: with it every
@@ -803,7 +804,10 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
                 if act[_ix(u)] == SWAP and fl[L_RES, _ix(u)] == 0:
                     _require(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, u, j, j)
             _account(fs, ns, base, rec, j, F_BSC, K_STALL_COPY, v)
-            b = st[T_BYTES, vu]
+            # The rebuilt tensor stays; the chain's intermediates (workspace) live only while
+            # the rebuild runs, as an operator's transient bytes do.
+            ws = st[T_WS, vu]
+            b = st[T_BYTES, vu] + ws
             if ns[I_USED] + b > budget:
                 _ensure_memory(fs, ns, wt, fl, wo, st, so, idx, hw, rec, act, b, j, False)
                 _account(fs, ns, base, rec, j, F_BSM, K_STALL_MEM, v)
@@ -816,6 +820,8 @@ def sim_one(so, base, st, trec, idx, hw, nf, act, budget, fw, hr, la, wt, fl, wo
             if recording != 0:
                 _record(ns, rec, LANE_COMPUTE, t0, t1, K_REBUILD, j, v)
             _advance_to(fs, ns, wt, fl, wo, st, so, hw, rec, t1)
+            if ws != 0:  # (no memory record for nothing: a single-operator rebuild's is as before)
+                _release(recording, ns, rec, ws, t1)
             v = wt[W_RB_NEXT, vu]
         waited = False
         for p in range(so[O_READS, ju], so[O_READS, ju + ONE]):

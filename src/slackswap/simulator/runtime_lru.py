@@ -7,7 +7,8 @@ latency per copy; a fragmentation-free memory of ``budget`` bytes):
 - KEEP tensors stay from their producer to their last backward use. RECOMP tensors are freed
   after their last forward reader and rebuilt on the compute stream right before their first
   backward reader, rebuild inputs that are themselves RECOMP first (chains); a rebuilt tensor
-  stays until its last backward use (reader or rebuild reading it).
+  stays until its last backward use (reader or rebuild reading it). Its rebuild workspace
+  (``tensor_rebuild_workspace_bytes``) is allocated with it and freed when the rebuild ends.
 - SWAP tensors are *evictable*: they stay on the device like KEEP tensors and leave only when
   an allocation does not fit. Then the least recently used evictable tensor (last produced,
   read or fetched longest ago; ties: the lower tensor index) that the current step does not
@@ -369,8 +370,12 @@ class _LRURun:
             while any(self.fetching[t] for t in reads):
                 self._wait_event(phase, "copy", op, 0)
             # 2. allocate outputs (a rebuilt tensor) and temporaries
+            # (a rebuild's temporaries: its chain's intermediates, the workspace)
             outs = [rb] if rb >= 0 else (prod_of[op] if k < nf else [])
-            transient = 0 if rb >= 0 else int(inst.op_transient_bytes[op])
+            if rb >= 0:
+                transient = int(inst.tensor_rebuild_workspace_bytes[rb])
+            else:
+                transient = int(inst.op_transient_bytes[op])
             need = transient + sum(int(self.size[t]) for t in outs)
             self._make_room(need, reads | set(outs), phase, op)
             self._mem(need)

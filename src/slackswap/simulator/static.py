@@ -32,7 +32,8 @@ T_RDR = 4  # CSR pointers into idx: the tensor's backward readers, ascending
 T_RIN = 5  # CSR pointers: rebuild inputs
 T_RCONS = 6  # CSR pointers: tensors whose rebuild reads this one
 T_LFR = 7  # last forward reader (the producer when no forward operator reads it)
-N_ST = 8
+T_WS = 8  # rebuild workspace: bytes a rebuild holds beside the rebuilt tensor
+N_ST = 9
 
 # Entries of `Static.hw`.
 H_BW = 0  # bytes per second per direction
@@ -81,6 +82,7 @@ def build_static(inst: Instance) -> Static:
     st[T_FBR, :nt] = inst.tensor_first_bwd_reader
     st[T_LBR, :nt] = inst.tensor_last_bwd_reader
     st[T_LFR, :nt] = inst.tensor_last_fwd_reader
+    st[T_WS, :nt] = inst.tensor_rebuild_workspace_bytes
     st[T_ORDER, :nt] = np.lexsort((np.arange(nt), inst.tensor_producer))[::-1]
 
     readers: list[list[int]] = [[] for _ in range(nt)]
