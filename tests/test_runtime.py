@@ -235,20 +235,15 @@ def test_memory_of_former_gaps(name: str, label: str) -> None:
     assert err is None, f"{name} {label}: {err}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the runtime releases a rebuild input when autograd drops it; the simulator keeps it "
-    "until the rebuilds that read it",
-)
 def test_a_rebuild_input_stays_until_the_rebuilds_that_read_it() -> None:
     """torch_encoder with layer 1's scaled q and k (mul#1, mul#2) recomputed, the rest kept, at
     P: both rebuild from the packed projection clone#2.out before bmm#3, after clone#2's own
     last backward reader. The simulator keeps clone#2 until those rebuilds (a kept input stays
-    at least until the rebuilds that read it, `slackswap.simulator`); the runtime releases it
-    when autograd drops its last handle, so the rebuild re-runs clone#2's whole chain (mm, add,
+    at least until the rebuilds that read it, `slackswap.simulator`); the runtime released it
+    when autograd dropped its last handle, so the rebuild re-ran clone#2's whole chain (mm, add,
     clone: 3 x 48 KB) as intermediates: measured 656,392 B against 574,472 B simulated at bmm#3
-    (+81,920 B, +14%). Holding the input until its consumers' rebuilds (tried by patching the
-    executor) measures 558,088 B there. One of ga-random@30%'s plans met this, making
+    (+81,920 B, +14%). The runtime now holds such an input until its consumers' rebuilds
+    (`CopyEngine._drop_released`). One of ga-random@30%'s plans met this, making
     `test_measured_memory_matches_the_simulator[torch_encoder]` fail now and then."""
     if "torch_encoder" not in _CASES:
         _CASES["torch_encoder"] = Case("torch_encoder")

@@ -88,6 +88,8 @@ class CopyEngine:
                 for i in ts:
                     self._hold_until[i] = o
         self._deferred_evictions: list[Entry] = []
+        # Released by autograd while a recomputed consumer's rebuild still reads them.
+        self._deferred_releases: list[Entry] = []
         self._rebuild_at, _ = rebuild_points(instance, actions)
         # Tensor -> the recomputed tensors whose rebuild reads it (an eviction waits for them).
         self._consumers: list[list[int]] = [[] for _ in range(instance.n_tensors)]
@@ -206,11 +208,25 @@ class CopyEngine:
         return ent.action == RECOMP and ent.device is None and not ent.released
 
     def evict_deferred(self) -> None:
-        """After a rebuild: the evictions that waited for it, if no other rebuild still waits."""
+        """After a rebuild: the evictions and releases that waited for it, if no other rebuild
+        still waits."""
         if self._deferred_evictions:
             waiting, self._deferred_evictions = self._deferred_evictions, []
             for d in waiting:
                 self._evict(d)
+        if self._deferred_releases:
+            waiting, self._deferred_releases = self._deferred_releases, []
+            for d in waiting:
+                self._drop_released(d)
+
+    def _drop_released(self, e: Entry) -> None:
+        """Drop a released entry's storage, unless a rebuild that reads it is still to come:
+        the simulator keeps a rebuild input until the rebuilds that read it
+        (`schedule.rebuild_points`), so the rebuild finds it instead of re-running its chain."""
+        if any(self._awaits_rebuild(v) for v in self._consumers[e.index]):
+            self._deferred_releases.append(e)
+        elif e.index not in self._hold_until:  # else its offload still runs (replayed schedule)
+            e.device = None
 
     def _fetch_if_needed(self, e: Entry) -> None:
         if e.device is None and e.host is not None and not e.released:
@@ -264,7 +280,6 @@ class CopyEngine:
         if e.admitted:
             self._admitted_bytes -= e.nbytes
             e.admitted = False
-        if e.index not in self._hold_until:  # else its offload still runs (replayed schedule)
-            e.device = None
         e.host = e.event = None
         e.released = True
+        self._drop_released(e)

@@ -192,7 +192,8 @@ class Rebuilder:
         """The storage holding ``value`` now: a resident or fetched/rebuilt saved tensor, a
         model input, a fresh buffer for an allocation, or its producer run again."""
         i = self.entry_of_value.get(value)
-        if i is not None and not self.entries[i].released:
+        # A released entry still holding its storage is an input kept for this rebuild.
+        if i is not None and (not self.entries[i].released or self.entries[i].device is not None):
             e = self.entries[i]
             if e.device is None and e.action == KEEP:
                 raise RuntimeError(f"kept tensor {self.instance.tensor_name[i]!r} not resident")
