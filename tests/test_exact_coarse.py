@@ -161,3 +161,28 @@ def test_runs_embed_where_a_tensor_skips_a_backward_operator() -> None:
                 checked += 1
                 evicted += simulate(inst, acts, Budget.bytes(budget)).evictions > 0
     assert checked >= 10 and evicted >= 4
+
+
+def test_scorer_starts_no_batch_past_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """milp's clock stops a neighbourhood between simulator batches (at 768 layers one
+    neighbourhood is about 7 s): plans left unscored are inf and not counted."""
+    import time
+
+    import slackswap.solvers._exact_plans as plans
+
+    inst = build_model("gpt2-xl", layers=2, seq=256, batch=2)
+    budget = inst.peak_bytes
+    acts = np.zeros((5, inst.n_tensors), dtype=np.int8)
+    monkeypatch.setattr(plans, "BATCH", 2)
+    free = plans.Scorer(inst, budget)
+    expect = free.many(acts)
+    assert np.all(np.isfinite(expect)) and free.evaluations == 5
+    late = plans.Scorer(inst, budget, deadline=time.perf_counter() - 1.0)
+    assert np.all(np.isinf(late.many(acts))) and late.evaluations == 0
+    # a clock that passes the deadline after the first batch: two plans scored, three left
+    clock = iter([0.0, 10.0, 10.0, 10.0])
+    monkeypatch.setattr(plans.time, "perf_counter", lambda: next(clock))
+    cut = plans.Scorer(inst, budget, deadline=5.0)
+    got = cut.many(acts)
+    np.testing.assert_array_equal(got[:2], expect[:2])
+    assert np.all(np.isinf(got[2:])) and cut.evaluations == 2

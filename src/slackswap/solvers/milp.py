@@ -97,7 +97,7 @@ class Milp(Solver):
             return Solution(None, lower_bound_s=math.inf, proven_infeasible=True, info=info)
         bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
         timed_out = lp.status == "timeout"
-        scorer = Scorer(instance, M, self.max_evaluations)
+        scorer = Scorer(instance, M, self.max_evaluations, deadline=stop)
         starts = (
             labelled("lp-rounding", round_candidates(instance, lp.s, lp.r))
             if lp.bound_s is not None
