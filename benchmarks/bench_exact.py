@@ -110,9 +110,9 @@ def scale(sizes: list[int], time_limit: float) -> None:
     print(
         "| layers | ops | tensors | model build s | coarse LP s | coarse LP status | coarse LP "
         "rows | Python peak MB | process peak RSS MB | coarse bound to best plan % | milp LP | "
-        "milp status | milp gap % | best plan to best bound % | load avg |"
+        "milp status | milp s | milp gap % | best plan to best bound % | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         out = subprocess.run(
             [sys.executable, __file__, "--scale-one", str(n), "--time-limit", str(time_limit)],
@@ -129,7 +129,8 @@ def scale(sizes: list[int], time_limit: float) -> None:
             f"| {r['layers']} | {r['ops']} | {r['tensors']} | {r['build_s']:.2f} | "
             f"{r['lp_s']:.2f} | {r['lp_status']} | {r['lp_rows']} | "
             f"{r['py_peak_bytes'] / 1e6:.0f} | {r['rss_bytes'] / 1e6:.0f} | {pct(r['lp_gap'])} | "
-            f"{r['milp_engine']} | {r['milp_status']} | {pct(r['milp_gap'])} | "
+            f"{r['milp_engine']} | {r['milp_status']} | {r['milp_plan_s']:.1f} | "
+            f"{pct(r['milp_gap'])} | "
             f"{pct(r['best_gap'])} | {r['load']:.1f} |",
             flush=True,
         )
