@@ -140,8 +140,8 @@ class CoarseBound:
         at[Kb - nf] = np.arange(nkb)
         sel = at[gap_r] >= 0
         row_of = np.concatenate([np.arange(nkb), np.arange(nkb), at[gap_r[sel]]])
-        # gap_c holds the full model's s columns; s comes first in both, so they coincide
-        cols = np.concatenate([self.G, self.X, gap_c[sel]])
+        # gap_c holds the full model's s columns: the same tensor's s column here
+        cols = np.concatenate([self.G, self.X, self.s[gap_c[sel] - m.s[0]]])
         vals = np.concatenate([-np.ones(nkb), -np.ones(nkb), gap_v[sel]])
         rows.add_sparse(row_of, cols, vals, np.full(nkb, -np.inf), M - m.bwd_mem_const[Kb - nf])
         rows.add([(self.X, 1.0), (self.W, -1.0)], -np.inf, 0.0, nkb)
