@@ -186,3 +186,24 @@ def test_scorer_starts_no_batch_past_its_deadline(monkeypatch: pytest.MonkeyPatc
     got = cut.many(acts)
     np.testing.assert_array_equal(got[:2], expect[:2])
     assert np.all(np.isinf(got[2:])) and cut.evaluations == 2
+
+
+@pytest.mark.parametrize("name", ["bert-large", "gpt2-xl", "llama-7b", "vgg16"])
+def test_coarse_bound_below_slackswap_on_bundled_instances(name: str) -> None:
+    """At the sizes milp keeps on the full LP, the coarse bound still never passes a plan's
+    simulated step (SlackSwap's, at budgets 10-90% of P)."""
+    from slackswap.instances.catalog import load
+
+    inst = load(name)
+    compared = 0
+    for frac in (0.1, 0.2, 0.5, 0.7, 0.9):
+        budget = Budget.fraction(frac)
+        model = BoundModel(inst, budget.bytes_for(inst))
+        res = CoarseBound(model, select_ops(model, 100)).solve(30)
+        plan = run("slackswap", inst, budget, find_min_budget=False)
+        if plan.step_s is None:
+            continue
+        assert res.bound_s is not None, (name, frac, res.status)
+        assert res.bound_s <= plan.step_s * (1 + 1e-9), (name, frac, res.bound_s, plan.step_s)
+        compared += 1
+    assert compared >= 2
