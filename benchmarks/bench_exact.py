@@ -8,10 +8,11 @@ table for ``benchmarks/README.md``.
     .venv/bin/python benchmarks/bench_exact.py --time-limit 60
 
 ``--scale 48,192,768`` instead builds GPT-2 XL with that many layers at 30% of P (issue 17 item
-3) and reports, per size, the bound engine alone (`BoundProgram` build and solve under the time
-share ``milp`` gives it: seconds, rounds, its peak Python memory by tracemalloc and the process's
-peak resident set, which includes HiGHS) and then ``milp``'s and SlackSwap's plans with the best
-plan to the best bound. Each size runs in its own process so the resident-set figure is its own.
+3) and reports, per size, the depth bound engine alone (`BoundProgram` build, then the coarse LP,
+`CoarseBound`, that ``milp`` uses past `FULL_LP_MAX_OPS` operators, under the time share
+``milp`` gives it: seconds, its peak Python memory by tracemalloc and the process's peak resident
+set, which includes HiGHS) and then ``milp``'s and SlackSwap's plans with the best plan to the
+best bound. Each size runs in its own process so the resident-set figure is its own.
 
     .venv/bin/python benchmarks/bench_exact.py --scale 48,192,768 --time-limit 60
 """
@@ -56,6 +57,7 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     from slackswap.instances.catalog import build_model
     from slackswap.plan import Budget
     from slackswap.solvers import run
+    from slackswap.solvers._exact_coarse import coarse_bound
     from slackswap.solvers._exact_lp import BoundProgram
 
     inst = build_model("gpt2-xl", layers=layers)
@@ -64,7 +66,7 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     t0 = time.perf_counter()
     model = BoundProgram(inst, budget.bytes_for(inst))
     t1 = time.perf_counter()
-    lp = model.solve(time_limit=LP_SHARE * time_limit)
+    lp = coarse_bound(model, time_limit=LP_SHARE * time_limit)
     t2 = time.perf_counter()
     py_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -87,6 +89,7 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
         "lp_gap": (best_step / lp.bound_s - 1) if best_step and lp.bound_s else None,
         "py_peak_bytes": py_peak,
         "rss_bytes": rss_kib * 1024,
+        "milp_engine": milp.info.get("lp_engine"),
         "milp_status": milp.status.value,
         "milp_plan_s": milp.plan_s,
         "milp_gap": (milp.step_s / milp.lower_bound_s - 1)
@@ -100,16 +103,16 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
 def scale(sizes: list[int], time_limit: float) -> None:
     print(
         f"machine: {platform.processor() or platform.machine()}, gpt2-xl at "
-        f"{SCALE_FRACTION:.0%} of P, time limit {time_limit} s (relaxation alone: "
+        f"{SCALE_FRACTION:.0%} of P, time limit {time_limit} s (coarse LP's share: "
         f"{LP_SHARE * time_limit:.0f} s)"
     )
     print()
     print(
-        "| layers | ops | tensors | LP build s | LP solve s | LP status (rounds) | LP rows | "
-        "Python peak MB | process peak RSS MB | milp status | milp gap % | "
-        "best plan to best bound % | load avg |"
+        "| layers | ops | tensors | model build s | coarse LP s | coarse LP status | coarse LP "
+        "rows | Python peak MB | process peak RSS MB | coarse bound to best plan % | milp LP | "
+        "milp status | milp s | milp gap % | best plan to best bound % | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         out = subprocess.run(
             [sys.executable, __file__, "--scale-one", str(n), "--time-limit", str(time_limit)],
@@ -124,9 +127,11 @@ def scale(sizes: list[int], time_limit: float) -> None:
 
         print(
             f"| {r['layers']} | {r['ops']} | {r['tensors']} | {r['build_s']:.2f} | "
-            f"{r['lp_s']:.1f} | {r['lp_status']} ({r['lp_rounds']}) | {r['lp_rows']} | "
-            f"{r['py_peak_bytes'] / 1e6:.0f} | {r['rss_bytes'] / 1e6:.0f} | {r['milp_status']} | "
-            f"{pct(r['milp_gap'])} | {pct(r['best_gap'])} | {r['load']:.1f} |",
+            f"{r['lp_s']:.2f} | {r['lp_status']} | {r['lp_rows']} | "
+            f"{r['py_peak_bytes'] / 1e6:.0f} | {r['rss_bytes'] / 1e6:.0f} | {pct(r['lp_gap'])} | "
+            f"{r['milp_engine']} | {r['milp_status']} | {r['milp_plan_s']:.1f} | "
+            f"{pct(r['milp_gap'])} | "
+            f"{pct(r['best_gap'])} | {r['load']:.1f} |",
             flush=True,
         )
 

@@ -1,7 +1,9 @@
 """``milp``: a certified lower bound from the linear relaxation (HiGHS) and plans rounded from it.
 
 The bound engine is `slackswap.solvers._exact_lp.BoundProgram` (read its docstring for every
-constraint and for the relaxations that keep the bound valid for the simulator's optimum). Plans
+constraint and for the relaxations that keep the bound valid for the simulator's optimum); past
+`FULL_LP_MAX_OPS` operators it is `slackswap.solvers._exact_coarse.CoarseBound`, the same LP
+checked at a few hundred operators (``info["lp_engine"]``: ``full`` or ``coarse``). Plans
 come from rounding the relaxation's solution (and SlackSwap's plan as a hint), repairing each in
 the simulator (recompute the cheapest idle tensor at the failing operator until it fits) and a
 local search in the simulator; the binary version (HiGHS branch and bound) runs on what time is
@@ -33,6 +35,7 @@ import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
+from slackswap.solvers._exact_coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers._exact_lp import BoundProgram
 from slackswap.solvers._exact_plans import (
     Scorer,
@@ -88,8 +91,13 @@ class Milp(Solver):
         stop = t0 + limit * (1.0 - MARGIN)
         M = budget.bytes_for(instance)
         model = BoundProgram(instance, M)
-        lp = model.solve(time_limit=max(0.05, 0.4 * limit))
+        # past a few thousand operators the full LP does not finish (n^2.3): the coarse one,
+        # checked at a few hundred operators, is the bound, and the binary version is skipped
+        coarse = instance.n_ops > FULL_LP_MAX_OPS
+        lp_limit = max(0.05, 0.4 * limit)
+        lp = coarse_bound(model, lp_limit) if coarse else model.solve(time_limit=lp_limit)
         info: dict[str, object] = {
+            "lp_engine": "coarse" if coarse else "full",
             "lp_status": lp.status,
             "lp_rounds": lp.rounds,
             "lp_rows": lp.rows,
@@ -100,7 +108,7 @@ class Milp(Solver):
             return Solution(None, lower_bound_s=math.inf, proven_infeasible=True, info=info)
         bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
         timed_out = lp.status == "timeout"
-        scorer = Scorer(instance, M, self.max_evaluations)
+        scorer = Scorer(instance, M, self.max_evaluations, deadline=stop)
         starts = (
             labelled("lp-rounding", round_candidates(instance, lp.s, lp.r))
             if lp.bound_s is not None
@@ -110,7 +118,7 @@ class Milp(Solver):
         hints = hint_plans(instance, budget, self.hint, stop - time.perf_counter())
         starts += labelled(f"hint:{self.hint}", hints)
         # leave room for the binary version and the claim on what is left
-        search_stop = stop - (0.25 * limit if self.integral else 0.05 * limit)
+        search_stop = stop - (0.25 * limit if self.integral and not coarse else 0.05 * limit)
         acts, step, converged, found_by = best_plan(
             scorer, starts, search_stop, self.search, repair_deadline=stop
         )
@@ -119,7 +127,7 @@ class Milp(Solver):
         if acts is not None and stop - time.perf_counter() > 0.02 * limit:
             claim, claimed_for = model.plan_value(acts, time_limit=stop - time.perf_counter()), acts
         # the binary version is cut by the clock, so a run with a work budget skips it
-        run_milp = self.integral and self.max_evaluations is None
+        run_milp = self.integral and self.max_evaluations is None and not coarse
         # HiGHS checks its clock between phases, and the binary version's root relaxation (about
         # one LP round, measured above) runs to its end: a root that cannot finish in the time
         # left overran a 4 s limit by up to 20%, so the binary version runs only when two LP
