@@ -71,8 +71,8 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     py_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    milp = run("milp", inst, budget, time_limit=time_limit, find_min_budget=False)
-    ss = run("slackswap", inst, budget, find_min_budget=False)
+    milp = run(inst, budget, "milp", time_limit=time_limit, find_min_budget=False)
+    ss = run(inst, budget, "slackswap", find_min_budget=False)
     steps = [r.step_s for r in (milp, ss) if r.step_s is not None]
     bounds = [b for b in (milp.lower_bound_s, lp.bound_s) if b is not None]
     best_step = min(steps) if steps else None

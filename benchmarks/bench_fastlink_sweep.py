@@ -52,12 +52,12 @@ def sweep(
                 inst = load(name)
                 for frac in BUDGETS:
                     t = time.perf_counter()
-                    ours = run("slackswap", inst, frac, options=options, find_min_budget=False)
+                    ours = run(inst, frac, "slackswap", options=options, find_min_budget=False)
                     solver_s["slackswap"] += time.perf_counter() - t
                     best_thr, best_by = None, None
                     for b in BASELINES:
                         t = time.perf_counter()
-                        rec = run(b, inst, frac, find_min_budget=False)
+                        rec = run(inst, frac, b, find_min_budget=False)
                         solver_s[b] += time.perf_counter() - t
                         if rec.throughput is not None and (
                             best_thr is None or rec.throughput > best_thr

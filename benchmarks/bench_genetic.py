@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(("ga-random(plain, unranked)", "ga-random", flat))
     # Warm the compiled kernels so the first timed run does not pay for compilation.
     warm = slackswap.load("bert-large")
-    run("ga", warm, 0.5, seed=0, options={"max_generations": 1})
+    run(warm, 0.5, "ga", seed=0, options={"max_generations": 1})
 
     print(
         f"{'model':<11} {'M':>4} {'solver':<26} {'status':<10} {'plans':>10} {'plans/s':>9}"
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         inst = slackswap.load(model)
         for frac in (float(b) for b in args.budgets.split(",")):
             paper = PAPER.get((model, frac), (None, None, None))
-            base = run("slackswap", inst, frac, seed=args.seed)
+            base = run(inst, frac, "slackswap", seed=args.seed)
             print(
                 f"{model:<11} {frac:>4.0%} {'slackswap':<26} {base.status.value:<10} {'':>10}"
                 f" {'':>9} {'':>8} {_ms(base.step_s):>9} {_pct(base.throughput):>7}"
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             for label, name, opts in variants:
                 t0, c0 = time.perf_counter(), _cpu_s()
-                rec = run(name, inst, frac, time_limit=args.seconds, seed=args.seed, options=opts)
+                rec = run(inst, frac, name, time_limit=args.seconds, seed=args.seed, options=opts)
                 wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
                 ev = rec.evaluations or 0
                 ref = paper[1] if name == "ga" else paper[2]

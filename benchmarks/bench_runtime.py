@@ -103,11 +103,11 @@ def gpu_steps(repeat: int) -> None:
     print("|---|---|---|---|---|---|")
     cases: list[tuple[str, Any, Any]] = [("keep-all", Plan.keep_all(inst), 1.0)]
     for b in (0.5, 0.3):
-        rec = run("slackswap", inst, b)
+        rec = run(inst, b, "slackswap")
         if rec.plan is not None:
             cases.append((f"slackswap {b:.0%}", rec.plan, b))
     for solver in ("offload-sync", "offload-overlap"):
-        rec = run(solver, inst, 1.0, find_min_budget=False)
+        rec = run(inst, 1.0, solver, find_min_budget=False)
         if rec.plan is not None:
             cases.append((solver, rec.plan, 1.0))
     for label, plan, b in cases:

@@ -135,9 +135,9 @@ def test_checkpoint_uses_the_fewest_earliest_blocks(gpt8: Instance) -> None:
     from slackswap.simulator import simulate
     from slackswap.solvers import run
 
-    assert run("checkpoint", gpt8, 1.0).plan.recompute_bytes == 0  # fits: nothing recomputed
+    assert run(gpt8, 1.0, "checkpoint").plan.recompute_bytes == 0  # fits: nothing recomputed
     for frac in (0.8, 0.6, 0.45):
-        rec = run("checkpoint", gpt8, frac)
+        rec = run(gpt8, frac, "checkpoint")
         assert rec.status.value == "feasible" and rec.plan is not None
         blocks = sorted(set(gpt8.tensor_block[rec.plan.actions == RECOMP].tolist()))
         k = len(blocks)
@@ -152,14 +152,14 @@ def test_checkpoint_has_no_plan_below_its_floor(gpt8: Instance) -> None:
     from slackswap.simulator import simulate
     from slackswap.solvers import run
 
-    rec = run("checkpoint", gpt8, 0.1)
+    rec = run(gpt8, 0.1, "checkpoint")
     assert rec.status.value == "infeasible" and rec.plan is None
     floor = rec.min_budget_bytes
     assert floor is not None and 0.1 * gpt8.peak_bytes < floor < gpt8.peak_bytes
     every = checkpoint_actions(gpt8, checkpointable_blocks(gpt8))
     assert simulate(gpt8, every, Budget.bytes(floor)).feasible
     assert not simulate(gpt8, every, Budget.bytes(floor - 1)).feasible
-    assert run("checkpoint", gpt8, Budget.bytes(floor)).status.value == "feasible"
+    assert run(gpt8, Budget.bytes(floor), "checkpoint").status.value == "feasible"
 
 
 def test_vdnn_dynamic_policy_steps_from_none_to_conv_to_all(gpt8: Instance) -> None:
@@ -167,13 +167,13 @@ def test_vdnn_dynamic_policy_steps_from_none_to_conv_to_all(gpt8: Instance) -> N
 
     seen = []
     for frac in (1.0, 0.7, 0.4):
-        rec = run("vdnn", gpt8, frac)
+        rec = run(gpt8, frac, "vdnn")
         assert rec.status.value == "feasible" and rec.runtime == "barriers"
         swapped = rec.plan.actions == SWAP
         seen.append("none" if not swapped.any() else "all" if swapped.all() else "conv")
         assert rec.recompute_bytes == 0
     assert seen == ["none", "conv", "all"]
-    forced = run("vdnn", gpt8, 1.0, options={"policy": "all"})
+    forced = run(gpt8, 1.0, "vdnn", options={"policy": "all"})
     assert forced.d2h_bytes == gpt8.saved_bytes and forced.step_s > forced.ideal_s
 
 
@@ -182,24 +182,24 @@ def test_vdnn_rejects_an_unknown_policy(gpt8: Instance) -> None:
     from slackswap.solvers import run
 
     with pytest.raises(UserError, match="policy"):
-        run("vdnn", gpt8, 0.5, options={"policy": "some"})
+        run(gpt8, 0.5, "vdnn", options={"policy": "some"})
 
 
 def test_swapadvisor_copies_the_deficit_and_recomputes_nothing(gpt8: Instance) -> None:
     from slackswap.solvers import run
 
-    rec = run("swapadvisor", gpt8, 0.6)
+    rec = run(gpt8, 0.6, "swapadvisor")
     assert rec.status.value == "feasible" and rec.recompute_s == 0
     assert rec.d2h_bytes == rec.swap_bytes >= 0.4 * gpt8.peak_bytes
-    low = run("swapadvisor", gpt8, 0.05, find_min_budget=False)
+    low = run(gpt8, 0.05, "swapadvisor", find_min_budget=False)
     assert low.status.value == "infeasible" and "GB" in low.reason
 
 
 def test_overlapped_offload_hides_its_copies_and_sync_does_not(gpt8: Instance) -> None:
     from slackswap.solvers import run
 
-    sync = run("offload-sync", gpt8, 0.45)
-    over = run("offload-overlap", gpt8, 0.45)
+    sync = run(gpt8, 0.45, "offload-sync")
+    over = run(gpt8, 0.45, "offload-overlap")
     assert sync.status.value == over.status.value == "feasible"
     assert over.recompute_s == pytest.approx(sync.recompute_s)
     assert over.fwd_stall_s + over.bwd_stall_s == pytest.approx(0.0, abs=1e-9)

@@ -32,7 +32,7 @@ def close(got: float, want: float) -> bool:
 @pytest.mark.parametrize("model,solver", sorted(TABLE2))
 def test_table2_row_at_40_percent(model: str, solver: str) -> None:
     inst = slackswap.load(model)
-    rec = run(solver, inst, 0.4)
+    rec = run(inst, 0.4, solver)
     assert rec.status.value == "feasible", rec.reason
     ideal = rec.ideal_s
     got = (
@@ -50,22 +50,22 @@ def test_table2_row_at_40_percent(model: str, solver: str) -> None:
 @pytest.mark.parametrize("model", ["bert-large", "gpt2-xl", "llama-7b"])
 def test_fig4_checkpoint_floor(model: str) -> None:
     inst = slackswap.load(model)
-    assert run("checkpoint", inst, 0.10).status.value == "infeasible"
-    assert 0.795 <= run("checkpoint", inst, 0.15).throughput < 0.825
+    assert run(inst, 0.10, "checkpoint").status.value == "infeasible"
+    assert 0.795 <= run(inst, 0.15, "checkpoint").throughput < 0.825
 
 
 @pytest.mark.parametrize("model", ["bert-large", "gpt2-xl", "llama-7b"])
 def test_fig4_superneurons_holds_96_percent_down_to_70(model: str) -> None:
     inst = slackswap.load(model)
     for frac in (0.9, 0.8, 0.7):
-        assert 0.955 <= run("superneurons", inst, frac).throughput < 0.995
+        assert 0.955 <= run(inst, frac, "superneurons").throughput < 0.995
 
 
 def test_fig4_half_memory_gpt2_xl() -> None:
     # vDNN / SuperNeurons / SwapAdvisor at 36% / 66% / 43% of ideal, within 2.5 points.
     inst = slackswap.load("gpt2-xl")
     for solver, paper in (("vdnn", 0.36), ("superneurons", 0.66), ("swapadvisor", 0.43)):
-        assert run(solver, inst, 0.5).throughput == pytest.approx(paper, abs=0.025), solver
+        assert run(inst, 0.5, solver).throughput == pytest.approx(paper, abs=0.025), solver
 
 
 def test_fig4_vgg16_baselines_stop_fitting_below_70_percent() -> None:
@@ -76,9 +76,9 @@ def test_fig4_vgg16_baselines_stop_fitting_below_70_percent() -> None:
     # convolution, its separate bias add and the ReLU (`reproduce fig4` says so).
     inst = slackswap.load("vgg16")
     for solver in ("vdnn", "checkpoint"):
-        assert run(solver, inst, 0.7).status.value == "feasible", solver
-        assert run(solver, inst, 0.6).status.value == "infeasible", solver
+        assert run(inst, 0.7, solver).status.value == "feasible", solver
+        assert run(inst, 0.6, solver).status.value == "infeasible", solver
     for frac in (0.9, 0.8):
-        assert run("slackswap", inst, frac).throughput >= 0.95, frac
-    assert run("slackswap", inst, 0.7).throughput >= 0.94
-    assert run("slackswap", inst, 0.65).throughput >= 0.92
+        assert run(inst, frac, "slackswap").throughput >= 0.95, frac
+    assert run(inst, 0.7, "slackswap").throughput >= 0.94
+    assert run(inst, 0.65, "slackswap").throughput >= 0.92

@@ -43,7 +43,7 @@ class _BoundAbovePlan(Solver):
 
 def test_a_bound_above_the_plan_is_an_error_naming_both_numbers() -> None:
     inst = small()
-    rec = run(_BoundAbovePlan(), inst, 1.0)
+    rec = run(inst, 1.0, _BoundAbovePlan())
     assert rec.status is Status.ERROR
     assert rec.step_s == inst.ideal_step_s  # the raw figures stay on the record
     assert rec.lower_bound_s == inst.ideal_step_s * 1.1
@@ -67,7 +67,7 @@ def test_an_inflated_engine_bound_is_reported_raw_not_capped(
 
     monkeypatch.setattr(BoundProgram, "solve", inflated)
     inst = small()
-    rec = run(name, inst, 0.8, time_limit=4.0, options={"hint": "none", "max_evaluations": 300})
+    rec = run(inst, 0.8, name, time_limit=4.0, options={"hint": "none", "max_evaluations": 300})
     assert rec.step_s is not None and rec.lower_bound_s is not None
     assert rec.lower_bound_s > rec.step_s  # the engine's number, not min(bound, step)
     assert rec.status is Status.ERROR, rec.status
@@ -78,10 +78,10 @@ def _sweep(model: str, budgets: tuple[float, ...], time_limit: float) -> None:
     inst = load(model)
     for frac in budgets:
         recs = {
-            name: run(name, inst, frac, time_limit=time_limit, find_min_budget=False)
+            name: run(inst, frac, name, time_limit=time_limit, find_min_budget=False)
             for name in ("milp", "cpsat")
         }
-        base = run("slackswap", inst, frac, find_min_budget=False)
+        base = run(inst, frac, "slackswap", find_min_budget=False)
         steps = [r.step_s for r in (*recs.values(), base) if r.step_s is not None]
         for name, rec in recs.items():
             where = f"{name} on {model} at {frac:.0%}"

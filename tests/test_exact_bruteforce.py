@@ -27,7 +27,7 @@ def check(inst: Instance, frac: float) -> None:
     budget = max(1, int(frac * inst.peak_bytes))
     opt, _ = brute_force(inst, budget)
     for name in ("milp", "cpsat"):
-        rec = run(name, inst, Budget.bytes(budget), time_limit=SECONDS, seed=0)
+        rec = run(inst, Budget.bytes(budget), name, time_limit=SECONDS, seed=0)
         assert rec.status is not Status.ERROR, rec.error
         if math.isinf(opt):
             assert rec.step_s is None
@@ -74,7 +74,7 @@ def test_one_layer_builders(model: str, frac: float) -> None:
 
 def test_cpsat_proves_an_ideal_plan_optimal() -> None:
     inst = mini_layer()
-    rec = run("cpsat", inst, 1.0, time_limit=SECONDS)
+    rec = run(inst, 1.0, "cpsat", time_limit=SECONDS)
     assert rec.status is Status.OPTIMAL
     assert rec.step_s == pytest.approx(inst.ideal_step_s)
     assert rec.lower_bound_s == pytest.approx(inst.ideal_step_s, rel=1e-4)

@@ -126,7 +126,7 @@ def test_milp_bounds_with_the_coarse_lp_past_its_threshold(monkeypatch: pytest.M
     model = BoundProgram(inst, budget.bytes_for(inst))
     expect = CoarseBound(model, select_ops(model, 100)).solve(30).bound_s
     monkeypatch.setattr(milp_mod, "FULL_LP_MAX_OPS", inst.n_ops - 1)
-    rec = run("milp", inst, budget, time_limit=6.0, find_min_budget=False)
+    rec = run(inst, budget, "milp", time_limit=6.0, find_min_budget=False)
     assert rec.status is not Status.ERROR, rec.error
     assert rec.info["lp_engine"] == "coarse" and "milp_status" not in rec.info
     assert expect is not None and rec.lower_bound_s == pytest.approx(expect, rel=1e-9)
@@ -200,7 +200,7 @@ def test_coarse_bound_below_slackswap_on_bundled_instances(name: str) -> None:
         budget = Budget.fraction(frac)
         model = BoundProgram(inst, budget.bytes_for(inst))
         res = CoarseBound(model, select_ops(model, 100)).solve(30)
-        plan = run("slackswap", inst, budget, find_min_budget=False)
+        plan = run(inst, budget, "slackswap", find_min_budget=False)
         if plan.step_s is None:
             continue
         assert res.bound_s is not None, (name, frac, res.status)

@@ -147,7 +147,7 @@ def test_an_interrupt_in_a_library_call_stops_cp_sat(monkeypatch: pytest.MonkeyP
     sender = threading.Thread(target=interrupt, daemon=True)
     sender.start()
     with pytest.raises(KeyboardInterrupt):
-        run("cpsat", inst, 0.8, time_limit=60.0, options={"hint": "none"})
+        run(inst, 0.8, "cpsat", time_limit=60.0, options={"hint": "none"})
     stopped_at = time.monotonic()
     sender.join()
     assert sent, "CP-SAT never ran"

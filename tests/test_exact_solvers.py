@@ -32,7 +32,7 @@ def test_registered_as_exact(name: str) -> None:
 @pytest.mark.parametrize("frac", [0.6, 0.4])
 def test_bound_claim_and_plan_agree_with_the_simulator(name: str, frac: float) -> None:
     inst = gpt2_6()
-    rec = run(name, inst, frac, time_limit=6.0, options={"hint": "none"})
+    rec = run(inst, frac, name, time_limit=6.0, options={"hint": "none"})
     assert rec.status in (Status.FEASIBLE, Status.TIMEOUT, Status.OPTIMAL), rec.error
     assert rec.plan is not None and rec.step_s is not None
     sim = simulate(inst, rec.plan, Budget.fraction(frac))
@@ -47,7 +47,7 @@ def test_bound_claim_and_plan_agree_with_the_simulator(name: str, frac: float) -
 def test_infeasible_budget_is_proven() -> None:
     inst = load("vgg16")
     for name in ("milp", "cpsat"):
-        rec = run(name, inst, 0.5, time_limit=5.0)
+        rec = run(inst, 0.5, name, time_limit=5.0)
         assert rec.status is Status.INFEASIBLE
         assert rec.plan is None and rec.step_s is None
         assert "s0.c1.conv.bwd" in rec.reason  # the operator that cannot fit, named
@@ -58,7 +58,7 @@ def test_infeasible_budget_is_proven() -> None:
 def test_timeout_keeps_incumbent_and_bound(name: str) -> None:
     inst = load("gpt2-xl")
     limit = 4.0
-    rec = run(name, inst, 0.5, time_limit=limit, options={"hint": "none"})
+    rec = run(inst, 0.5, name, time_limit=limit, options={"hint": "none"})
     assert rec.plan_s <= limit * 1.1 + 0.25  # the runner's 10%, plus process noise
     assert rec.status in (Status.TIMEOUT, Status.FEASIBLE), rec.error
     # an incumbent (keep-all repaired at worst) and a bound (the ideal step at worst)
@@ -92,8 +92,8 @@ def test_work_budget_makes_runs_repeatable() -> None:
     inst = gpt2_6()
     opts = {"hint": "none", "max_evaluations": 150}
     # the work budget ends the search long before the clock would
-    a = run("cpsat", inst, 0.5, time_limit=20.0, seed=1, options=opts)
-    b = run("cpsat", inst, 0.5, time_limit=20.0, seed=1, options=opts)
+    a = run(inst, 0.5, "cpsat", time_limit=20.0, seed=1, options=opts)
+    b = run(inst, 0.5, "cpsat", time_limit=20.0, seed=1, options=opts)
     assert a.plan == b.plan and a.step_s == b.step_s
     assert a.evaluations is not None and a.evaluations <= 150
     assert a.status is Status.FEASIBLE  # a spent work budget is not a timeout

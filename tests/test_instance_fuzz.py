@@ -49,13 +49,13 @@ def good() -> dict:
     """The base file's document, after one solve by every solver (compiles outside the timing)."""
     inst = slackswap.build_model("gpt2-xl", layers=1, seq=16, batch=1)
     for name in (*QUICK, *TIMED):
-        run(name, inst, 0.8, time_limit=TIME_LIMIT_S)
+        run(inst, 0.8, name, time_limit=TIME_LIMIT_S)
     return instance_to_dict(inst)
 
 
 def _check_solvers(inst: Instance, names: list[str], budget: float) -> None:
     for name in names:
-        rec = run(name, inst, budget, time_limit=TIME_LIMIT_S, seed=0)
+        rec = run(inst, budget, name, time_limit=TIME_LIMIT_S, seed=0)
         what = f"{name} on {inst!r} at {budget}: {rec.status.value} in {rec.plan_s:.3f} s"
         assert rec.status is not Status.ERROR, f"{what}: {rec.error}"
         # Within its time limit: the solvers' own slack, plus the scheduling noise of a loaded

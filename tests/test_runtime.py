@@ -102,7 +102,7 @@ def _solver_plans(inst, name: str) -> dict[str, tuple[np.ndarray, float]]:  # ty
         for entry in REGISTRY:
             if not entry.tags.static_plan:
                 continue
-            rec = run(entry.name, inst, b, time_limit=0.3, find_min_budget=False)
+            rec = run(inst, b, entry.name, time_limit=0.3, find_min_budget=False)
             if rec.plan is None:
                 continue
             acts = np.asarray(rec.plan.actions)
@@ -226,7 +226,7 @@ def test_memory_of_former_gaps(name: str, label: str) -> None:
     else:
         solver, pct = label.split("@")
         b = float(pct.rstrip("%")) / 100
-        rec = run(solver, case.inst, b)
+        rec = run(case.inst, b, solver)
         assert rec.plan is not None, f"{name}: {solver} finds no plan at {pct}"
         acts = np.asarray(rec.plan.actions)
     plan, out = case.run(acts, b)

@@ -135,7 +135,7 @@ def test_offload_runtimes_run_their_plans(gpt) -> None:
     model, inputs, loss_fn, inst = gpt
     ref = run_step(model, inputs, loss_fn)
     for solver in ("offload-sync", "offload-overlap"):
-        rec = run(solver, inst, 1.0, find_min_budget=False)
+        rec = run(inst, 1.0, solver, find_min_budget=False)
         assert rec.plan is not None and rec.plan.runtime in rt.RUNTIME_MODES
         out = run_step(model, inputs, loss_fn, rec.plan, 1.0)
         assert bitwise_equal(out, ref), solver

@@ -43,8 +43,8 @@ def test_an_operators_wait_names_its_late_swapped_inputs() -> None:
 @pytest.mark.parametrize("frac", [0.1, 0.2, 0.3])
 def test_no_backward_stall_left_on_llama_h200_c2c(frac: float) -> None:
     inst = load("llama-7b@h200-c2c")
-    ours = run("slackswap", inst, frac, find_min_budget=False)
-    best = run("swapadvisor", inst, frac, find_min_budget=False)
+    ours = run(inst, frac, "slackswap", find_min_budget=False)
+    best = run(inst, frac, "swapadvisor", find_min_budget=False)
     assert ours.throughput is not None and best.throughput is not None
     assert ours.throughput >= best.throughput * (1 - 1e-3)
     assert ours.bwd_stall_s is not None and ours.bwd_stall_s < 0.1e-3
@@ -82,9 +82,9 @@ def test_a_prefetch_held_back_for_memory_is_told_from_one_late_on_the_link() -> 
 )
 def test_the_memory_branch_closes_the_sweeps_last_exceptions(name: str, frac: float) -> None:
     inst = load(name)
-    best = run("swapadvisor", inst, frac, find_min_budget=False).throughput
-    ours = run("slackswap", inst, frac, find_min_budget=False)
-    one_path = run("slackswap", inst, frac, options={"memory_branch": False}, find_min_budget=False)
+    best = run(inst, frac, "swapadvisor", find_min_budget=False).throughput
+    ours = run(inst, frac, "slackswap", find_min_budget=False)
+    one_path = run(inst, frac, "slackswap", options={"memory_branch": False}, find_min_budget=False)
     assert best is not None and ours.throughput is not None and one_path.throughput is not None
     # without the branch the repair recomputes what the look-ahead held back: > 0.1% below
     assert one_path.throughput < best * (1 - 1e-3)
@@ -109,9 +109,9 @@ def test_slackswap_within_a_tenth_of_a_percent_of_the_best_baseline_everywhere()
         inst = load(name)
         for frac in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
             best = max(
-                (run(b, inst, frac, find_min_budget=False).throughput or 0.0) for b in BASELINES
+                (run(inst, frac, b, find_min_budget=False).throughput or 0.0) for b in BASELINES
             )
-            ours = run("slackswap", inst, frac, find_min_budget=False).throughput or 0.0
+            ours = run(inst, frac, "slackswap", find_min_budget=False).throughput or 0.0
             if ours < best * (1 - 1e-3):
                 short.append(f"{name} {frac:.0%}: {100 * ours:.3f}% < {100 * best:.3f}%")
     assert not short, short

@@ -26,7 +26,7 @@ def test_registered_variants() -> None:
 
 
 def test_keep_all_at_full_budget(small) -> None:  # type: ignore[no-untyped-def]
-    rec = run("slackswap", small, 1.0)
+    rec = run(small, 1.0, "slackswap")
     assert rec.status is Status.FEASIBLE
     assert rec.plan is not None and not rec.plan.actions.any()
     assert rec.step_s == pytest.approx(small.ideal_step_s)
@@ -34,7 +34,7 @@ def test_keep_all_at_full_budget(small) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("frac", [0.7, 0.4])
 def test_plans_fit_and_ablations_behave(small, frac: float) -> None:  # type: ignore[no-untyped-def]
-    recs = {n: run(n, small, frac) for n in ("slackswap", "recompute-only", "barriers")}
+    recs = {n: run(small, frac, n) for n in ("slackswap", "recompute-only", "barriers")}
     ss, ro, bar = recs["slackswap"], recs["recompute-only"], recs["barriers"]
     assert ss.status is Status.FEASIBLE and ro.status is Status.FEASIBLE
     assert ss.peak_bytes is not None and ss.peak_bytes <= ss.budget_bytes
@@ -51,8 +51,8 @@ def test_plans_fit_and_ablations_behave(small, frac: float) -> None:  # type: ig
 
 def test_swaps_reach_below_the_recompute_floor(small) -> None:  # type: ignore[no-untyped-def]
     # Swapped block inputs leave memory too, so SlackSwap fits where Pass 2 alone cannot.
-    ro = run("recompute-only", small, 0.25)
-    ss = run("slackswap", small, 0.25)
+    ro = run(small, 0.25, "recompute-only")
+    ss = run(small, 0.25, "slackswap")
     assert ro.status is Status.INFEASIBLE and ro.min_budget_bytes is not None
     assert ss.status is Status.FEASIBLE
     assert ss.budget_bytes < ro.min_budget_bytes
@@ -70,22 +70,22 @@ def test_rounds_are_recorded_and_bounded(small) -> None:  # type: ignore[no-unty
 
 
 def test_infeasible_budget_reports_smallest_fit(small) -> None:  # type: ignore[no-untyped-def]
-    rec = run("slackswap", small, 0.01)
+    rec = run(small, 0.01, "slackswap")
     assert rec.status is Status.INFEASIBLE
     assert rec.error is None and rec.reason
     assert rec.min_budget_bytes is not None and rec.min_budget_bytes > rec.budget_bytes
-    again = run("slackswap", small, Budget.bytes(rec.min_budget_bytes))
+    again = run(small, Budget.bytes(rec.min_budget_bytes), "slackswap")
     assert again.status is Status.FEASIBLE
 
 
 def test_deterministic(small) -> None:  # type: ignore[no-untyped-def]
-    a = run("slackswap", small, 0.3, seed=0)
-    b = run("slackswap", small, 0.3, seed=7)
+    a = run(small, 0.3, "slackswap", seed=0)
+    b = run(small, 0.3, "slackswap", seed=7)
     assert a.plan == b.plan
 
 
 def test_bad_order_is_an_error_record(small) -> None:  # type: ignore[no-untyped-def]
-    rec = run("slackswap", small, 0.5, options={"order": "random"})
+    rec = run(small, 0.5, "slackswap", options={"order": "random"})
     assert rec.status is Status.ERROR and "order" in (rec.error or "")
 
 
@@ -116,13 +116,13 @@ def test_late_prefetch_names_the_swapped_input() -> None:
     head_in = inst.tensor_index["head.in"]
     assert res.actions[head_in] == SWAP
     assert head_in in late and late[head_in] > 0
-    rec = run("slackswap", inst, 0.2)
+    rec = run(inst, 0.2, "slackswap")
     assert rec.plan is not None and rec.plan.actions[head_in] != SWAP
     assert rec.bwd_stall_s == pytest.approx(0.0, abs=1e-6)
 
 
 def test_plan_round_trip_through_run(small, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    rec = run("slackswap", small, 0.4)
+    rec = run(small, 0.4, "slackswap")
     assert rec.plan is not None
     path = tmp_path / "plan.json"
     rec.plan.save(path)
@@ -136,8 +136,8 @@ def test_oversubscribed_last_resort() -> None:
     operator: over the budget in the planner's model whatever is recomputed; swapping what is
     resident there lets the runtime evict it between its backward readers."""
     inst = load("vgg16")
-    plain = run("slackswap", inst, 0.63, options={"oversubscribe": False}, find_min_budget=False)
-    rescued = run("slackswap", inst, 0.63, find_min_budget=False)
+    plain = run(inst, 0.63, "slackswap", options={"oversubscribe": False}, find_min_budget=False)
+    rescued = run(inst, 0.63, "slackswap", find_min_budget=False)
     assert plain.status is Status.INFEASIBLE
     assert rescued.status is Status.FEASIBLE and rescued.plan is not None
     assert rescued.throughput is not None and 0 < rescued.throughput < 0.9

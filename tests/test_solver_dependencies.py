@@ -61,9 +61,9 @@ def test_default_seed_solvers_are_the_builtin_static_planners() -> None:
 
 
 def test_registering_a_static_solver_leaves_ga_unchanged(small) -> None:  # type: ignore[no-untyped-def]
-    before = run("ga", small, 0.5, seed=0, options=GA_OPTS)
+    before = run(small, 0.5, "ga", seed=0, options=GA_OPTS)
     with extra_solver() as name:
-        during = run("ga", small, 0.5, seed=0, options=GA_OPTS)
+        during = run(small, 0.5, "ga", seed=0, options=GA_OPTS)
         assert _SwapHalf.calls == []  # never run as a seed unless named
     assert before.plan is not None and during.plan is not None
     assert np.array_equal(before.plan.actions, during.plan.actions)
@@ -112,11 +112,11 @@ def test_no_hint_and_no_seeds_are_allowed() -> None:
 def test_chosen_hint_solver_is_run(small) -> None:  # type: ignore[no-untyped-def]
     with extra_solver() as name:
         rec = run(
-            "milp", small, 0.5, time_limit=20.0, options={"hint": name, "max_evaluations": 50}
+            small, 0.5, "milp", time_limit=20.0, options={"hint": name, "max_evaluations": 50}
         )
         assert _SwapHalf.calls == [small.name]
         _SwapHalf.calls.clear()
-        run("milp", small, 0.5, time_limit=20.0, options={"max_evaluations": 50})
+        run(small, 0.5, "milp", time_limit=20.0, options={"max_evaluations": 50})
         assert _SwapHalf.calls == []  # the default hint is slackswap, whatever is registered
     assert rec.status.value in ("feasible", "optimal", "timeout")
 

@@ -14,7 +14,7 @@ from slackswap.solvers import run
 
 def test_vdnn_llama_backward_stall_is_copy_minus_backward_per_block() -> None:
     inst = slackswap.load("llama-7b")
-    rec = run("vdnn", inst, BUDGET, find_min_budget=False)
+    rec = run(inst, BUDGET, "vdnn", find_min_budget=False)
     assert rec.plan is not None and rec.d2h_bytes == inst.saved_bytes  # vDNN-all
     sim = simulate(inst, rec.plan, BUDGET, timeline=True)
     tl = sim.timeline

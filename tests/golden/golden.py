@@ -74,9 +74,9 @@ def run_case(solver: str, case: dict[str, Any]) -> dict[str, Any]:
     from slackswap.solvers import run
 
     rec = run(
-        solver,
         instance(case["instance"]),
         case["budget"],
+        solver,
         time_limit=case.get("time_limit"),
         seed=case.get("seed", 0),
         options=case.get("options") or {},
