@@ -90,12 +90,15 @@ def guided_search(
     ``acts`` / ``step`` are the incumbent (None / inf: none yet). Returns the best plan, its
     simulated step (seconds), how many roundings were searched and, when one beat the
     incumbent, where it came from (`ORIGIN`, ``+repair`` / ``+local-search`` when those changed
-    it; "" otherwise). Stops at ``deadline`` or when the scorer's work budget is spent; seeded,
-    so reproducible under a work budget.
+    it; "" otherwise). Stops at ``deadline`` (a rounding is not begun when the last one took
+    longer than the time left) or when the scorer's work budget is spent; seeded, so
+    reproducible under a work budget.
     """
     best_a, best, origin = acts, step, ""
     tries = 0
-    while points and time.perf_counter() < deadline and not scorer.exhausted:
+    last_s = 0.0  # seconds the last rounding took: one that cannot finish is not begun
+    while points and time.perf_counter() + last_s < deadline and not scorer.exhausted:
+        began = time.perf_counter()
         s, r = points[tries % len(points)]
         tries += 1
         rounded = random_rounding(scorer.instance, s, r, rng=np.random.default_rng([seed, tries]))
@@ -104,6 +107,7 @@ def guided_search(
             continue
         first = float(scorer.many(fixed[None, :])[0])
         trial, st, _ = local_search(scorer, fixed, first, deadline)
+        last_s = time.perf_counter() - began
         if st < best * (1 - 1e-12):
             best_a, best = trial, st
             origin = ORIGIN + ("+repair" if not np.array_equal(rounded, fixed) else "")
