@@ -21,8 +21,8 @@ says where the plan came from: ``lp-rounding``, ``milp-rounding``, ``keep-all``,
 changed it.
 
 Status: ``timeout`` when the clock stopped the row generation or the local search before it
-converged (a spent work budget, ``max_evaluations``, is not a timeout); the binary version is
-opportunistic ("when time allows") and never makes a timeout. ``optimal`` when the plan's
+converged (a spent work budget, ``max_evaluations``, is not a timeout); the random roundings
+and the binary version are opportunistic ("when time allows") and never make a timeout. ``optimal`` when the plan's
 simulated step equals the bound (within 1e-9, relative).
 """
 
