@@ -6,8 +6,9 @@ constraint and for the relaxations that keep the bound valid for the simulator's
 checked at a few hundred operators (``info["lp_engine"]``: ``full`` or ``coarse``). Plans
 come from rounding the relaxation's solution (and SlackSwap's plan as a hint), repairing each in
 the simulator (recompute the cheapest idle tensor at the failing operator until it fits) and a
-local search in the simulator; the binary version (HiGHS branch and bound) runs on what time is
-left, and its solution is one more start.
+local search in the simulator; then from many random roundings of the relaxation's optima
+(`slackswap.solvers._exact_guided`, until three quarters of the time limit); the binary version
+(HiGHS branch and bound) runs on what time is left, and its solution is one more start.
 
 The `Solution` carries ``lower_bound_s`` (always set when the relaxation ran: the ideal step at
 worst, ``inf`` for a budget the relaxation proves infeasible) and ``claimed_step_s``, the
@@ -17,12 +18,13 @@ simulator (it may never exceed the simulated step).
 The bound is the engine's, as proved (the relaxation's, or the binary version's dual bound when
 higher): never capped by the plan, so a bound above the plan's simulated step shows as the
 defect it is (`slackswap.solvers.base.run` makes that record an ``error``). ``info["found_by"]``
-says where the plan came from: ``lp-rounding``, ``milp-rounding``, ``keep-all`` or
-``hint:SOLVER``, with ``+repair`` and ``+local-search`` when those changed it.
+says where the plan came from: ``lp-rounding``, ``milp-rounding``, ``keep-all``,
+``hint:SOLVER`` or ``lp-guided-rounding``, with ``+repair`` and ``+local-search`` when those
+changed it.
 
 Status: ``timeout`` when the clock stopped the row generation or the local search before it
-converged (a spent work budget, ``max_evaluations``, is not a timeout); the binary version is
-opportunistic ("when time allows") and never makes a timeout. ``optimal`` when the plan's
+converged (a spent work budget, ``max_evaluations``, is not a timeout); the random roundings
+and the binary version are opportunistic ("when time allows") and never make a timeout. ``optimal`` when the plan's
 simulated step equals the bound (within 1e-9, relative).
 """
 
@@ -36,6 +38,7 @@ import numpy as np
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
 from slackswap.solvers._exact_coarse import FULL_LP_MAX_OPS, coarse_bound
+from slackswap.solvers._exact_guided import search_from_relaxation
 from slackswap.solvers._exact_lp import BoundProgram
 from slackswap.solvers._exact_plans import (
     Scorer,
@@ -123,6 +126,15 @@ class Milp(Solver):
             scorer, starts, search_stop, self.search, repair_deadline=stop
         )
         timed_out = timed_out or not (converged or scorer.exhausted)
+        if self.search:
+            # many random roundings of the relaxation's optima, each repaired and searched
+            # (`_exact_guided`); opportunistic like the binary version: never a timeout
+            guided, g_step, g_info = search_from_relaxation(
+                model, lp, scorer, acts, step, search_stop, seed
+            )
+            info.update(g_info)
+            if g_info["guided_found_by"]:
+                acts, step, found_by = guided, g_step, str(g_info["guided_found_by"])
         claim, claimed_for = None, None
         if acts is not None and stop - time.perf_counter() > 0.02 * limit:
             claim, claimed_for = model.plan_value(acts, time_limit=stop - time.perf_counter()), acts
