@@ -133,6 +133,26 @@ def test_milp_bounds_with_the_coarse_lp_past_its_threshold(monkeypatch: pytest.M
     assert rec.step_s is not None and rec.lower_bound_s <= rec.step_s * (1 + 1e-9)
 
 
+def test_cpsat_bounds_with_the_coarse_lp_past_its_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cpsat switches to the coarse LP at the same threshold (before: the full LP, which at 768
+    layers ran out of time and left the ideal step as the bound)."""
+    import slackswap.solvers.cpsat as cpsat_mod
+
+    inst = build_model("gpt2-xl", layers=4, seq=256, batch=2)
+    budget = Budget.fraction(0.5)
+    model = BoundProgram(inst, budget.bytes_for(inst))
+    expect = CoarseBound(model, select_ops(model, 100)).solve(30).bound_s
+    monkeypatch.setattr(cpsat_mod, "FULL_LP_MAX_OPS", inst.n_ops - 1)
+    rec = run(inst, budget, "cpsat", time_limit=6.0, find_min_budget=False)
+    assert rec.status is not Status.ERROR, rec.error
+    assert rec.info["lp_engine"] == "coarse"
+    assert expect is not None and rec.lower_bound_s is not None
+    assert rec.lower_bound_s >= expect * (1 - 1e-9)  # the coarse LP's, or tighter by CP-SAT
+    assert rec.step_s is not None and rec.lower_bound_s <= rec.step_s * (1 + 1e-9)
+
+
 def test_runs_embed_where_a_tensor_skips_a_backward_operator() -> None:
     """A swapped tensor may be away between two of its backward reads (no catalog model has
     one): every plan of a graph that has one embeds, at every budget it fits."""

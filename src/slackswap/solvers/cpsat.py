@@ -43,6 +43,7 @@ import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
+from slackswap.solvers._exact_coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers._exact_cp import CpPlanProgram
 from slackswap.solvers._exact_lp import BoundProgram
 from slackswap.solvers._exact_plans import (
@@ -108,7 +109,11 @@ class CpSat(Solver):
         scorer = Scorer(instance, M, self.max_evaluations)
         # the relaxation: a bound, an infeasibility proof, and rounded plans to start from
         lp_model = BoundProgram(instance, M)
-        lp = lp_model.solve(time_limit=max(0.05, 0.25 * limit))
+        # past a few thousand operators the full LP does not finish in time: the coarse one (as
+        # in milp), whose optimum is a valid bound too
+        coarse = instance.n_ops > FULL_LP_MAX_OPS
+        lp_limit = max(0.05, 0.25 * limit)
+        lp = coarse_bound(lp_model, lp_limit) if coarse else lp_model.solve(time_limit=lp_limit)
         if lp.status == "infeasible":
             reason = "the relaxation proves no plan fits: " + str(lp.info.get("reason"))
             return Solution(
@@ -140,10 +145,13 @@ class CpSat(Solver):
             scorer, starts, t0 + share * limit, repair_deadline=stop
         )
         if instance.n_tensors <= self.exact_tensors:
-            return self._exact(
+            sol = self._exact(
                 instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit
             )
-        return self._lns(instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit)
+        else:
+            sol = self._lns(instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit)
+        sol.info["lp_engine"] = "coarse" if coarse else "full"
+        return sol
 
     # ----- small instances: the no-good loop --------------------------------------------------
     def _exact(
