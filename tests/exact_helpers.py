@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from slackswap.instances.catalog import build_model
 from slackswap.models.graph import GraphBuilder
 from slackswap.plan import Budget
 from slackswap.problem import Hardware, Instance
@@ -88,3 +89,12 @@ def brute_force(inst: Instance, budget_bytes: int) -> tuple[float, np.ndarray | 
     if not math.isfinite(step[k]):
         return math.inf, None
     return float(step[k]), plans[k]
+
+
+def small_catalog_instances() -> list[Instance]:
+    """One small instance of each architecture the catalog models (GeLU / SwiGLU / BERT)."""
+    return [
+        build_model("gpt2-xl", layers=2, seq=256, batch=2),
+        build_model("llama-7b", layers=2, seq=512, batch=1),
+        build_model("bert-large", layers=1, seq=128, batch=2),
+    ]

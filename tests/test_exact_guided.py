@@ -76,9 +76,11 @@ def test_random_rounding_follows_the_shares() -> None:
 
 @pytest.mark.parametrize("frac", [0.4, 0.5])
 def test_milp_plan_within_1_2_percent_of_its_bound(frac: float) -> None:
-    # before the guided roundings: 2.58% (40%) and 1.85% (50%) with the same work budget;
-    # with them 0.79% and 0.82%
-    opts = {"hint": "none", "max_evaluations": 5000}
+    # before the guided roundings: 2.58% (40%) and 1.85% (50%) with the same work budget (the
+    # search ended before it was spent); with them 0.63% and 0.66% (scipy 1.17), 0.77% and 0.66%
+    # (scipy 1.11, whose HiGHS returns another vertex of the relaxation's optimum: with 5,000
+    # plans, one rounding, 2.2% and 1.9% there)
+    opts = {"hint": "none", "max_evaluations": 15000}
     rec = run(bert_4(), frac, "milp", time_limit=30.0, seed=0, options=opts)
     assert rec.status is Status.FEASIBLE, rec.error
     assert rec.gap is not None and 0 <= rec.gap < 0.012

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from exact_helpers import small_catalog_instances
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import small_instances
@@ -57,15 +58,7 @@ def test_random_runs_embed_in_both_models(inst: Instance, seed: int) -> None:
         check_run(inst, acts, tight_budget(inst, acts, rng))
 
 
-@pytest.mark.parametrize(
-    "inst",
-    [
-        build_model("gpt2-xl", layers=2, seq=256, batch=2),
-        build_model("llama-7b", layers=2, seq=512, batch=1),
-        build_model("bert-large", layers=1, seq=128, batch=2),
-    ],
-    ids=lambda i: i.name,
-)
+@pytest.mark.parametrize("inst", small_catalog_instances(), ids=lambda i: i.name)
 def test_catalog_runs_embed(inst: Instance) -> None:
     rng = np.random.default_rng(7)
     feasible = evicted = 0
