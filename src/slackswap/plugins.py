@@ -45,20 +45,25 @@ _owner: dict[tuple[str, str], str] = {}
 #: (group, entry name, distribution) of the entries loaded so far.
 _entries: set[tuple[str, str, str]] = set()
 _done: set[str] = set()
+#: Packages whose modules `import_modules` has imported.
+_scanned: set[str] = set()
 _loading: set[str] = set()
 _KIND = {SOLVERS: "solver", RUNTIMES: "runtime", MODELS: "workload model"}
 
 
 def import_modules(package: str, *, prefix: str = "", skip: Collection[str] = ()) -> None:
     """Import every public module of ``package`` whose name starts with ``prefix`` (except
-    ``skip``), in name order, so that a module added there registers what it defines; an import
-    error propagates."""
+    ``skip``), in name order, so that a module added there registers what it defines; once per
+    process and package. An import error propagates, and the next call tries again."""
+    if package in _scanned:
+        return
     pkg = importlib.import_module(package)
     names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__))
     for name in names:
         if name.startswith("_") or not name.startswith(prefix) or name in skip:
             continue
         importlib.import_module(f"{package}.{name}")
+    _scanned.add(package)
 
 
 def describe(ep: EntryPoint) -> str:

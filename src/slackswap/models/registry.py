@@ -43,7 +43,6 @@ class WorkloadModel:
 
 
 _MODELS: dict[str, WorkloadModel] = {}
-_builtins_loaded = False
 
 
 def register_model(name: str, build: ModelBuilder, description: str = "") -> WorkloadModel:
@@ -60,9 +59,6 @@ def register_model(name: str, build: ModelBuilder, description: str = "") -> Wor
 
 def workload_models() -> dict[str, WorkloadModel]:
     """Every registered workload model by name: this package's, then the plug-ins'."""
-    global _builtins_loaded
-    if not _builtins_loaded:
-        plugins.import_modules(__package__ or "slackswap.models", skip={"registry"})
-        _builtins_loaded = True
+    plugins.import_modules(__package__ or "slackswap.models", skip={"registry"})
     plugins.load_group(plugins.MODELS, _MODELS.keys)  # once per process; raises on a bad one
     return _MODELS

@@ -40,18 +40,14 @@ __all__ = [
 R = TypeVar("R", bound=Runtime)
 
 _REGISTRY: dict[str, Runtime] = {}
-_builtins_loaded = False
 
 
 def _registered() -> dict[str, Runtime]:
     """The registry as every lookup below reads it (the one place plug-in discovery hooks in)."""
-    global _builtins_loaded
-    if not _builtins_loaded:
-        # The Python event-loop runtimes of this package (``runtime_*.py``) register themselves
-        # when imported; a new one is one new module there.
-        plugins.import_modules(__package__ or "slackswap.simulator", prefix="runtime_",
-                               skip={"runtime_base"})  # fmt: skip
-        _builtins_loaded = True
+    # The Python event-loop runtimes of this package (``runtime_*.py``) register themselves
+    # when imported; a new one is one new module there.
+    plugins.import_modules(__package__ or "slackswap.simulator", prefix="runtime_",
+                           skip={"runtime_base"})  # fmt: skip
     plugins.load_group(plugins.RUNTIMES, _REGISTRY.keys)  # once per process; raises on a bad one
     return _REGISTRY
 
