@@ -276,3 +276,73 @@ def test_a_rebuild_holds_its_workspace_while_it_runs(runtime: str) -> None:
     plain = _rebuild_workspace_case(0)
     r0 = simulate(plain, Plan(plain, [KEEP, RECOMP], runtime=runtime), "1.5e6B")
     assert r0.feasible and r0.peak_bytes == 1_500_000
+
+
+def _admission_case() -> Instance:
+    """a (1 MB, swapped) is read only by the last backward operator b4; the backward
+    operators' transient bytes decide when its prefetch is admitted under a 3 MB budget."""
+    g = GraphBuilder("admission", HW)
+    g.op("f0", block=0, kind="memory", duration_s=1 * MS)
+    g.saved("a", nbytes=1e6, producer="f0", category="block_input", block=0)
+    g.op("f1", block=1, kind="memory", duration_s=2 * MS, reads=["a"])
+    transient_mb = {"b0": 1.2, "b1": 0.7, "b2": 0.5, "b3": 0.4, "b4": 0.5}
+    duration_ms = {"b0": 1.0, "b1": 1.0, "b2": 0.2, "b3": 0.2, "b4": 1.0}
+    for name, mb in transient_mb.items():
+        g.op(name, backward=True, block=1, kind="memory", duration_s=duration_ms[name] * MS,
+             transient_bytes=mb * 1e6, reads=["a"] if name == "b4" else [])  # fmt: skip
+    return g.build()
+
+
+def test_look_ahead_at_an_operator_boundary_counts_the_operator_about_to_start() -> None:
+    """The admission instant, worked by hand: at the end of an operator (after its frees) the
+    next three operators are the one about to start and the two after it."""
+    inst = _admission_case()
+    r = simulate(inst, Plan(inst, [SWAP]), 3e6 / inst.peak_bytes, timeline=True)
+    assert r.budget_bytes == 3_000_000
+    # Forward: a's D2H 1.00 -> 2.01 ms; f1 (its last forward reader) ends at 3 ms and frees it.
+    # Backward start, 3 ms, before b0 allocates: 0 + 1 + (b0 1.2 + b1 0.7 + b2 0.5) = 3.4 MB
+    # > 3: refused. No copy ends during b0. b0 ends at 4 ms and frees its 1.2 MB; b1 has not
+    # started: 0 + 1 + (b1 0.7 + b2 0.5 + b3 0.4) = 2.6 MB <= 3: admitted at 4 ms, lands at
+    # 4.01 + 1 = 5.01 ms, before b4 (5.4 ms): no stall, the ideal step.
+    # The other readings fail here: counting b1 as started at 4 ms (it starts at that instant)
+    # gives 0.7 + 1 + (0.5 + 0.4 + 0.5) = 3.1 MB > 3, and so does a four-operator look-ahead
+    # (0 + 1 + 0.7 + 0.5 + 0.4 + 0.5); either admits at b1's end, 5 ms (0.5 + 1 + 0.4 + 0.5 =
+    # 2.4 MB), lands at 6.01 ms and stalls b4 0.61 ms. A two-operator one admits at 3 ms
+    # (1 + 1.2 + 0.7 = 2.9 MB).
+    tl = r.timeline
+    assert tl is not None
+    h2d = tl.copy_engine == 1
+    assert tl.copy_start_s[h2d].tolist() == [approx(4 * MS)]
+    assert tl.copy_end_s[h2d].tolist() == [approx(5.01 * MS)]
+    at3 = np.isclose(tl.mem_time_s, 3 * MS, rtol=1e-12, atol=0)
+    assert tl.mem_bytes[at3].tolist() == [0, 1_200_000]  # a freed, b0 allocated, no admission
+    at4 = np.isclose(tl.mem_time_s, 4 * MS, rtol=1e-12, atol=0)
+    assert tl.mem_bytes[at4].tolist() == [0, 1_000_000, 1_700_000]  # b0 freed, a, b1
+    assert r.feasible and r.bwd_stall_s == 0
+    assert r.step_s == r.ideal_s == approx(6.4 * MS)
+
+
+def test_llama_two_layer_prefetch_admitted_when_an_operator_ends() -> None:
+    """A SlackSwap plan for ``llama-7b`` with two layers at 50% of P (no eviction): the prefetch
+    of L0.gate.out is admitted when L1.gate.bwd ends, its look-ahead L1.norm2.bwd, L1.proj.bwd
+    and L1.attn.bwd."""
+    from slackswap.instances.catalog import build_model
+
+    inst = build_model("llama-7b", layers=2)
+    acts = [1, 1, 1, 1, 1, 2, 1, 0, 2, 1, 2, 1, 1, 2, 2, 0, 0, 2, 0, 2, 0]
+    r = simulate(inst, acts, 0.5, timeline=True)
+    tl = r.timeline
+    assert tl is not None and r.feasible and r.evictions == 0
+    gate, op_end = inst.tensor_name.index("L0.gate.out"), inst.op_name.index("L1.gate.bwd")
+    t = tl.copy_start_s[(tl.copy_engine == 1) & (tl.copy_tensor == gate)][0]
+    assert t == tl.compute_end_s[(tl.compute_kind == 0) & (tl.compute_op == op_end)][0]
+    # By hand (bytes), at 88.608 ms: after L1.gate.bwd's frees 584,056,832 in use; + 180,355,072
+    # (L0.gate.out) + 738,197,504 (transients of the next three) = 1,502,609,408 <= M =
+    # 1,670,381,568. Counting L1.norm2.bwd as started: 785,383,424 + 180,355,072 +
+    # 1,006,632,960 > M, and the copy would wait for L1.rope.bwd's end, 95.004 ms.
+    at = np.isclose(tl.mem_time_s, t, rtol=1e-12, atol=0)
+    used = tl.mem_bytes[at].tolist()
+    assert used[1:3] == [584_056_832, 584_056_832 + int(inst.tensor_bytes[gate])]
+    look = int(inst.op_transient_bytes[op_end + 1 : op_end + 4].sum())
+    assert used[1] + int(inst.tensor_bytes[gate]) + look <= r.budget_bytes
+    assert abs(t - 88.608 * MS) < 0.5e-6

@@ -27,10 +27,27 @@ each starting no earlier than the end of its producer; the device buffer is free
 copy and the last forward reader are done. A swapped tensor whose copy is not finished when the
 backward pass starts (when its first operator starts, e.g. the loss's backward) stays on the
 device (no H2D) and keeps its buffer when the copy ends; it becomes evictable once its host copy
-exists. H2D: from the start of backward, in deadline order; the head copy is admitted when used
-memory + its bytes + the transient bytes of the next three operators not yet started fit in M
-(rebuilt tensors are not part of the look-ahead); its bytes are allocated on admission. Compute
-waits only for the swapped tensors the next operator or rebuild reads (stall: copy).
+exists. H2D: from the start of backward, in deadline order, one copy at a time; its bytes are
+allocated on admission. The look-ahead test admits the head copy when used memory + its bytes +
+the ``op_transient_bytes`` of the next three operators not yet started (fewer near the end)
+fit in M. Used memory is everything allocated at that instant (saved and rebuilt tensors,
+admitted prefetches, a running operator's transient bytes, a running rebuild's tensor and
+workspace); the three are operators in execution order: a rebuild step is not one of them and
+its bytes are not counted ahead. The test is made only in the backward pass, while the H2D
+engine is idle and compute does not wait for memory, at these instants: when the backward pass
+starts, before its first rebuild or operator allocates; when a copy ends on either engine,
+after what its end frees; and when an operator ends, after its transient bytes and the tensors
+it reads last are freed and before the next rebuild or operator allocates. At that last instant
+the operator about to start has not started, so it is the first of the three: an admission
+there leaves room for it and the two after it, which is what the paper's "the allocations of
+the next three operators" asks of a runtime deciding between two operators, and what the live
+PyTorch runtime does before each operator (`slackswap.runtime.copies`). (Counting the operator
+that starts at that same instant as started would make the test at an operator boundary ask
+room for four operators: on ``llama-7b`` at 70% of P one prefetch then starts 23.7 ms later and
+the step is 9.9 ms longer; ``tests/test_simulator_scenarios.py`` works a case by hand.) The end
+of a rebuild and the end of a memory wait are not test instants: the next copy end or operator
+end tests again. Compute waits only for the swapped tensors the next operator or rebuild reads
+(stall: copy).
 Deadlock rule: when compute waits for a tensor still queued and the H2D engine is idle (the
 look-ahead refused the head), the head is admitted without the look-ahead, evicting if needed.
 When compute lacks memory (stall: memory) no H2D copy is admitted. If the D2H copy in flight
@@ -68,7 +85,8 @@ backward layer segment the prefetches of the closest later segment that still ha
 are released (vDNN prefetches the closest preceding offloaded layer, skipping layers with nothing
 to fetch) and compute waits until every swapped tensor needed in the current segment is on the
 device), ``layer-prefetch`` (at each segment start the next segment's prefetches are released,
-offloaded or not; no wait), ``sync`` (every operator waits for every earlier offload; a swapped
+offloaded or not; no wait; in both, released copies pass the same look-ahead test, made also at
+each segment start after the release), ``sync`` (every operator waits for every earlier offload; a swapped
 tensor's H2D starts only when compute needs it; no look-ahead). Layers are maximal runs of equal
 ``op_layer`` in execution order.
 

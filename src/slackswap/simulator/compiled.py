@@ -126,8 +126,10 @@ class RuntimeSpec(Runtime):
     semantics). Registered with `slackswap.simulator.runtimes.register_runtime` like any runtime.
 
     ``lookahead_ops``: an H2D copy is admitted when used memory + its bytes + the transient
-    allocations of the next ``lookahead_ops`` operators fit in the budget. ``execution``: how
-    the real PyTorch runtime runs it (`Runtime`), None when it cannot.
+    bytes of the next ``lookahead_ops`` operators not yet started fit in the budget, tested at
+    the instants `slackswap.simulator` lists (at the end of an operator, the one about to start
+    is the first of them). ``execution``: how the real PyTorch runtime runs it (`Runtime`),
+    None when it cannot.
     """
 
     name: str

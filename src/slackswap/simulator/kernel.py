@@ -308,7 +308,9 @@ def _start_h2d(fs, ns, fl, st, hw, rec, u):
 
 @_inline
 def _try_h2d(fs, ns, wt, fl, wo, st, so, hw, rec):
-    """Admit the head of the H2D queue if used + its bytes + the look-ahead fit."""
+    """Admit the head of the H2D queue if used + its bytes + the look-ahead fit: the transient
+    bytes of operators I_NXT .. I_NXT + I_LA - 1, the first operators not yet started (at an
+    operator's end, after its frees, the next one is I_NXT)."""
     if ns[I_ENG + 1] >= 0 or ns[I_NPEND] == 0 or ns[I_BW] == 0 or ns[I_MEMBLK] != 0:
         return
     n = so.shape[1] - 1
