@@ -43,10 +43,10 @@ there leaves room for it and the two after it, which is what the paper's "the al
 the next three operators" asks of a runtime deciding between two operators, and what the live
 PyTorch runtime does before each operator (`slackswap.runtime.copies`). (Counting the operator
 that starts at that same instant as started would make the test at an operator boundary ask
-room for four operators: on ``llama-7b`` at 70% of P one prefetch then starts 23.7 ms later and
-the step is 9.9 ms longer; ``tests/test_simulator_scenarios.py`` works a case by hand.) The end
-of a rebuild and the end of a memory wait are not test instants: the next copy end or operator
-end tests again. Compute waits only for the swapped tensors the next operator or rebuild reads
+room for four operators; ``tests/test_simulator_scenarios.py`` works a case by hand, and
+`benchmarks/README.md`, "The judge's look-ahead instant", measures what that reading changes.)
+The end of a rebuild and the end of a memory wait are not test instants: the next copy end or
+operator end tests again. Compute waits only for the swapped tensors the next operator or rebuild reads
 (stall: copy).
 Deadlock rule: when compute waits for a tensor still queued and the H2D engine is idle (the
 look-ahead refused the head), the head is admitted without the look-ahead, evicting if needed.
