@@ -126,13 +126,24 @@ def featured_first(labels: list[str]) -> list[str]:
     return [labels[i] for _, i in ranked] + [n for n in labels if featured(n) is None]
 
 
+def _stored_budget(key: str) -> Budget:
+    """A results row's budget key: as ``--budget`` reads it, except that a bare number is a
+    fraction of P even above 1 (files written before such keys became percentages)."""
+    try:
+        return Budget.fraction(float(key))
+    except ValueError:
+        return Budget.parse(key)
+
+
 def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:
     """Rerun one results row: (instance, RunRecord, SimResult with a timeline if asked)."""
 
     inst = resolve_spec(json.loads(str(row["instance_spec"])))
-    budget = Budget.parse(str(row["budget"])) if pd.notna(row["budget"]) else float(
-        row["budget_fraction"]
-    )  # fmt: skip
+    budget = (
+        _stored_budget(str(row["budget"]))
+        if pd.notna(row["budget"])
+        else Budget.fraction(float(row["budget_fraction"]))
+    )
     opts = json.loads(str(row["solver_options"])) if pd.notna(row["solver_options"]) else {}
     tl = row["time_limit_s"]
     rec = run(

@@ -20,6 +20,7 @@ import pandas as pd
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.console import add_execution_arguments, add_hidden_alias
+from slackswap.plan import Budget
 
 WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
@@ -56,7 +57,7 @@ TITANX_PAPER = {"conv": 0.034, "all": 0.22}
 TITANX_TOL = 0.02
 # Both policies are forced (the dynamic policy would offload nothing where everything fits) at a
 # budget where both fit with their prefetch buffers: the check is about time, not memory.
-TITANX_BUDGET = 1.29
+TITANX_BUDGET = Budget.fraction(1.29)
 
 
 def titanx_fact() -> Fact:

@@ -145,18 +145,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from slackswap.plan import Budget, PlanError
     from slackswap.problem import UserError
     from slackswap.solvers import REGISTRY
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
-    try:
-        budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
-    except ValueError:
-        raise UserError(f"--budgets {args.budgets!r}: expected fractions such as 0.5,0.2") from None
-    bad = [b for b in budgets if not 0 < b <= 1.5]
-    if bad:
-        raise UserError(f"--budgets: {bad[0]} is not a fraction of the peak in (0, 1.5]")
+    budgets = []
+    for spec in (b.strip() for b in args.budgets.split(",") if b.strip()):
+        try:
+            budget = Budget.parse(spec)  # read as every other command reads a budget
+        except PlanError as exc:
+            raise UserError(f"--budgets: {exc}") from None
+        if budget.kind != "fraction" or budget.value > 1.5:
+            raise UserError(f"--budgets: {spec} is not a fraction of the peak in (0, 1.5]")
+        budgets.append(budget.value)
     for s in solvers:
         REGISTRY[s]  # a UserError naming the registered solvers
     if args.time_limit is not None and args.time_limit <= 0:
