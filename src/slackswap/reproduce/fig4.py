@@ -19,6 +19,7 @@ import pandas as pd
 
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
+from slackswap.analysis.progress import failed as job_failed
 from slackswap.console import add_execution_arguments, add_hidden_alias
 from slackswap.plan import Budget
 
@@ -159,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps([f.as_dict() for f in facts], indent=1))
     else:
         print(render(facts, "Fig. 4 (A100, PCIe 4.0): the paper's facts and the toolkit's"))
-    failed = int(df["status"].isin(["error", "timeout"]).sum())
+    failed = sum(1 for row in df.to_dict("records") if job_failed(row))
     print(
         f"sweep: {len(df)} jobs ({failed} failed) in {wall:.1f} s with --jobs {args.jobs}; "
         f"results {out / 'fig4.csv'}; figure {', '.join(str(f) for f in files)}",
