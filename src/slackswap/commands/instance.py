@@ -12,6 +12,7 @@ from slackswap.commands.common import (
     positive_int,
     print_json,
 )
+from slackswap.console import format_bytes
 from slackswap.problem import UserError
 
 GB = 1e9
@@ -113,21 +114,21 @@ def info_rows(s: dict) -> list[tuple[str, str]]:
     rows = [
         ("instance", s["name"]),
         ("hardware", f"{s['gpu']} / {s['link']}"),
-        ("saved activations A", f"{s['saved_bytes'] / GB:.2f} GB"),
+        ("saved activations A", format_bytes(s["saved_bytes"])),
         ("forward T_F", f"{s['forward_s'] * 1e3:.1f} ms"),
         ("ideal step", f"{s['ideal_step_s'] * 1e3:.1f} ms"),
         ("forward FLOPs F", f"{s['forward_flops'] / 1e12:.2f} TFLOP"),
         ("intensity I = F/A", f"{s['intensity']:,.0f} FLOP/B"),
         ("beta", f"{s['beta']:,.0f} FLOP/B"),
         ("hideable fraction f", f"{s['hideable_fraction'] * 100:.1f}%"),
-        ("no-swap peak P", f"{s['peak_bytes'] / GB:.2f} GB"),
-        ("link budget (1-g) W T_F", f"{s['link_budget_bytes'] / GB:.2f} GB"),
+        ("no-swap peak P", format_bytes(s["peak_bytes"])),
+        ("link budget (1-g) W T_F", format_bytes(s["link_budget_bytes"])),
         ("operators", str(s["n_ops"])),
         ("saved tensors", str(s["n_tensors"])),
     ]
     workspace = s.get("max_rebuild_workspace_bytes", 0)
     if workspace:  # only profiled instances have multi-operator rebuilds
-        rows.append(("largest rebuild workspace", f"{workspace / GB:.4g} GB"))
+        rows.append(("largest rebuild workspace", format_bytes(workspace)))
     return rows
 
 

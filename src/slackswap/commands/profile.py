@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from slackswap.commands.common import positive_float, print_json
+from slackswap.console import format_bytes
 
 if TYPE_CHECKING:
     from slackswap.problem import Instance
@@ -102,8 +103,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     else:
         print(
             f"wrote {args.output}: {inst.name}, {inst.n_ops} ops, {inst.n_tensors} saved tensors, "
-            f"{inst.meta['n_blocks']} blocks, A = {inst.saved_bytes / GB:.4g} GB, "
-            f"P = {inst.peak_bytes / GB:.4g} GB, T_F = {inst.forward_s * MS:.4g} ms "
+            f"{inst.meta['n_blocks']} blocks, A = {format_bytes(inst.saved_bytes)}, "
+            f"P = {format_bytes(inst.peak_bytes)}, T_F = {inst.forward_s * MS:.4g} ms "
             f"({args.timing})"
         )
     return 0

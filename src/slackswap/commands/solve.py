@@ -12,9 +12,8 @@ from typing import Any, NoReturn
 
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import load_instance_arg, print_json
+from slackswap.console import format_bytes, format_percent
 from slackswap.problem import UserError
-
-GB = 1e9
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -265,8 +264,8 @@ def history_rows(history: Any) -> list[list[Any]]:
 def summary(rec: Any) -> str:
     """A few lines for people: status, step, throughput, what moved, planning time."""
     lines = [
-        f"{rec.instance}  budget {rec.budget_bytes / GB:.2f} GB "
-        f"({rec.budget_fraction * 100:.1f}% of P)  solver {rec.solver}  seed {rec.seed}",
+        f"{rec.instance}  budget {format_bytes(rec.budget_bytes)} "
+        f"({format_percent(rec.budget_fraction)} of P)  solver {rec.solver}  seed {rec.seed}",
         f"status      {rec.status.value}",
     ]
     if rec.step_s is not None:
@@ -278,8 +277,8 @@ def summary(rec: Any) -> str:
         ]
     if rec.swap_bytes is not None:
         lines.append(
-            f"plan        swap {rec.swap_bytes / GB:.2f} GB, recompute "
-            f"{rec.recompute_bytes / GB:.2f} GB ({rec.runtime} runtime)"
+            f"plan        swap {format_bytes(rec.swap_bytes)}, recompute "
+            f"{format_bytes(rec.recompute_bytes)} ({rec.runtime} runtime)"
         )
     if rec.lower_bound_s is not None:
         gap = "" if rec.gap is None else f", gap {rec.gap * 100:.2f}%"
@@ -297,8 +296,9 @@ def summary(rec: Any) -> str:
         lines.append(f"reason      {rec.reason}")
     if rec.min_budget_bytes is not None and rec.step_s is None:
         lines.append(
-            f"smallest    {rec.min_budget_bytes / GB:.3f} GB fits this solver "
-            f"({rec.min_budget_bytes / (rec.budget_bytes / rec.budget_fraction) * 100:.1f}% of P)"
+            f"smallest    {format_bytes(rec.min_budget_bytes)} fits this solver "
+            f"({format_percent(rec.min_budget_bytes / (rec.budget_bytes / rec.budget_fraction))}"
+            " of P)"
         )
     if rec.error:
         lines.append(f"error       {rec.error}")
