@@ -75,6 +75,9 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path) -> None:
     _bad(capsys, ["run", GPT, "--budget", "0.5", "--steps", "0"], "--steps")
     # A budget no plan of the solver fits.
     _bad(capsys, ["run", GPT, "--budget", "1%", "--solver", "offload-sync"], "budget")
+    # ... and as `solve` does, the smallest budget that fits it.
+    _bad(capsys, ["run", GPT, "--budget", "1%", "--solver", "checkpoint"],
+         "the smallest budget that fits it: ")  # fmt: skip
     # An instance profiled from another step: refused at the first operator that differs.
     cnn = tmp_path / "cnn.json"
     assert main(["profile", f"{FACTORIES}:tiny_cnn", "-o", str(cnn)]) == 0

@@ -65,16 +65,18 @@ def _note_precision(inst: Instance, gpu: str) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from slackswap.analysis.checks import output_file
+
+    # Before the work, not after, and before torch's import (seconds of it, on a loaded machine).
+    output_file(args.output, "-o", overwrite=args.overwrite)
     from slackswap.profiling import require_torch
 
     torch = require_torch()
-    from slackswap.analysis.checks import output_file
     from slackswap.models.hardware import hardware
     from slackswap.problem import UserError
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
 
-    output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
     try:
         hardware(args.gpu, args.link)  # fail before the factory builds the model
     except KeyError as exc:

@@ -7,6 +7,7 @@ import statistics
 from typing import Any
 
 from slackswap.commands.common import positive_float, print_json
+from slackswap.console import format_bytes, format_percent
 
 MB, MS = 1e6, 1e3
 
@@ -84,12 +85,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
         solver = f"plan:{args.plan}"
     else:
-        rec = run(inst, budget, args.solver, time_limit=args.time_limit, seed=args.seed,
-                  find_min_budget=False)  # fmt: skip
-        if rec.plan is None:
+        # Without a plan, the smallest budget that fits is bisected (as `solve` does).
+        rec = run(inst, budget, args.solver, time_limit=args.time_limit, seed=args.seed)
+        if rec.plan is None or rec.step_s is None:  # no plan, or one that does not fit
+            fits = ""
+            if rec.min_budget_bytes is not None:
+                share = format_percent(rec.min_budget_bytes / inst.peak_bytes)
+                fits = f"; the smallest budget that fits it: {format_bytes(rec.min_budget_bytes)}"
+                fits += f" ({share} of P)"
             raise UserError(
                 f"--solver {args.solver}: no plan at budget {budget} "
-                f"({rec.error or rec.reason or rec.status})"
+                f"({rec.error or rec.reason or rec.status}){fits}"
             )
         plan, solver = rec.plan, args.solver
     runtime = args.runtime or plan.runtime
