@@ -16,6 +16,16 @@ from typing import IO, Any
 from slackswap.console import format_percent
 
 
+def phase(desc: str, what: str, mode: bool | None = None, stream: IO[str] | None = None) -> None:
+    """Say on stderr what a command starts that may take a while (``desc: what ...``), unless
+    ``mode`` is False (``--no-progress``)."""
+    if mode is False:
+        return
+    out = stream if stream is not None else sys.stderr
+    out.write(f"{desc}: {what} ...\n")
+    out.flush()
+
+
 def failed(row: Any) -> bool:
     """Whether a results row (a dict or a pandas row) is a failed job: the solver raised, or
     the job ran out of time without a plan. A search or exact solver that used its whole time

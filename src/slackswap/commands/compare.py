@@ -239,11 +239,12 @@ def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:
 
     from slackswap.plan import Budget
 
+    key = getattr(r, "budget", None)  # the job's budget as given (absent from a bare record)
     if pd.isna(r.budget_fraction):
-        return str(r.budget)
+        return str(key)
     try:
-        given = Budget.parse(str(r.budget))
-    except ValueError:  # a key written before bare numbers above 1 were refused
+        given = Budget.parse(str(key))
+    except ValueError:  # none, or a key written before bare numbers above 1 were refused
         given = Budget.fraction(float(r.budget_fraction))
     if given.kind == "bytes" and not pd.isna(r.budget_bytes):
         return f"{format_bytes(float(r.budget_bytes))} ({format_percent(r.budget_fraction)})"

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.commands.common import positive_float, print_json
 from slackswap.console import format_bytes
 
@@ -46,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="instance name (default MODEL@GPU-LINK)")
     p.add_argument("--seed", type=int, default=0, help="torch seed set before the factory runs")
     p.add_argument("--json", action="store_true", help="print the instance summary as JSON")
+    add_progress_arguments(p)
     p.set_defaults(func=cmd_profile)
 
 
@@ -82,6 +84,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
     torch.manual_seed(args.seed)
+    phase("profile", f"building the model of {args.factory} and profiling its training step",
+          args.progress)  # fmt: skip
     model, inputs, loss_fn = call_factory(args.factory)
     inst = profile_step(
         model,

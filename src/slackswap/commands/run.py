@@ -6,6 +6,7 @@ import argparse
 import statistics
 from typing import Any
 
+from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.commands.common import positive_float, print_json
 from slackswap.console import format_bytes, format_percent
 
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--timing", choices=("roofline", "measured"), default="roofline", help="profile timing"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_progress_arguments(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -74,10 +76,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
     torch.manual_seed(args.seed)
+    phase("run", f"building the model of {args.factory}", args.progress)
     model, inputs, loss_fn = call_factory(args.factory)
     if args.instance:
         inst = load_instance(args.instance)
     else:
+        phase("run", f"profiling its training step ({args.timing} times of {args.gpu})",
+              args.progress)  # fmt: skip
         inst = profile_step(
             model, inputs, loss_fn, gpu=args.gpu, link=args.link, timing=args.timing
         )
@@ -86,6 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         solver = f"plan:{args.plan}"
     else:
         # Without a plan, the smallest budget that fits is bisected (as `solve` does).
+        phase("run", f"planning with {args.solver} at {budget}, up to {args.time_limit:g} s",
+              args.progress)  # fmt: skip
         rec = run(inst, budget, args.solver, time_limit=args.time_limit, seed=args.seed)
         if rec.plan is None or rec.step_s is None:  # no plan, or one that does not fit
             fits = ""
@@ -110,6 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_step(model, inputs, loss_fn, plan if planned else None, budget,
                         seed=args.seed, runtime=runtime)  # fmt: skip
 
+    phase("run", f"running the step without a plan, then {args.steps} under it", args.progress)
     baseline = step(False)
     runs = [step(True) for _ in range(args.steps)]
     stats = runs[0].stats
