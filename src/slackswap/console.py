@@ -125,9 +125,23 @@ def positive_float(text: str) -> float:
     return v
 
 
-def add_execution_arguments(p: argparse.ArgumentParser, *, jobs: int) -> None:
+#: Jobs a sweep runs at once unless ``--jobs`` says otherwise, in every command. One: a search
+#: or exact solver uses every core it is given (the genetic search runs two island workers,
+#: CP-SAT its own threads), so jobs side by side on a small machine would each get less of the
+#: time limit they are judged by, and their planning times would not compare.
+DEFAULT_JOBS = 1
+
+
+def add_execution_arguments(p: argparse.ArgumentParser) -> None:
     """``--jobs``, ``--backend`` and ``--scheduler``: how a sweep's jobs run (compare, reproduce)."""
-    p.add_argument("--jobs", type=int, default=jobs, metavar="N", help="parallel jobs")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help="jobs run at once (default 1 in every command: a search or exact solver uses the "
+        "cores it is given, so parallel jobs would share the time limits they are judged by)",
+    )
     p.add_argument(
         "--backend",
         choices=("joblib", "dask"),

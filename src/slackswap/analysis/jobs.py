@@ -206,7 +206,10 @@ class SolverSpec:
     def of(
         cls, name: str, options: dict[str, Any] | None = None, time_limit: float | None = None
     ) -> SolverSpec:
-        return cls(name, tuple(sorted((options or {}).items())), time_limit)
+        """``name`` as registered (any case), its options and time limit."""
+        from slackswap.solvers import REGISTRY
+
+        return cls(REGISTRY.canonical(name), tuple(sorted((options or {}).items())), time_limit)
 
     @classmethod
     def of_object(cls, solver: Solver, time_limit: float | None = None) -> SolverSpec:

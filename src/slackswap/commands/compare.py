@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="comma-separated seeds (default 0)")
     p.add_argument("--json", action="store_true", help="one JSON object per line and job")
     p.add_argument("-o", "--output", metavar="FILE", help="results file (.csv or .parquet)")
-    add_execution_arguments(p, jobs=1)
+    add_execution_arguments(p)
     p.add_argument("--resume", action="store_true", help="skip jobs already in the results file")
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing results file (else refused)"
@@ -117,6 +117,7 @@ def build_sweep(args: argparse.Namespace) -> Any:
 
 def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
     from slackswap.analysis.jobs import SolverSpec
+    from slackswap.solvers import REGISTRY
 
     extra: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -124,6 +125,7 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
         name, dot, key = target.rpartition(".")
         if not eq or not dot or not name or not key:
             raise UserError(f"--option {item!r}: expected SOLVER.KEY=VALUE")
+        name = REGISTRY.canonical(name)
         try:
             parsed: Any = json.loads(value)
         except json.JSONDecodeError:

@@ -42,11 +42,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.set_defaults(func=cmd_info)
     p.set_defaults(func=lambda a: _usage(p))
 
-    lb = sub.add_parser("linkbudget", help="Eq. 1 across GPU generations and workloads (Fig. 1)")
+    lb = sub.add_parser(
+        "linkbudget",
+        help="Eq. 1 across GPU generations and workloads (Fig. 1)",
+        description=(
+            "For every GPU and its host link and every catalogue workload: the link bandwidth, "
+            "the GEMM intensity beta, the workload's saved activations A and intensity I, and "
+            "the fraction f of A that the link can move while the forward pass runs (Eq. 1 of "
+            "the paper, as Fig. 1 plots it)."
+        ),
+    )
     lb.add_argument("--json", action="store_true", help="rows as one JSON list, SI units")
     lb.set_defaults(func=cmd_linkbudget)
 
-    o = sub.add_parser("offload", help="checkpoint-offload calculator (the companion essay)")
+    o = sub.add_parser(
+        "offload",
+        help="checkpoint-offload calculator (the companion essay)",
+        description=(
+            "For a transformer at a sequence length and batch with gradient checkpointing: "
+            "each layer's checkpoint and their total, the host memory a node needs for them, "
+            "one layer's forward time, one checkpoint's copy over the host link, and the step's "
+            "slowdown when the checkpoints are offloaded synchronously or overlapped with "
+            "compute (the companion essay's first-order arithmetic)."
+        ),
+    )
     o.add_argument("model", help="a transformer model: qwen3-1.7b, qwen3-8b, llama-70b, ...")
     o.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence")
     o.add_argument("--batch", type=positive_int, default=1, help="sequences per GPU")

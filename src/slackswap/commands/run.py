@@ -67,6 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise UserError(f"--steps = {args.steps}: must be at least 1")
     budget = Budget.parse(args.budget)
+    args.solver = REGISTRY.canonical(args.solver)  # any case, as catalogue names
     if args.plan is None and args.solver not in REGISTRY:
         raise UserError(f"--solver {args.solver!r}: unknown (one of {', '.join(REGISTRY.names())})")
     if args.runtime is not None and args.runtime not in RUNTIME_MODES:

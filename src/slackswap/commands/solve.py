@@ -17,7 +17,16 @@ from slackswap.problem import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("solvers", help="list the registered solvers, their tags and options")
+    p = sub.add_parser(
+        "solvers",
+        help="list the registered solvers, their tags and options",
+        description=(
+            "List every registered solver (built in and plug-ins): its description, the "
+            "runtime its plans are for, its tags (exact, deterministic, uses the time limit, "
+            "static plan) and its options with their defaults, as solve --option and compare "
+            "--option take them."
+        ),
+    )
     p.add_argument("--json", action="store_true", help="one JSON list")
     p.set_defaults(func=cmd_solvers)
 
@@ -201,6 +210,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if nbytes > inst.peak_bytes:
         checks.warn(checks.above_peak(args.budget, [(inst.name, nbytes / inst.peak_bytes)]))
     options = parse_options(args.option)
+    args.solver = REGISTRY.canonical(args.solver)  # any case, as catalogue names
     REGISTRY[args.solver].make(**options)  # unknown solver or bad option: a UserError, exit 2
     warm_up([args.solver])  # compile or load the kernels before the solve is timed
     tags = REGISTRY[args.solver].tags

@@ -17,7 +17,7 @@ Case = tuple[str, float, str, float | None]
 def add_batch_arguments(p: argparse.ArgumentParser) -> None:
     """``--jobs`` (default 1: the solves one after another, as the paper's timings assume),
     ``--backend``, ``--scheduler``, ``--progress`` / ``--no-progress``."""
-    add_execution_arguments(p, jobs=1)
+    add_execution_arguments(p)
     add_progress_arguments(p)
 
 

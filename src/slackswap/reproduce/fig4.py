@@ -118,7 +118,7 @@ def fig4_sweep(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig4", metavar="DIR",
                    help="directory for fig4.csv and the figure (default reproduce-fig4)")  # fmt: skip
-    add_execution_arguments(p, jobs=2)
+    add_execution_arguments(p)
     names = p.add_argument("--instances", dest="workloads", default=",".join(WORKLOADS),
                            metavar="NAMES", help="catalog names, comma separated")  # fmt: skip
     add_hidden_alias(p, "--workloads", names)  # the old spelling
@@ -138,9 +138,12 @@ def main(args: argparse.Namespace) -> int:
     from slackswap.analysis import figures as F
     from slackswap.analysis.checks import output_dir
     from slackswap.analysis.runner import run_sweep
+    from slackswap.solvers import REGISTRY
 
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-    solvers = [s.strip() for s in args.solvers.split(",")] if args.solvers else None
+    solvers = (
+        [REGISTRY.canonical(s.strip()) for s in args.solvers.split(",")] if args.solvers else None
+    )
     sweep = fig4_sweep(workloads, solvers, min_budget=args.min_budget)
     out = output_dir(args.output, "-o", [], overwrite=True)  # a directory we can write in
     out.mkdir(parents=True, exist_ok=True)

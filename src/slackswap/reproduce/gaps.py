@@ -150,7 +150,7 @@ def main(args: argparse.Namespace) -> int:
     from slackswap.solvers import REGISTRY
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
+    solvers = [REGISTRY.canonical(s.strip()) for s in args.solvers.split(",") if s.strip()]
     budgets = []
     for spec in (b.strip() for b in args.budgets.split(",") if b.strip()):
         try:
