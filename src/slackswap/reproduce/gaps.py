@@ -88,7 +88,7 @@ def render(rows: list[dict[str, Any]], solvers: Sequence[str]) -> str:
     header = ["workload", "budget", "ceiling %"]
     for s in solvers:
         header += [f"{s} thr %", f"{s} gap %"]
-    header += ["bound s"]
+    header += ["best bound by"]  # the solver, not seconds
     out = []
     cases: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in rows:
@@ -176,6 +176,6 @@ def main(args: argparse.Namespace) -> int:
     print(render(rows, solvers))
     print(
         "ceiling % = ideal / best bound: no plan can beat this throughput in the simulator; "
-        "bound s = the solver whose bound is the best."
+        "best bound by = the solver that proved the best bound."
     )
     return 0
