@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,8 @@ def test_the_issue_command_runs_and_checks(capsys) -> None:
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "bitwise identical" in out and "peak activations" in out
+    # bytes through the CLI's one formatter: a unit that fits, 3 significant digits
+    assert re.search(r"^peak activations +\d\.\d\d MB +\d\.\d\d MB$", out, re.M), out
 
 
 def test_json_has_the_documented_keys(capsys) -> None:

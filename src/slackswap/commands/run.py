@@ -10,7 +10,7 @@ from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.commands.common import positive_float, print_json
 from slackswap.console import format_bytes, format_percent
 
-MB, MS = 1e6, 1e3
+MS = 1e3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -159,24 +159,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _print_table(r: dict[str, Any], timing: str) -> None:
     print(
-        f"{r['instance']}: {r['solver']} at {r['budget']} of P ({r['budget_bytes'] / MB:.3f} MB), "
+        f"{r['instance']}: {r['solver']} at {r['budget']} ({format_bytes(r['budget_bytes'])}), "
         f"{r['runtime']} runtime, on {r['device']}, {r['steps']} step(s)"
     )
     print(f"{'':28s}{'simulated':>12s}{'measured':>12s}")
     print(
-        f"{'peak activations (MB)':28s}{r['simulated_peak_bytes'] / MB:12.3f}"
-        f"{r['measured_peak_bytes'] / MB:12.3f}"
+        f"{'peak activations':28s}{format_bytes(r['simulated_peak_bytes']):>12s}"
+        f"{format_bytes(r['measured_peak_bytes']):>12s}"
     )
     print(
-        f"{'keep-all peak (MB)':28s}{r['keep_all_simulated_peak_bytes'] / MB:12.3f}"
-        f"{r['keep_all_measured_peak_bytes'] / MB:12.3f}"
+        f"{'keep-all peak':28s}{format_bytes(r['keep_all_simulated_peak_bytes']):>12s}"
+        f"{format_bytes(r['keep_all_measured_peak_bytes']):>12s}"
     )
     print(
         f"{'step (ms)':28s}{r['simulated_step_s'] * MS:12.3f}{r['measured_step_s'] * MS:12.3f}"
         f"   (simulated: {timing} times of the profile's GPU; measured: this device)"
     )
     print(
-        f"swapped {r['swapped_bytes'] / MB:.3f} MB, recomputed {r['recomputed_bytes'] / MB:.3f} MB"
+        f"swapped {format_bytes(r['swapped_bytes'])}, "
+        f"recomputed {format_bytes(r['recomputed_bytes'])}"
     )
     if r["bitwise_identical"] is not None:
         verdict = "bitwise identical" if r["bitwise_identical"] else "DIFFERENT"
