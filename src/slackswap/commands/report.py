@@ -71,6 +71,7 @@ def main(args: argparse.Namespace) -> int:
     from slackswap.analysis.progress import phase
     from slackswap.analysis.report import write_report
 
+    phase("report", f"drawing the figures into {args.output}", args.progress)
     rep = write_report(
         df,
         args.output,
