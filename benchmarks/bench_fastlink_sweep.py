@@ -120,11 +120,11 @@ def markdown_table(out: dict[str, Any], links: list[str]) -> str:
 
 
 def main() -> int:
-    from slackswap.instances.catalog import MODELS
+    from slackswap.instances.catalog import catalog_names
     from slackswap.models.hardware import GPUS, LINKS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default=",".join(catalog_names()))
     p.add_argument("--gpus", default=",".join(GPUS))
     p.add_argument("--links", default=",".join(LINKS))
     p.add_argument("--repair", choices=tuple(REPAIRS), default="full")

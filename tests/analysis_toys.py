@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from slackswap.plan import KEEP, RECOMP, Plan
-from slackswap.solvers.base import REGISTRY, Solver, Tags
+from slackswap.solvers.base import REGISTRY, Solution, Solver, Tags
 
 
 class ToyKeep(Solver):
@@ -72,7 +72,17 @@ class ToySleep(Solver):
         return Plan.keep_all(instance)
 
 
-TOYS = (ToyKeep, ToyRecompute, ToyBoom, ToySleep)
+class ToyOutOfTime(Solver):
+    """A search that spends its whole time limit and returns its best plan: keep-all."""
+
+    key = "toy-out-of-time"
+    tags = Tags(uses_time_limit=True)
+
+    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+        return Solution(Plan.keep_all(instance), timed_out=True)
+
+
+TOYS = (ToyKeep, ToyRecompute, ToyBoom, ToySleep, ToyOutOfTime)
 
 
 @contextmanager

@@ -66,11 +66,20 @@ def _nested(depth: int) -> Any:
 
 @st.composite
 def _odd_value(draw: st.DrawFn, old: Any) -> Any:
+    """An odd value for a field that holds ``old``: always a fresh object, never one of
+    ``ODD_VALUES`` itself, which a later edit of the document would change for every draw after
+    it (hypothesis then replays a draw that no longer makes the same choices)."""
     if isinstance(old, int | float) and not isinstance(old, bool) and draw(st.booleans()):
         return old * draw(st.sampled_from(SCALES))
     if draw(st.integers(0, 19)) == 0:
         return _nested(draw(st.sampled_from([40, 200, 990])))
-    return draw(st.sampled_from(ODD_VALUES))
+    return copy.deepcopy(draw(st.sampled_from(ODD_VALUES)))
+
+
+def _rows(doc: dict, group: str) -> list:
+    """``doc[group]`` when an earlier edit left it a list, else none."""
+    rows = doc.get(group)
+    return rows if isinstance(rows, list) else []
 
 
 @st.composite
@@ -94,8 +103,8 @@ def _edit(draw: st.DrawFn, doc: dict) -> None:
     group = draw(st.sampled_from(groups))
     rows = doc[group]
     if kind == "ref":  # point a reference at another (existing) operator or tensor
-        op_names = [o.get("name") for o in doc.get("ops", []) if isinstance(o, dict)]
-        t_names = [t.get("name") for t in doc.get("tensors", []) if isinstance(t, dict)]
+        op_names = [o.get("name") for o in _rows(doc, "ops") if isinstance(o, dict)]
+        t_names = [t.get("name") for t in _rows(doc, "tensors") if isinstance(t, dict)]
         i = draw(st.integers(0, len(rows) - 1))
         row = rows[i]
         if not isinstance(row, dict):
@@ -125,7 +134,7 @@ def _edit(draw: st.DrawFn, doc: dict) -> None:
         value = draw(_odd_value(first))
         for row in rows:
             if isinstance(row, dict):
-                row[key] = value
+                row[key] = copy.deepcopy(value)  # a later edit of one row changes that row only
     elif kind == "cut":  # fewer rows than the references expect, or none
         doc[group] = rows[: draw(st.integers(0, len(rows) - 1))]
     elif kind == "repeat":

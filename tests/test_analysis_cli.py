@@ -75,6 +75,29 @@ def test_failed_jobs_are_reported(capsys) -> None:
     assert "error" in captured.out and "1 of 1 jobs failed" in captured.err
 
 
+def test_a_job_that_returns_a_plan_is_no_failure_and_failures_are_named(capsys) -> None:
+    # A search out of time with its best plan has status timeout, and a plan: not a failure.
+    argv = ["compare", "vgg16", "--budgets", "1", "--solvers", "toy-out-of-time,toy-boom",
+            "--time-limit", "1", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert [line.split()[4] for line in captured.out.splitlines()[2:]] == ["timeout", "error"]
+    err = captured.err.splitlines()
+    at = err.index("slackswap: 1 of 2 jobs failed:")
+    assert err[at + 1].startswith("  vgg16 100% toy-boom: error: RuntimeError: toy solver failure")
+    assert "toy-out-of-time" not in captured.err
+
+
+def test_infeasible_rows_show_the_reason_and_the_smallest_budget_that_fits(capsys) -> None:
+    argv = ["compare", "vgg16", "--budgets", "0.5,1", "--solvers", "checkpoint", "--no-progress"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("fits from        no plan: why")
+    half = next(line for line in lines if " 50% " in line)
+    assert "infeasible" in half and "2.71 GB (69.1%)" in half
+    assert half.endswith("every one of 5 blocks checkpointed still needs 2.71 GB > budget 1.96 GB")
+
+
 @pytest.mark.parametrize(
     ("argv", "match"),
     [

@@ -62,6 +62,10 @@ def test_report_command_draws_every_figure(results: Path, tmp_path, capsys) -> N
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].split()[:3] == ["instance", "budget", "solver"]
     assert "wrote 17 files" in captured.err, captured.err
+    # each case rerun for a figure is said before it runs (a search reruns for its time limit)
+    assert f"report: drawing the figures into {out} ..." in captured.err.splitlines()
+    reruns = [line for line in captured.err.splitlines() if line.startswith("report: rerunning")]
+    assert any(line.endswith("for the timeline figure ...") for line in reruns), captured.err
     for name in FIGURES:
         for suffix in (".png", ".svg"):
             check_image(out / f"{name}{suffix}")

@@ -10,7 +10,7 @@ def test_titanx_vdnn_overheads() -> None:
     inst = slackswap.load("vgg16@titanx-pcie3")
     over = {}
     for policy in ("conv", "all"):
-        rec = run(inst, 1.29, "vdnn", options={"policy": policy})
+        rec = run(inst, "129%", "vdnn", options={"policy": policy})
         assert rec.status.value == "feasible", rec.reason
         over[policy] = rec.step_s / rec.ideal_s - 1
     # Offloads overlap the layer reading their tensor and prefetches skip layers without any:

@@ -129,3 +129,46 @@ def test_solve_and_simulate_name_the_file_they_wrote(
     assert json.loads(out)["solver"] == "slackswap"  # stdout stays one JSON object
     assert main(["simulate", str(ipath), str(ppath), "--budget", "1.0", "--trace", str(tpath)]) == 0
     assert tpath.is_file() and f"wrote trace: {tpath}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path,parser", PARSERS, ids=[p for p, _ in PARSERS])
+def test_every_command_documents_its_exit_statuses(path: str, parser: argparse.ArgumentParser):
+    text = parser.format_help()
+    assert "Exit status: 0 done; 2 bad input" in " ".join(text.split()), path
+
+
+@pytest.mark.parametrize("command", ["linkbudget", "solvers", "offload", "runtimes", "solve"])
+def test_commands_describe_themselves(command: str) -> None:
+    parser = dict(PARSERS)[command]
+    assert parser.description and len(parser.description) > 60, command
+
+
+def test_solve_and_simulate_say_when_they_exit_1() -> None:
+    helps = {path: " ".join(p.format_help().split()) for path, p in PARSERS}
+    assert "1 when no plan fits the budget" in helps["solve"]
+    assert "1 when the plan does not fit the budget" in helps["simulate"]
+    assert "1 when --check finds" in helps["run"]
+
+
+def test_jobs_default_is_the_same_in_every_command() -> None:
+    defaults = {
+        path: action.default
+        for path, parser in PARSERS
+        for action in parser._actions
+        if "--jobs" in action.option_strings
+    }
+    assert {"compare", "reproduce fig4", "reproduce fig6", "reproduce gaps"} <= set(defaults)
+    assert set(defaults.values()) == {1}, defaults
+
+
+def test_solver_names_are_case_insensitive_like_catalogue_names(capsys) -> None:
+    from slackswap.analysis.jobs import SolverSpec
+    from slackswap.solvers import REGISTRY
+
+    assert REGISTRY["SlackSwap"] is REGISTRY["slackswap"] and "CPSAT" in REGISTRY
+    assert SolverSpec.of("Swap-First").name == "swap-first"
+    assert main(["solve", "VGG16", "--budget", "1", "--solver", "SlackSwap"]) == 0
+    assert "solver slackswap" in capsys.readouterr().out
+    argv = ["compare", "vgg16", "--budgets", "1", "--solvers", "CHECKPOINT", "--no-progress"]
+    assert main(argv) == 0
+    assert " checkpoint " in capsys.readouterr().out

@@ -26,6 +26,18 @@ def test_gaps_are_measured_against_the_best_bound() -> None:
     assert "bert-large" in table and "50%" in table
 
 
+def test_the_table_names_the_solver_of_the_best_bound_in_a_column_so_named() -> None:
+    def row(solver: str, bound: float | None, step: float) -> dict:
+        return dict(model="bert-large", budget_fraction=0.5, best_lower_bound_s=0.2,
+                    ideal_s=0.18, solver=solver, throughput=0.18 / step, lower_bound_s=bound,
+                    certified_gap=(step - 0.2) / 0.2)  # fmt: skip
+
+    table = render([row("slackswap", None, 0.21), row("milp", 0.2, 0.205)], ["slackswap", "milp"])
+    header, _, line = table.splitlines()
+    assert header.endswith("best bound by") and "bound s" not in header
+    assert line.split()[-1] == "milp"
+
+
 def test_an_infeasible_budget_is_reported_with_its_proof(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -66,6 +66,20 @@ def test_timeout_keeps_incumbent_and_bound(name: str) -> None:
     assert inst.ideal_step_s <= rec.lower_bound_s <= rec.step_s
 
 
+def test_a_plan_at_the_bound_ends_the_solve() -> None:
+    # At P keep-all reaches the ideal step, the LP's bound: milp skips its searches and binary
+    # version, cpsat its CP-SAT loop, instead of spending the time limit on a proven optimum.
+    inst = gpt2_6()
+    for name in ("milp", "cpsat"):
+        sol = REGISTRY[name].make().solve(inst, Budget.fraction(1.0), time_limit=8.0, seed=0)
+        assert sol.plan is not None and sol.proven_optimal, (name, sol.info)
+        assert "guided_points" not in sol.info and "milp_status" not in sol.info, sol.info
+        if name == "cpsat":
+            assert sol.info["mode"] == "at the bound", sol.info
+        rec = run(inst, 1.0, name, time_limit=8.0)
+        assert rec.status is Status.OPTIMAL, (name, rec.status)
+
+
 def test_lp_bound_rises_as_memory_shrinks() -> None:
     inst = gpt2_6()
     bounds = [BoundProgram(inst, int(f * inst.peak_bytes)).solve().bound_s for f in (1.0, 0.6, 0.4)]

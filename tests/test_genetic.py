@@ -100,6 +100,16 @@ def test_time_limit_is_honoured(small) -> None:  # type: ignore[no-untyped-def]
     assert rec.plan_s >= 1.5  # it searched, rather than returning at once
 
 
+def test_a_search_stops_once_a_plan_reaches_the_ideal_step(small) -> None:  # type: ignore[no-untyped-def]
+    # At P SlackSwap's seed keeps everything and reaches the ideal step, which no plan beats:
+    # the search stops after scoring its first population instead of spending its time limit.
+    sol = REGISTRY["ga"].make().solve(small, Budget.fraction(1.0), time_limit=5.0, seed=0)
+    assert sol.plan is not None and sol.info["stop"] == "target", sol.info
+    assert sol.info["generations"] == 0
+    assert simulate(small, sol.plan, 1.0).step_s <= small.ideal_step_s * (1 + 1e-9)
+    assert sol.history[-1][0] < 2.5  # seconds: not the 5 s limit
+
+
 def test_returned_plan_matches_the_claim(small) -> None:  # type: ignore[no-untyped-def]
     sol = GeneticSearch(max_evaluations=300).solve(
         small, Budget.parse(0.4), time_limit=None, seed=1

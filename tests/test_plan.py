@@ -110,6 +110,23 @@ def test_bad_budget_is_user_error(spec: str) -> None:
         Budget.parse(spec)
 
 
+BARE_ABOVE_ONE = "a budget is a fraction of P (0.5), a percentage (50%) or bytes (16GB)"
+
+
+@pytest.mark.parametrize(
+    ("spec", "shown"), [(50, "50"), ("50", "50"), (1.5, "1.5"), (" 2 ", "2"), (np.int64(16), "16")]
+)
+def test_a_bare_number_above_one_is_refused_not_a_multiple_of_p(spec: object, shown: str) -> None:
+    with pytest.raises(PlanError) as err:
+        Budget.parse(spec)  # type: ignore[arg-type]
+    assert str(err.value) == f"{shown}: {BARE_ABOVE_ONE}"
+
+
+def test_above_p_is_written_as_a_percentage() -> None:
+    assert Budget.parse("150%") == Budget.fraction(1.5)
+    assert Budget.parse(1) == Budget.parse("1.0") == Budget.fraction(1.0)
+
+
 def test_budget_bytes_and_fraction() -> None:
     inst = chain(c_bytes=1e6)
     p = inst.peak_bytes

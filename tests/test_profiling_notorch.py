@@ -72,3 +72,20 @@ def test_profile_step_without_torch_is_a_user_error() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "pip install 'slackswap[torch]'" in proc.stdout
+
+
+def test_profile_refuses_an_existing_output_before_importing_torch(tmp_path) -> None:
+    # Importing torch alone takes seconds: a path that will be refused is refused first.
+    existing = tmp_path / "existing.json"
+    existing.write_text("{}")
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from slackswap.cli import main
+            rc = main(["profile", "tests/profiling_factories.py:gpt", "-o", {str(existing)!r}])
+            print(rc, "torch" in sys.modules)
+        """)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.stdout.split() == ["2", "False"], proc
+    assert "the file exists; pass --overwrite" in proc.stderr

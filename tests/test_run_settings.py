@@ -113,13 +113,39 @@ def test_the_library_sweep_checks_what_the_cli_checks() -> None:
 
 
 def test_budgets_above_p_are_warned_about(capsys) -> None:
-    assert main([*SOLVE, "--budget", "1.5"]) == 0
+    assert main([*SOLVE, "--budget", "150%"]) == 0
     err = capsys.readouterr().err
-    assert "warning: budget 1.5 is above the no-swap peak P (vgg16: 150%)" in err
-    assert main([*COMPARE, "--budgets", "1.5,0.5"]) == 0
+    assert "warning: budget 150% is above the no-swap peak P (vgg16: 150%)" in err
+    assert main([*COMPARE, "--budgets", "150%,0.5"]) == 0
     err = capsys.readouterr().err
-    assert "warning: budget 1.5 is above the no-swap peak P (vgg16: 150%)" in err
+    assert "warning: budget 150% is above the no-swap peak P (vgg16: 150%)" in err
     assert "budget 0.5" not in err
+
+
+BARE_50 = "50: a budget is a fraction of P (0.5), a percentage (50%) or bytes (16GB)"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*SOLVE, "--budget", "50"],
+        ["simulate", "vgg16", "plan.json", "--budget", "50"],
+        [*COMPARE, "--budgets", "0.5,50"],
+        [*COMPARE, "--budgets", "50:10:-10"],
+        ["reproduce", "gaps", "--instances", "vgg16", "--budgets", "50", "--solvers", "milp"],
+    ],
+)
+def test_a_bare_number_above_one_is_refused_at_the_cli(argv: list[str], capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith(BARE_50), err
+
+
+def test_a_bare_number_above_one_is_refused_in_a_sweep_file(tmp_path, capsys) -> None:
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('instances = ["vgg16"]\nbudgets = [0.5, 50]\nsolvers = ["checkpoint"]\n')
+    assert main(["compare", "--sweep", str(sweep)]) == 2
+    assert capsys.readouterr().err.strip() == f"slackswap: error: {sweep}: {BARE_50}"
 
 
 BASE = 'instances = ["vgg16"]\nbudgets = [0.5]\n'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,8 @@ def test_the_issue_command_runs_and_checks(capsys) -> None:
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "bitwise identical" in out and "peak activations" in out
+    # bytes through the CLI's one formatter: a unit that fits, 3 significant digits
+    assert re.search(r"^peak activations +\d\.\d\d MB +\d\.\d\d MB$", out, re.M), out
 
 
 def test_json_has_the_documented_keys(capsys) -> None:
@@ -63,7 +66,8 @@ def _bad(capsys, argv: list[str], match: str) -> None:
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 2, err
-    lines = err.strip().splitlines()
+    # progress lines ("run: profiling ... ...") may come first; the error is one line
+    lines = [line for line in err.strip().splitlines() if not line.endswith(" ...")]
     assert len(lines) == 1 and match in lines[0], err
     assert "Traceback" not in err
     assert no_hooks()
@@ -75,6 +79,9 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path) -> None:
     _bad(capsys, ["run", GPT, "--budget", "0.5", "--steps", "0"], "--steps")
     # A budget no plan of the solver fits.
     _bad(capsys, ["run", GPT, "--budget", "1%", "--solver", "offload-sync"], "budget")
+    # ... and as `solve` does, the smallest budget that fits it.
+    _bad(capsys, ["run", GPT, "--budget", "1%", "--solver", "checkpoint"],
+         "the smallest budget that fits it: ")  # fmt: skip
     # An instance profiled from another step: refused at the first operator that differs.
     cnn = tmp_path / "cnn.json"
     assert main(["profile", f"{FACTORIES}:tiny_cnn", "-o", str(cnn)]) == 0

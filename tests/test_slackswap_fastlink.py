@@ -101,11 +101,11 @@ def test_slackswap_within_a_tenth_of_a_percent_of_the_best_baseline_everywhere()
     """Every catalog model, GPU and link at 10-90% of P (1,260 cases, about 30 s of CPU):
     SlackSwap has a plan wherever a baseline has one and is never more than 0.1% below the best
     (benchmarks/bench_fastlink_sweep.py prints the same grid as a table)."""
-    from slackswap.instances.catalog import MODELS
+    from slackswap.instances.catalog import catalog_names
     from slackswap.models.hardware import GPUS, LINKS
 
     short = []
-    for name in (f"{m}@{g}-{lk}" for m in MODELS for g in GPUS for lk in LINKS):
+    for name in (f"{m}@{g}-{lk}" for m in catalog_names() for g in GPUS for lk in LINKS):
         inst = load(name)
         for frac in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
             best = max(

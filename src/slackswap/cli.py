@@ -23,6 +23,32 @@ COMMAND_MODULES = (
 
 EXIT_USAGE = 2
 
+#: Exit statuses every command shares, then what some commands add (by their command line).
+EXIT_STATUSES = (
+    "Exit status: 0 done; 2 bad input (a one-line error on stderr); 130 interrupted (Ctrl-C)"
+)
+EXIT_STATUS_EXTRA = {
+    "solve": "1 when no plan fits the budget (or the solver failed)",
+    "simulate": "1 when the plan does not fit the budget",
+    "run": "1 when --check finds the planned step's loss or gradients differ",
+    "compare": "failed jobs do not change it (the summary on stderr names them)",
+    "slackswap": "see each command's --help for what it adds",
+}
+
+
+def exit_status_epilog(command: str) -> str:
+    """The exit statuses a command's --help lists (``command``: its command line)."""
+    extra = EXIT_STATUS_EXTRA.get(command)
+    return f"{EXIT_STATUSES}; {extra}." if extra else f"{EXIT_STATUSES}."
+
+
+def _add_epilogs(parser: argparse.ArgumentParser, path: str = "slackswap") -> None:
+    parser.epilog = exit_status_epilog(path.removeprefix("slackswap ") if " " in path else path)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                _add_epilogs(sub, f"{path} {name}")
+
 
 def build_parser() -> argparse.ArgumentParser:
     from slackswap.commands.common import Parser  # its help shows defaults, in every subcommand
@@ -36,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         # A command group that fails to import is an error, not a command quietly missing.
         importlib.import_module(name).register(sub)
+    _add_epilogs(parser)
     return parser
 
 

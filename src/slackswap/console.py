@@ -53,6 +53,31 @@ def _jsonable(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+_BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("KB", 1e3))
+
+
+def format_bytes(nbytes: float) -> str:
+    """Bytes for people, to 3 significant digits in B, KB, MB or GB (decimal units, as the
+    budgets' ``16GB``): ``74.4 GB``, ``1.50 MB``, ``512 B``; GB beyond 999 keep every digit."""
+    if not math.isfinite(nbytes):
+        return str(nbytes)
+    sign, size = ("-" if nbytes < 0 else ""), abs(float(nbytes))
+    rounded = float(f"{size:.3g}")  # 999.7 KB rounds to 1000 KB: shown as 1.00 MB
+    for unit, scale in _BYTE_UNITS:
+        if rounded >= scale:
+            value = rounded / scale if unit != "GB" or rounded < 1e12 else size / scale
+            digits = max(0, 2 - math.floor(math.log10(value)))
+            return f"{sign}{value:.{digits}f} {unit}"
+    return f"{sign}{size:.0f} B"
+
+
+def format_percent(fraction: float) -> str:
+    """A fraction as a percentage to 3 significant digits (``74.4%``, ``100%``, ``0.5%``)."""
+    if not math.isfinite(fraction):
+        return str(fraction)
+    return f"{float(f'{100 * fraction:.3g}'):g}%"
+
+
 def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     """A plain fixed-width table (right-aligned numbers)."""
     cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
@@ -100,9 +125,23 @@ def positive_float(text: str) -> float:
     return v
 
 
-def add_execution_arguments(p: argparse.ArgumentParser, *, jobs: int) -> None:
+#: Jobs a sweep runs at once unless ``--jobs`` says otherwise, in every command. One: a search
+#: or exact solver uses every core it is given (the genetic search runs two island workers,
+#: CP-SAT its own threads), so jobs side by side on a small machine would each get less of the
+#: time limit they are judged by, and their planning times would not compare.
+DEFAULT_JOBS = 1
+
+
+def add_execution_arguments(p: argparse.ArgumentParser) -> None:
     """``--jobs``, ``--backend`` and ``--scheduler``: how a sweep's jobs run (compare, reproduce)."""
-    p.add_argument("--jobs", type=int, default=jobs, metavar="N", help="parallel jobs")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help="jobs run at once (default 1 in every command: a search or exact solver uses the "
+        "cores it is given, so parallel jobs would share the time limits they are judged by)",
+    )
     p.add_argument(
         "--backend",
         choices=("joblib", "dask"),

@@ -218,6 +218,9 @@ _BYTES_RE = re.compile(r"^\s*([0-9.eE+\-]+)\s*([KMGT]I?B|B)\s*$", re.IGNORECASE)
 MAX_BUDGET_BYTES = 2**53
 _EXPECTED = "expected a fraction of P (0.5, 50%) or bytes (11GB, 11e9B)"
 _POSITIVE = "must be > 0 (a fraction of P, or bytes) and finite"
+#: A bare number above 1 is refused rather than read as a multiple of P: ``--budget 50`` means 50%
+#: or 50 GB far more often than 50 P, and 50 P fits anything, so the mistake would pass unseen.
+_BARE_ABOVE_ONE = "a budget is a fraction of P (0.5), a percentage (50%) or bytes (16GB)"
 
 
 def budget_too_big(nbytes: float) -> str:
@@ -253,11 +256,17 @@ class Budget:
 
     @classmethod
     def parse(cls, spec: Budget | float | int | str) -> Budget:
-        """``0.5``, ``"0.5"``, ``"50%"`` (fractions of P) or ``"11GB"``, ``"11e9B"`` (bytes)."""
+        """``0.5``, ``"0.5"``, ``"50%"`` (fractions of P) or ``"11GB"``, ``"11e9B"`` (bytes).
+
+        A bare number (``0.5``, ``"0.5"``) is a fraction of P and at most 1: ``50`` or ``"50"`` is
+        refused (write ``"50%"``, ``0.5`` or ``"50GB"``), an int included (it is not bytes
+        either). A budget above P is written as a percentage (``"150%"``) or
+        ``Budget.fraction(1.5)``.
+        """
         if isinstance(spec, Budget):
             return spec
         if isinstance(spec, int | float | np.integer | np.floating) and not isinstance(spec, bool):
-            return cls._checked("fraction", float(spec), spec)
+            return cls._bare_fraction(float(spec), f"{spec:g}" if float(spec) > 1 else spec)
         if not isinstance(spec, str):
             raise PlanError(f"budget {reprlib.repr(spec)}: {_EXPECTED}")
         s = spec.strip()
@@ -268,10 +277,19 @@ class Budget:
             elif m:
                 kind, value = "bytes", float(m.group(1)) * _UNITS[m.group(2).upper()]
             else:
-                kind, value = "fraction", float(s)
+                kind, value = "bare", float(s)
         except ValueError:
             raise PlanError(f"budget {spec!r}: {_EXPECTED}") from None
+        if kind == "bare":
+            return cls._bare_fraction(value, s if value > 1 else spec)
         return cls._checked(kind, value, spec)
+
+    @classmethod
+    def _bare_fraction(cls, value: float, spec: object) -> Budget:
+        """A number without a unit: a fraction of P, refused above 1 (see `parse`)."""
+        if math.isfinite(value) and value > 1:
+            raise PlanError(f"{spec}: {_BARE_ABOVE_ONE}")
+        return cls._checked("fraction", value, spec)
 
     @classmethod
     def _checked(cls, kind: str, value: float, spec: object) -> Budget:

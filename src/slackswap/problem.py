@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from slackswap.console import format_bytes
+
 # The errors and the vocabularies live below this module (validation needs them, and this module
 # validates every instance); they stay importable from here.
 from slackswap.errors import InstanceError as InstanceError
@@ -351,7 +353,7 @@ class Instance:
     def __repr__(self) -> str:
         return (
             f"Instance({self.name!r}, ops={self.n_ops}, tensors={self.n_tensors}, "
-            f"A={self.saved_bytes / 1e9:.2f} GB, P={self.peak_bytes / 1e9:.2f} GB, "
+            f"A={format_bytes(self.saved_bytes)}, P={format_bytes(self.peak_bytes)}, "
             f"ideal={self.ideal_step_s * 1e3:.1f} ms, {self.hardware.gpu}/{self.hardware.link})"
         )
 

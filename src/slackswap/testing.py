@@ -165,7 +165,7 @@ def check_plans(
     records = []
     for frac in budgets:
         where = _where(s, instance, frac)
-        rec = s.solve(instance, frac, seed=seed)
+        rec = s.solve(instance, Budget.fraction(frac), seed=seed)
         records.append(rec)
         assert rec.status is not Status.ERROR, f"{where}: error record: {rec.error}"
         assert rec.instance_hash == instance.content_hash, f"{where}: record of another instance"
@@ -390,7 +390,7 @@ def check_runtime(
     for inst in tuple(instances) if instances is not None else small_instances():
         where = f"runtime {runtime!r} on {inst.name!r}"
         for frac in (1.0, 1.5):
-            r = simulate(inst, Plan.keep_all(inst, runtime), frac)
+            r = simulate(inst, Plan.keep_all(inst, runtime), Budget.fraction(frac))
             at = f"{where}, keep-all at {100 * frac:g}% of P"
             assert r.feasible, f"{at}: infeasible ({r.reason})"
             assert r.step_s == r.ideal_s == inst.ideal_step_s, f"{at}: step {r.step_s} s"
@@ -401,9 +401,10 @@ def check_runtime(
             feasible_at: list[bool] = []
             for frac in sorted(budgets):
                 at = f"{where}, plan {k} at {100 * frac:g}% of P"
-                r = simulate(inst, plan, frac)
-                assert r == simulate(inst, plan, frac), f"{at}: two runs differ"
-                m = simulate_many(inst, plan.actions[None, :], frac, runtime=runtime)
+                budget = Budget.fraction(frac)  # a fraction of P, above 1 too
+                r = simulate(inst, plan, budget)
+                assert r == simulate(inst, plan, budget), f"{at}: two runs differ"
+                m = simulate_many(inst, plan.actions[None, :], budget, runtime=runtime)
                 assert m.step_s[0] == r.step_s and m.feasible[0] == r.feasible, (
                     f"{at}: simulate_many gives step {m.step_s[0]}, simulate {r.step_s}"
                 )

@@ -206,7 +206,10 @@ class SolverSpec:
     def of(
         cls, name: str, options: dict[str, Any] | None = None, time_limit: float | None = None
     ) -> SolverSpec:
-        return cls(name, tuple(sorted((options or {}).items())), time_limit)
+        """``name`` as registered (any case), its options and time limit."""
+        from slackswap.solvers import REGISTRY
+
+        return cls(REGISTRY.canonical(name), tuple(sorted((options or {}).items())), time_limit)
 
     @classmethod
     def of_object(cls, solver: Solver, time_limit: float | None = None) -> SolverSpec:
@@ -284,7 +287,7 @@ def parse_budgets(text: str | list[Any]) -> list[str]:
             out.extend(_range(s, *m.groups()))
             continue
         b = _budget(s)
-        out.append(_fraction(b.value) if b.kind == "fraction" else s)
+        out.append(budget_key(b) if b.kind == "fraction" else s)
     if not out:
         raise UserError("no budgets given")
     seen: dict[str, None] = {}
@@ -325,14 +328,20 @@ def _range(whole: str, *parts: str) -> list[str]:
 def _fraction(x: float, whole: object = None) -> str:
     """A fraction of P as a stable job key (``0.3``), checked by `Budget`."""
 
-    b = Budget.parse(x) if whole is None else _budget_in(whole, x)
+    return budget_key(Budget.parse(x) if whole is None else _budget_in(whole, x))
+
+
+def budget_key(b: Budget) -> str:
+    """A fraction of P as its job key (``0.3``): at most 6 decimals, a percentage above P."""
     r = round(b.value, 6)
+    if r > 1:  # a bare number above 1 is refused when read back: above P is a percentage
+        return f"{round(100 * b.value, 4):g}%"
     return f"{r:g}" if r > 0 else f"{b.value:.6g}"  # a tiny fraction keeps its digits
 
 
 def _budget_in(whole: object, x: float) -> Any:
     try:
-        return Budget.fraction(x)
+        return Budget.parse(x)
     except PlanError as exc:
         raise UserError(f"budget range {whole!r}: {exc}") from None
 

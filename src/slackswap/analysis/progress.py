@@ -9,10 +9,63 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import sys
 from typing import IO, Any
 
-FAILED = ("error", "timeout")
+from slackswap.console import format_percent
+
+
+def phase(desc: str, what: str, mode: bool | None = None, stream: IO[str] | None = None) -> None:
+    """Say on stderr what a command starts that may take a while (``desc: what ...``), unless
+    ``mode`` is False (``--no-progress``)."""
+    if mode is False:
+        return
+    out = stream if stream is not None else sys.stderr
+    out.write(f"{desc}: {what} ...\n")
+    out.flush()
+
+
+def failed(row: Any) -> bool:
+    """Whether a results row (a dict or a pandas row) is a failed job: the solver raised, or
+    the job ran out of time without a plan. A search or exact solver that used its whole time
+    limit and returned a plan (status ``timeout`` with a step) did not fail."""
+    status = row.get("status")
+    return status == "error" or (status == "timeout" and not _number(row.get("step_s")))
+
+
+def why_failed(row: Any) -> str:
+    """The one line a failed row's job ended on."""
+    error = row.get("error")
+    if isinstance(error, str) and error:
+        return error.splitlines()[0]
+    reason = row.get("reason")
+    if isinstance(reason, str) and reason:
+        return f"no plan within the time limit: {reason}"
+    return "no plan within the time limit"
+
+
+def failure_summary(rows: list[Any], *, limit: int = 10) -> list[str]:
+    """Lines naming the failed jobs among ``rows`` and why (the first ``limit`` of them)."""
+    bad = [r for r in rows if failed(r)]
+    if not bad:
+        return []
+    lines = [f"{len(bad)} of {len(rows)} jobs failed:"]
+    lines += [f"  {job_name(r)}: {r.get('status')}: {why_failed(r)}" for r in bad[:limit]]
+    if len(bad) > limit:
+        lines.append(f"  and {len(bad) - limit} more (the results' error column)")
+    return lines
+
+
+def job_name(row: Any) -> str:
+    """A job as people name it: ``gpt2-xl 50% cpsat`` (``seed 1`` when not 0)."""
+    frac: Any = row.get("budget_fraction")
+    budget = format_percent(frac) if _number(frac) else str(row.get("budget", "?"))
+    name = f"{row.get('instance', '?')} {budget} {row.get('solver', '?')}"
+    seed = row.get("seed")
+    if _number(seed) and seed != 0:
+        name += f" seed {int(seed)}"
+    return name
 
 
 def add_progress_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,11 +88,7 @@ def add_progress_arguments(p: argparse.ArgumentParser) -> None:
 
 def job_line(row: dict[str, Any]) -> str:
     """What one finished job came to, in a few words (percent, seconds)."""
-    frac: Any = row.get("budget_fraction")
-    budget = f"{100 * frac:g}%" if _number(frac) else str(row.get("budget", "?"))
-    head = f"{row.get('instance', '?')} {budget} {row.get('solver', '?')}"
-    if row.get("seed") not in (None, 0):
-        head += f" seed {row['seed']}"
+    head = job_name(row)
     status = str(row.get("status", "?"))
     parts = [status]
     if _number(row.get("throughput")):
@@ -53,7 +102,7 @@ def job_line(row: dict[str, Any]) -> str:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
 class JobProgress:
@@ -99,7 +148,7 @@ class JobProgress:
     def finished(self, row: dict[str, Any]) -> None:
         """One job finished with this results row."""
         self.done += 1
-        if row.get("status") in FAILED:
+        if failed(row):
             self.failures += 1
         if self.kind == "lines":
             self._print(f"[{self.done}/{self.total}] {job_line(row)}")

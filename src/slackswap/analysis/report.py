@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from slackswap.analysis import figures as F
 from slackswap.analysis import planfigs as PF
 from slackswap.analysis.jobs import resolve_spec
 from slackswap.analysis.results import read_results
+from slackswap.console import format_percent
 from slackswap.plan import Budget
 from slackswap.simulator import simulate
 from slackswap.simulator.chrome_trace import write_chrome_trace
@@ -51,8 +53,11 @@ def write_report(
     instance: str | None = None,
     rerun: bool = True,
     formats: tuple[str, ...] = ("png", "svg"),
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Draw the figures into ``directory``; returns the files written and notes on skips.
+    ``progress(what)`` hears of each case rerun for the plan and timeline figures (a search
+    reruns for its whole time limit).
 
     Raises ValueError when ``instance`` names none of the results' instances.
     """
@@ -86,7 +91,7 @@ def write_report(
         else:
             rep.notes.append(f"{name}: the results do not sweep {by}")
     if rerun:
-        _rerun_figures(df, rep, d, emit, plan_budget, timeline_budget, instance)
+        _rerun_figures(df, rep, d, emit, plan_budget, timeline_budget, instance, progress)
     return rep
 
 
@@ -126,13 +131,24 @@ def featured_first(labels: list[str]) -> list[str]:
     return [labels[i] for _, i in ranked] + [n for n in labels if featured(n) is None]
 
 
+def _stored_budget(key: str) -> Budget:
+    """A results row's budget key: as ``--budget`` reads it, except that a bare number is a
+    fraction of P even above 1 (files written before such keys became percentages)."""
+    try:
+        return Budget.fraction(float(key))
+    except ValueError:
+        return Budget.parse(key)
+
+
 def rerun_row(row: pd.Series, timeline: bool = False) -> tuple[Any, Any, Any]:
     """Rerun one results row: (instance, RunRecord, SimResult with a timeline if asked)."""
 
     inst = resolve_spec(json.loads(str(row["instance_spec"])))
-    budget = Budget.parse(str(row["budget"])) if pd.notna(row["budget"]) else float(
-        row["budget_fraction"]
-    )  # fmt: skip
+    budget = (
+        _stored_budget(str(row["budget"]))
+        if pd.notna(row["budget"])
+        else Budget.fraction(float(row["budget_fraction"]))
+    )
     opts = json.loads(str(row["solver_options"])) if pd.notna(row["solver_options"]) else {}
     tl = row["time_limit_s"]
     rec = run(
@@ -162,7 +178,18 @@ def _rerun_figures(
     plan_budget: float,
     timeline_budget: float,
     wanted: str | None,
+    progress: Callable[[str], None] | None = None,
 ) -> None:
+    def rerun(row: pd.Series, figure: str, timeline: bool = False) -> tuple[Any, Any, Any]:
+        if progress is not None:
+            limit = row["time_limit_s"]
+            up_to = "" if pd.isna(limit) else f", up to {float(limit):g} s"
+            progress(
+                f"rerunning {row['solver']} on {row['instance']} at "
+                f"{format_percent(float(row['budget_fraction']))} of P for the {figure}{up_to}"
+            )
+        return rerun_row(row, timeline=timeline)
+
     name = _pick_instance(df, wanted)
     if name is None:
         which = f"{wanted} cannot" if wanted is not None else "no instance in the results can"
@@ -171,7 +198,7 @@ def _rerun_figures(
     sub = df[(df["instance"] == name) & df["solver_name"].notna()]
     rows = _solver_rows(sub, plan_budget, 1)
     if rows:
-        inst, rec, _ = rerun_row(rows[0])
+        inst, rec, _ = rerun(rows[0], "plan figure")
         if rec.plan is not None:
             title = (f"{rec.solver} plan for {name} at {100 * rec.budget_fraction:.0f}% of P "
                      f"(throughput {100 * (rec.throughput or 0):.1f}%)")  # fmt: skip
@@ -182,7 +209,7 @@ def _rerun_figures(
         rep.notes.append(f"plan: no feasible run on {name}")
     runs = []
     for row in _solver_rows(sub, timeline_budget, 2):
-        inst, rec, sim = rerun_row(row, timeline=True)
+        inst, rec, sim = rerun(row, "timeline figure", timeline=True)
         if sim is not None and sim.feasible:
             runs.append((str(rec.solver), sim))
     if runs:

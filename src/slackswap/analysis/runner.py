@@ -24,13 +24,12 @@ import pandas as pd
 
 from slackswap.analysis.execute import execute, execute_in_worker, failure_row
 from slackswap.analysis.jobs import Job, Sweep
-from slackswap.analysis.progress import JobProgress
+from slackswap.analysis.progress import JobProgress, failed
 from slackswap.analysis.results import ResultsWriter, rows_to_frame
 from slackswap.analysis.warmup import warm_up
 from slackswap.problem import UserError
 
 BACKENDS = ("joblib", "dask")
-FAILED = ("error", "timeout")
 
 
 def run_sweep(
@@ -84,7 +83,7 @@ def run_sweep(
     if pending:  # compile (or load) the kernels here, untimed, once for every worker
         warm_up(_solvers(pending))
     bar = JobProgress(len(all_jobs), desc=desc, mode=progress, done=len(found))
-    bar.failures = sum(1 for r in found.values() if r.get("status") in FAILED)
+    bar.failures = sum(1 for r in found.values() if failed(r))
     try:
         if pending:
             bar.start(f"{len(pending)} jobs" + (f" ({len(found)} already done)" if found else ""))

@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="comma-separated seeds (default 0)")
     p.add_argument("--json", action="store_true", help="one JSON object per line and job")
     p.add_argument("-o", "--output", metavar="FILE", help="results file (.csv or .parquet)")
-    add_execution_arguments(p, jobs=1)
+    add_execution_arguments(p)
     p.add_argument("--resume", action="store_true", help="skip jobs already in the results file")
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing results file (else refused)"
@@ -117,6 +117,7 @@ def build_sweep(args: argparse.Namespace) -> Any:
 
 def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
     from slackswap.analysis.jobs import SolverSpec
+    from slackswap.solvers import REGISTRY
 
     extra: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -124,6 +125,7 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
         name, dot, key = target.rpartition(".")
         if not eq or not dot or not name or not key:
             raise UserError(f"--option {item!r}: expected SOLVER.KEY=VALUE")
+        name = REGISTRY.canonical(name)
         try:
             parsed: Any = json.loads(value)
         except json.JSONDecodeError:
@@ -140,6 +142,7 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from slackswap.analysis.progress import failure_summary
     from slackswap.analysis.runner import run_sweep
 
     sweep = build_sweep(args)
@@ -168,9 +171,8 @@ def main(args: argparse.Namespace) -> int:
     )
     if not args.json:
         print(format_results(df))
-    failed = int(df["status"].isin(["error", "timeout"]).sum())
-    if failed:
-        print(f"slackswap: {failed} of {len(df)} jobs failed (error or timeout)", file=sys.stderr)
+    for line in failure_summary(df.to_dict("records")):
+        print(f"slackswap: {line}" if not line.startswith(" ") else line, file=sys.stderr)
     if sweep.output:
         print(f"results: {sweep.output} ({len(df)} rows)", file=sys.stderr)
     return 0
@@ -183,25 +185,32 @@ def _json_default(o: Any) -> Any:
 
 
 def format_results(df: Any) -> str:
-    """The per-job table (ms, %, GB) for the terminal."""
+    """The per-job table (ms, %, bytes) for the terminal; rows without a plan say why and, when
+    known, the smallest budget that fits that solver."""
     import pandas as pd
 
     from slackswap.commands.common import format_table
+    from slackswap.console import format_bytes, format_percent
 
     def f(x: Any, scale: float, digits: int) -> str:
         return "-" if pd.isna(x) else f"{scale * float(x):.{digits}f}"
 
+    def nbytes(x: Any) -> str:
+        return "-" if pd.isna(x) else format_bytes(float(x))
+
     # Plans scored: a column only when some row is a search (the GA), whose count it is.
     searched = "evaluations" in df and bool(df["evaluations"].notna().any())
+    planless = bool(df["step_s"].isna().any())
     rows = []
     for r in df.itertuples(index=False):
         plans = (
             [] if not searched else ["-" if pd.isna(r.evaluations) else f"{int(r.evaluations):,}"]
         )
+        why = [] if not planless else _no_plan_columns(r, format_bytes, format_percent)
         rows.append(
             [
                 r.instance,
-                f"{100 * r.budget_fraction:g}%" if not pd.isna(r.budget_fraction) else r.budget,
+                _budget_cell(r, format_bytes, format_percent),
                 r.solver,
                 r.seed,
                 r.status,
@@ -210,14 +219,50 @@ def format_results(df: Any) -> str:
                 f(r.recompute_s, 1e3, 1),
                 f(r.fwd_stall_s, 1e3, 1),
                 f(r.bwd_stall_s, 1e3, 1),
-                f(r.d2h_bytes, 1e-9, 2),
+                nbytes(r.d2h_bytes),
                 f(r.plan_s, 1e3, 1),
                 f(r.gap, 100, 2),
                 *plans,
+                *why,
             ]
         )
     header = [
         "instance", "budget", "solver", "seed", "status", "step ms", "thr %", "recomp ms",
-        "fwd stall ms", "bwd stall ms", "D2H GB", "plan ms", "gap %",
+        "fwd stall ms", "bwd stall ms", "D2H", "plan ms", "gap %",
     ]  # fmt: skip
-    return format_table(rows, header + (["plans"] if searched else []))
+    header += ["plans"] if searched else []
+    header += ["fits from", "no plan: why"] if planless else []
+    return format_table(rows, header)
+
+
+def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:
+    """A budget as given: a share of P in %, bytes as bytes (with their share of P)."""
+    import pandas as pd
+
+    from slackswap.plan import Budget
+
+    key = getattr(r, "budget", None)  # the job's budget as given (absent from a bare record)
+    if pd.isna(r.budget_fraction):
+        return str(key)
+    try:
+        given = Budget.parse(str(key))
+    except ValueError:  # none, or a key written before bare numbers above 1 were refused
+        given = Budget.fraction(float(r.budget_fraction))
+    if given.kind == "bytes" and not pd.isna(r.budget_bytes):
+        return f"{format_bytes(float(r.budget_bytes))} ({format_percent(r.budget_fraction)})"
+    return format_percent(float(r.budget_fraction))
+
+
+def _no_plan_columns(r: Any, format_bytes: Any, format_percent: Any) -> list[str]:
+    """For a row without a plan: the smallest budget that fits (bytes, % of P) and the reason."""
+    import pandas as pd
+
+    if not pd.isna(r.step_s):
+        return ["", ""]
+    fits = "-"
+    if not pd.isna(r.min_budget_bytes) and not pd.isna(r.budget_fraction) and r.budget_bytes:
+        share = float(r.min_budget_bytes) / float(r.budget_bytes) * float(r.budget_fraction)
+        fits = f"{format_bytes(float(r.min_budget_bytes))} ({format_percent(share)})"
+    error = r.error if isinstance(r.error, str) and r.error else ""
+    reason = r.reason if isinstance(r.reason, str) and r.reason else ""
+    return [fits, (error or reason or r.status).splitlines()[0]]

@@ -12,6 +12,7 @@ from slackswap.commands.common import (
     positive_int,
     print_json,
 )
+from slackswap.console import format_bytes
 from slackswap.problem import UserError
 
 GB = 1e9
@@ -41,11 +42,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.set_defaults(func=cmd_info)
     p.set_defaults(func=lambda a: _usage(p))
 
-    lb = sub.add_parser("linkbudget", help="Eq. 1 across GPU generations and workloads (Fig. 1)")
+    lb = sub.add_parser(
+        "linkbudget",
+        help="Eq. 1 across GPU generations and workloads (Fig. 1)",
+        description=(
+            "For every GPU and its host link and every catalogue workload: the link bandwidth, "
+            "the GEMM intensity beta, the workload's saved activations A and intensity I, and "
+            "the fraction f of A that the link can move while the forward pass runs (Eq. 1 of "
+            "the paper, as Fig. 1 plots it)."
+        ),
+    )
     lb.add_argument("--json", action="store_true", help="rows as one JSON list, SI units")
     lb.set_defaults(func=cmd_linkbudget)
 
-    o = sub.add_parser("offload", help="checkpoint-offload calculator (the companion essay)")
+    o = sub.add_parser(
+        "offload",
+        help="checkpoint-offload calculator (the companion essay)",
+        description=(
+            "For a transformer at a sequence length and batch with gradient checkpointing: "
+            "each layer's checkpoint and their total, the host memory a node needs for them, "
+            "one layer's forward time, one checkpoint's copy over the host link, and the step's "
+            "slowdown when the checkpoints are offloaded synchronously or overlapped with "
+            "compute (the companion essay's first-order arithmetic)."
+        ),
+    )
     o.add_argument("model", help="a transformer model: qwen3-1.7b, qwen3-8b, llama-70b, ...")
     o.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence")
     o.add_argument("--batch", type=positive_int, default=1, help="sequences per GPU")
@@ -113,21 +133,21 @@ def info_rows(s: dict) -> list[tuple[str, str]]:
     rows = [
         ("instance", s["name"]),
         ("hardware", f"{s['gpu']} / {s['link']}"),
-        ("saved activations A", f"{s['saved_bytes'] / GB:.2f} GB"),
+        ("saved activations A", format_bytes(s["saved_bytes"])),
         ("forward T_F", f"{s['forward_s'] * 1e3:.1f} ms"),
         ("ideal step", f"{s['ideal_step_s'] * 1e3:.1f} ms"),
         ("forward FLOPs F", f"{s['forward_flops'] / 1e12:.2f} TFLOP"),
         ("intensity I = F/A", f"{s['intensity']:,.0f} FLOP/B"),
         ("beta", f"{s['beta']:,.0f} FLOP/B"),
         ("hideable fraction f", f"{s['hideable_fraction'] * 100:.1f}%"),
-        ("no-swap peak P", f"{s['peak_bytes'] / GB:.2f} GB"),
-        ("link budget (1-g) W T_F", f"{s['link_budget_bytes'] / GB:.2f} GB"),
+        ("no-swap peak P", format_bytes(s["peak_bytes"])),
+        ("link budget (1-g) W T_F", format_bytes(s["link_budget_bytes"])),
         ("operators", str(s["n_ops"])),
         ("saved tensors", str(s["n_tensors"])),
     ]
     workspace = s.get("max_rebuild_workspace_bytes", 0)
     if workspace:  # only profiled instances have multi-operator rebuilds
-        rows.append(("largest rebuild workspace", f"{workspace / GB:.4g} GB"))
+        rows.append(("largest rebuild workspace", format_bytes(workspace)))
     return rows
 
 

@@ -6,7 +6,9 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.commands.common import positive_float, print_json
+from slackswap.console import format_bytes
 
 if TYPE_CHECKING:
     from slackswap.problem import Instance
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="instance name (default MODEL@GPU-LINK)")
     p.add_argument("--seed", type=int, default=0, help="torch seed set before the factory runs")
     p.add_argument("--json", action="store_true", help="print the instance summary as JSON")
+    add_progress_arguments(p)
     p.set_defaults(func=cmd_profile)
 
 
@@ -64,21 +67,25 @@ def _note_precision(inst: Instance, gpu: str) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from slackswap.analysis.checks import output_file
+
+    # Before the work, not after, and before torch's import (seconds of it, on a loaded machine).
+    output_file(args.output, "-o", overwrite=args.overwrite)
     from slackswap.profiling import require_torch
 
     torch = require_torch()
-    from slackswap.analysis.checks import output_file
     from slackswap.models.hardware import hardware
     from slackswap.problem import UserError
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
 
-    output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
     try:
         hardware(args.gpu, args.link)  # fail before the factory builds the model
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
     torch.manual_seed(args.seed)
+    phase("profile", f"building the model of {args.factory} and profiling its training step",
+          args.progress)  # fmt: skip
     model, inputs, loss_fn = call_factory(args.factory)
     inst = profile_step(
         model,
@@ -102,8 +109,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     else:
         print(
             f"wrote {args.output}: {inst.name}, {inst.n_ops} ops, {inst.n_tensors} saved tensors, "
-            f"{inst.meta['n_blocks']} blocks, A = {inst.saved_bytes / GB:.4g} GB, "
-            f"P = {inst.peak_bytes / GB:.4g} GB, T_F = {inst.forward_s * MS:.4g} ms "
+            f"{inst.meta['n_blocks']} blocks, A = {format_bytes(inst.saved_bytes)}, "
+            f"P = {format_bytes(inst.peak_bytes)}, T_F = {inst.forward_s * MS:.4g} ms "
             f"({args.timing})"
         )
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from slackswap.analysis.progress import add_progress_arguments
 from slackswap.problem import UserError
 
 
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip the plan and timeline figures (they rerun one case)",
     )  # fmt: skip
     p.add_argument("--format", default="png,svg", help="image formats (default png,svg)")
+    add_progress_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -66,8 +68,10 @@ def main(args: argparse.Namespace) -> int:
     print(format_gaps(gaps(df)))
     if args.output is None:
         return 0
+    from slackswap.analysis.progress import phase
     from slackswap.analysis.report import write_report
 
+    phase("report", f"drawing the figures into {args.output}", args.progress)
     rep = write_report(
         df,
         args.output,
@@ -75,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
         instance=args.instance,
         rerun=not args.no_rerun,
         formats=formats,
+        progress=lambda what: phase("report", what, args.progress),
     )
     for note in rep.notes:
         print(f"note: {note}", file=sys.stderr)

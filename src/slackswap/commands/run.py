@@ -6,9 +6,11 @@ import argparse
 import statistics
 from typing import Any
 
+from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.commands.common import positive_float, print_json
+from slackswap.console import format_bytes, format_percent
 
-MB, MS = 1e6, 1e3
+MS = 1e3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--timing", choices=("roofline", "measured"), default="roofline", help="profile timing"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_progress_arguments(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -64,6 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise UserError(f"--steps = {args.steps}: must be at least 1")
     budget = Budget.parse(args.budget)
+    args.solver = REGISTRY.canonical(args.solver)  # any case, as catalogue names
     if args.plan is None and args.solver not in REGISTRY:
         raise UserError(f"--solver {args.solver!r}: unknown (one of {', '.join(REGISTRY.names())})")
     if args.runtime is not None and args.runtime not in RUNTIME_MODES:
@@ -73,10 +77,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
     torch.manual_seed(args.seed)
+    phase("run", f"building the model of {args.factory}", args.progress)
     model, inputs, loss_fn = call_factory(args.factory)
     if args.instance:
         inst = load_instance(args.instance)
     else:
+        phase("run", f"profiling its training step ({args.timing} times of {args.gpu})",
+              args.progress)  # fmt: skip
         inst = profile_step(
             model, inputs, loss_fn, gpu=args.gpu, link=args.link, timing=args.timing
         )
@@ -84,12 +91,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
         solver = f"plan:{args.plan}"
     else:
-        rec = run(inst, budget, args.solver, time_limit=args.time_limit, seed=args.seed,
-                  find_min_budget=False)  # fmt: skip
-        if rec.plan is None:
+        # Without a plan, the smallest budget that fits is bisected (as `solve` does).
+        phase("run", f"planning with {args.solver} at {budget}, up to {args.time_limit:g} s",
+              args.progress)  # fmt: skip
+        rec = run(inst, budget, args.solver, time_limit=args.time_limit, seed=args.seed)
+        if rec.plan is None or rec.step_s is None:  # no plan, or one that does not fit
+            fits = ""
+            if rec.min_budget_bytes is not None:
+                share = format_percent(rec.min_budget_bytes / inst.peak_bytes)
+                fits = f"; the smallest budget that fits it: {format_bytes(rec.min_budget_bytes)}"
+                fits += f" ({share} of P)"
             raise UserError(
                 f"--solver {args.solver}: no plan at budget {budget} "
-                f"({rec.error or rec.reason or rec.status})"
+                f"({rec.error or rec.reason or rec.status}){fits}"
             )
         plan, solver = rec.plan, args.solver
     runtime = args.runtime or plan.runtime
@@ -104,6 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_step(model, inputs, loss_fn, plan if planned else None, budget,
                         seed=args.seed, runtime=runtime)  # fmt: skip
 
+    phase("run", f"running the step without a plan, then {args.steps} under it", args.progress)
     baseline = step(False)
     runs = [step(True) for _ in range(args.steps)]
     stats = runs[0].stats
@@ -144,24 +159,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _print_table(r: dict[str, Any], timing: str) -> None:
     print(
-        f"{r['instance']}: {r['solver']} at {r['budget']} of P ({r['budget_bytes'] / MB:.3f} MB), "
+        f"{r['instance']}: {r['solver']} at {r['budget']} ({format_bytes(r['budget_bytes'])}), "
         f"{r['runtime']} runtime, on {r['device']}, {r['steps']} step(s)"
     )
     print(f"{'':28s}{'simulated':>12s}{'measured':>12s}")
     print(
-        f"{'peak activations (MB)':28s}{r['simulated_peak_bytes'] / MB:12.3f}"
-        f"{r['measured_peak_bytes'] / MB:12.3f}"
+        f"{'peak activations':28s}{format_bytes(r['simulated_peak_bytes']):>12s}"
+        f"{format_bytes(r['measured_peak_bytes']):>12s}"
     )
     print(
-        f"{'keep-all peak (MB)':28s}{r['keep_all_simulated_peak_bytes'] / MB:12.3f}"
-        f"{r['keep_all_measured_peak_bytes'] / MB:12.3f}"
+        f"{'keep-all peak':28s}{format_bytes(r['keep_all_simulated_peak_bytes']):>12s}"
+        f"{format_bytes(r['keep_all_measured_peak_bytes']):>12s}"
     )
     print(
         f"{'step (ms)':28s}{r['simulated_step_s'] * MS:12.3f}{r['measured_step_s'] * MS:12.3f}"
         f"   (simulated: {timing} times of the profile's GPU; measured: this device)"
     )
     print(
-        f"swapped {r['swapped_bytes'] / MB:.3f} MB, recomputed {r['recomputed_bytes'] / MB:.3f} MB"
+        f"swapped {format_bytes(r['swapped_bytes'])}, "
+        f"recomputed {format_bytes(r['recomputed_bytes'])}"
     )
     if r["bitwise_identical"] is not None:
         verdict = "bitwise identical" if r["bitwise_identical"] else "DIFFERENT"

@@ -7,12 +7,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from slackswap.commands.common import format_table, load_instance_arg, print_json
+from slackswap.console import format_bytes
 from slackswap.problem import UserError
 
 if TYPE_CHECKING:
     from slackswap.simulator.result import SimResult
 
-GB = 1e9
 MS = 1e3
 
 
@@ -79,7 +79,7 @@ def _table(name: str, budget: str, r: SimResult) -> str:
     rows = [
         ("instance", name),
         ("runtime", r.runtime),
-        ("budget", f"{budget} = {r.budget_bytes / GB:.3f} GB"),
+        ("budget", f"{budget} = {format_bytes(r.budget_bytes)}"),
         ("feasible", "yes" if r.feasible else "no"),
         ("step (ms)", f"{r.step_s * MS:.3f}" if r.feasible else "inf"),
         ("ideal (ms)", f"{r.ideal_s * MS:.3f}"),
@@ -95,10 +95,10 @@ def _table(name: str, budget: str, r: SimResult) -> str:
             f"{r.bwd_stall_s * MS:.3f} (copy {r.bwd_stall_copy_s * MS:.3f}, "
             f"memory {r.bwd_stall_mem_s * MS:.3f})",
         ),
-        ("D2H (GB)", f"{r.d2h_bytes / GB:.3f}"),
-        ("H2D (GB)", f"{r.h2d_bytes / GB:.3f}"),
+        ("D2H", format_bytes(r.d2h_bytes)),
+        ("H2D", format_bytes(r.h2d_bytes)),
         ("evictions", str(r.evictions)),
-        ("peak (GB)", f"{r.peak_bytes / GB:.3f}"),
+        ("peak", format_bytes(r.peak_bytes)),
     ]
     table = format_table(rows, ("metric", "value"))
     return table if r.feasible else f"{table}\ninfeasible: {r.reason}"

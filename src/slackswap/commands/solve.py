@@ -12,13 +12,21 @@ from typing import Any, NoReturn
 
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import load_instance_arg, print_json
+from slackswap.console import format_bytes, format_percent
 from slackswap.problem import UserError
-
-GB = 1e9
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("solvers", help="list the registered solvers, their tags and options")
+    p = sub.add_parser(
+        "solvers",
+        help="list the registered solvers, their tags and options",
+        description=(
+            "List every registered solver (built in and plug-ins): its description, the "
+            "runtime its plans are for, its tags (exact, deterministic, uses the time limit, "
+            "static plan) and its options with their defaults, as solve --option and compare "
+            "--option take them."
+        ),
+    )
     p.add_argument("--json", action="store_true", help="one JSON list")
     p.set_defaults(func=cmd_solvers)
 
@@ -202,6 +210,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if nbytes > inst.peak_bytes:
         checks.warn(checks.above_peak(args.budget, [(inst.name, nbytes / inst.peak_bytes)]))
     options = parse_options(args.option)
+    args.solver = REGISTRY.canonical(args.solver)  # any case, as catalogue names
     REGISTRY[args.solver].make(**options)  # unknown solver or bad option: a UserError, exit 2
     warm_up([args.solver])  # compile or load the kernels before the solve is timed
     tags = REGISTRY[args.solver].tags
@@ -265,8 +274,8 @@ def history_rows(history: Any) -> list[list[Any]]:
 def summary(rec: Any) -> str:
     """A few lines for people: status, step, throughput, what moved, planning time."""
     lines = [
-        f"{rec.instance}  budget {rec.budget_bytes / GB:.2f} GB "
-        f"({rec.budget_fraction * 100:.1f}% of P)  solver {rec.solver}  seed {rec.seed}",
+        f"{rec.instance}  budget {format_bytes(rec.budget_bytes)} "
+        f"({format_percent(rec.budget_fraction)} of P)  solver {rec.solver}  seed {rec.seed}",
         f"status      {rec.status.value}",
     ]
     if rec.step_s is not None:
@@ -278,8 +287,8 @@ def summary(rec: Any) -> str:
         ]
     if rec.swap_bytes is not None:
         lines.append(
-            f"plan        swap {rec.swap_bytes / GB:.2f} GB, recompute "
-            f"{rec.recompute_bytes / GB:.2f} GB ({rec.runtime} runtime)"
+            f"plan        swap {format_bytes(rec.swap_bytes)}, recompute "
+            f"{format_bytes(rec.recompute_bytes)} ({rec.runtime} runtime)"
         )
     if rec.lower_bound_s is not None:
         gap = "" if rec.gap is None else f", gap {rec.gap * 100:.2f}%"
@@ -297,8 +306,9 @@ def summary(rec: Any) -> str:
         lines.append(f"reason      {rec.reason}")
     if rec.min_budget_bytes is not None and rec.step_s is None:
         lines.append(
-            f"smallest    {rec.min_budget_bytes / GB:.3f} GB fits this solver "
-            f"({rec.min_budget_bytes / (rec.budget_bytes / rec.budget_fraction) * 100:.1f}% of P)"
+            f"smallest    {format_bytes(rec.min_budget_bytes)} fits this solver "
+            f"({format_percent(rec.min_budget_bytes / (rec.budget_bytes / rec.budget_fraction))}"
+            " of P)"
         )
     if rec.error:
         lines.append(f"error       {rec.error}")

@@ -17,7 +17,7 @@ Case = tuple[str, float, str, float | None]
 def add_batch_arguments(p: argparse.ArgumentParser) -> None:
     """``--jobs`` (default 1: the solves one after another, as the paper's timings assume),
     ``--backend``, ``--scheduler``, ``--progress`` / ``--no-progress``."""
-    add_execution_arguments(p, jobs=1)
+    add_execution_arguments(p)
     add_progress_arguments(p)
 
 
@@ -26,9 +26,15 @@ def run_cases(
 ) -> dict[tuple[str, float, str], dict[str, Any]]:
     """Each case's results row (`RunRecord.to_row` plus the job's columns), by (model, budget,
     solver). The minimum-budget bisection is off, as in the reports' own solves."""
-    from slackswap.analysis.jobs import Job, SolverSpec, default_job_timeout, ref_from_arg
-    from slackswap.analysis.jobs import parse_budgets as budget_spec
+    from slackswap.analysis.jobs import (
+        Job,
+        SolverSpec,
+        budget_key,
+        default_job_timeout,
+        ref_from_arg,
+    )
     from slackswap.analysis.runner import run_sweep
+    from slackswap.plan import Budget
 
     refs: dict[str, Any] = {}
     jobs: list[Job] = []
@@ -39,7 +45,7 @@ def run_cases(
         job = Job(
             index=len(jobs),
             instance=refs[model],
-            budget=budget_spec([frac])[0],
+            budget=budget_key(Budget.fraction(frac)),
             solver=SolverSpec.of(solver),
             seed=seed,
             time_limit=limit,

@@ -19,7 +19,9 @@ import pandas as pd
 
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
+from slackswap.analysis.progress import failed as job_failed
 from slackswap.console import add_execution_arguments, add_hidden_alias
+from slackswap.plan import Budget
 
 WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
@@ -56,7 +58,7 @@ TITANX_PAPER = {"conv": 0.034, "all": 0.22}
 TITANX_TOL = 0.02
 # Both policies are forced (the dynamic policy would offload nothing where everything fits) at a
 # budget where both fit with their prefetch buffers: the check is about time, not memory.
-TITANX_BUDGET = 1.29
+TITANX_BUDGET = Budget.fraction(1.29)
 
 
 def titanx_fact() -> Fact:
@@ -116,7 +118,7 @@ def fig4_sweep(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig4", metavar="DIR",
                    help="directory for fig4.csv and the figure (default reproduce-fig4)")  # fmt: skip
-    add_execution_arguments(p, jobs=2)
+    add_execution_arguments(p)
     names = p.add_argument("--instances", dest="workloads", default=",".join(WORKLOADS),
                            metavar="NAMES", help="catalog names, comma separated")  # fmt: skip
     add_hidden_alias(p, "--workloads", names)  # the old spelling
@@ -136,9 +138,12 @@ def main(args: argparse.Namespace) -> int:
     from slackswap.analysis import figures as F
     from slackswap.analysis.checks import output_dir
     from slackswap.analysis.runner import run_sweep
+    from slackswap.solvers import REGISTRY
 
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-    solvers = [s.strip() for s in args.solvers.split(",")] if args.solvers else None
+    solvers = (
+        [REGISTRY.canonical(s.strip()) for s in args.solvers.split(",")] if args.solvers else None
+    )
     sweep = fig4_sweep(workloads, solvers, min_budget=args.min_budget)
     out = output_dir(args.output, "-o", [], overwrite=True)  # a directory we can write in
     out.mkdir(parents=True, exist_ok=True)
@@ -158,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps([f.as_dict() for f in facts], indent=1))
     else:
         print(render(facts, "Fig. 4 (A100, PCIe 4.0): the paper's facts and the toolkit's"))
-    failed = int(df["status"].isin(["error", "timeout"]).sum())
+    failed = sum(1 for row in df.to_dict("records") if job_failed(row))
     print(
         f"sweep: {len(df)} jobs ({failed} failed) in {wall:.1f} s with --jobs {args.jobs}; "
         f"results {out / 'fig4.csv'}; figure {', '.join(str(f) for f in files)}",

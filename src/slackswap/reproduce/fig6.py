@@ -57,7 +57,7 @@ def fig6_sweep(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig6", metavar="DIR",
                    help="directory for fig6.csv and the figures (default reproduce-fig6)")  # fmt: skip
-    add_execution_arguments(p, jobs=2)
+    add_execution_arguments(p)
     p.add_argument("--solvers", default=",".join(SOLVERS), help="comma-separated")
     p.add_argument("--layers", type=int, help="shrink both models to this many layers (quick look)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig6.csv")
@@ -70,8 +70,9 @@ def main(args: argparse.Namespace) -> int:
     from slackswap.analysis import figures as F
     from slackswap.analysis.checks import output_dir
     from slackswap.analysis.runner import run_sweep
+    from slackswap.solvers import REGISTRY
 
-    solvers = tuple(s.strip() for s in args.solvers.split(",") if s.strip())
+    solvers = tuple(REGISTRY.canonical(s.strip()) for s in args.solvers.split(",") if s.strip())
     sweep = fig6_sweep(solvers=solvers, layers=args.layers)
     out = output_dir(args.output, "-o", [], overwrite=True)  # a directory we can write in
     out.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,7 @@ def render(rows: list[dict[str, Any]], solvers: Sequence[str]) -> str:
     header = ["workload", "budget", "ceiling %"]
     for s in solvers:
         header += [f"{s} thr %", f"{s} gap %"]
-    header += ["bound s"]
+    header += ["best bound by"]  # the solver, not seconds
     out = []
     cases: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in rows:
@@ -145,18 +145,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from slackswap.plan import Budget, PlanError
     from slackswap.problem import UserError
     from slackswap.solvers import REGISTRY
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
-    try:
-        budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
-    except ValueError:
-        raise UserError(f"--budgets {args.budgets!r}: expected fractions such as 0.5,0.2") from None
-    bad = [b for b in budgets if not 0 < b <= 1.5]
-    if bad:
-        raise UserError(f"--budgets: {bad[0]} is not a fraction of the peak in (0, 1.5]")
+    solvers = [REGISTRY.canonical(s.strip()) for s in args.solvers.split(",") if s.strip()]
+    budgets = []
+    for spec in (b.strip() for b in args.budgets.split(",") if b.strip()):
+        try:
+            budget = Budget.parse(spec)  # read as every other command reads a budget
+        except PlanError as exc:
+            raise UserError(f"--budgets: {exc}") from None
+        if budget.kind != "fraction" or budget.value > 1.5:
+            raise UserError(f"--budgets: {spec} is not a fraction of the peak in (0, 1.5]")
+        budgets.append(budget.value)
     for s in solvers:
         REGISTRY[s]  # a UserError naming the registered solvers
     if args.time_limit is not None and args.time_limit <= 0:
@@ -173,6 +176,6 @@ def main(args: argparse.Namespace) -> int:
     print(render(rows, solvers))
     print(
         "ceiling % = ideal / best bound: no plan can beat this throughput in the simulator; "
-        "bound s = the solver whose bound is the best."
+        "best bound by = the solver that proved the best bound."
     )
     return 0

@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from slackswap.console import format_bytes
 from slackswap.plan import Budget, Plan, PlanError
 from slackswap.problem import Instance, UserError
 from slackswap.profiling import require_torch
@@ -128,7 +129,7 @@ def check_plan(
     sim = simulate(inst, plan, b, runtime=rt)
     if not sim.feasible:
         raise PlanError(
-            f"the plan does not fit the budget {b} ({sim.budget_bytes} B): {sim.reason}"
+            f"the plan does not fit the budget {b} ({format_bytes(sim.budget_bytes)}): {sim.reason}"
         )
     return RunStats(
         budget_bytes=sim.budget_bytes,

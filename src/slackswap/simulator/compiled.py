@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slackswap.console import format_bytes
 from slackswap.problem import Instance
 from slackswap.simulator import kernel as K
 from slackswap.simulator.result import BatchResult, SimResult, Timeline
@@ -55,12 +56,12 @@ def _reason(inst: Instance, code: int, op: int, tensor: int, over: int) -> str:
     if code == K.R_OOM_COMPUTE:
         return (
             f"out of memory at {where}: no copy in flight and nothing evictable "
-            f"(run on, the step peaks {over} bytes over the budget)"
+            f"(run on, the step peaks {format_bytes(over)} over the budget)"
         )
     if code == K.R_OOM_H2D:
         return (
             f"out of memory at {where}: the prefetch of {inst.tensor_name[tensor]!r} does not "
-            f"fit and nothing is evictable (run on, the step peaks {over} bytes over the budget)"
+            f"fit and nothing is evictable (run on, the step peaks {format_bytes(over)} over the budget)"
         )
     if code == K.R_NOT_FINITE:
         return (

@@ -64,6 +64,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
+from slackswap.console import format_bytes
 from slackswap.problem import Instance
 from slackswap.solvers._exact_interrupt import call_interruptibly
 
@@ -369,9 +370,9 @@ class BoundProgram:
         if must[worst] > M * (1 + 1e-12):
             return (
                 f"operator {worst} ({self.instance.op_name[worst]}) needs "
-                f"{must[worst] * self.byte_unit / 1e9:.3f} GB (its transient bytes and the saved "
+                f"{format_bytes(must[worst] * self.byte_unit)} (its transient bytes and the saved "
                 f"tensors it reads or that are live there) > budget "
-                f"{self.budget_bytes / 1e9:.3f} GB"
+                f"{format_bytes(self.budget_bytes)}"
             )
         return ""
 

@@ -34,6 +34,7 @@ the run exactly.
 from __future__ import annotations
 
 import importlib
+import math
 import multiprocessing
 import pickle
 import sys
@@ -57,7 +58,7 @@ class IslandReport:
 
     index: int
     generations: int
-    stop: str  # "generations", "evaluations", "time"
+    stop: str  # "generations", "evaluations", "time", "target"
     evaluations: int
     cache_hits: int
     best: tuple[bytes, tuple[float, ...]]  # hall-of-fame leader: genes, fitness wvalues
@@ -117,15 +118,19 @@ class StopBoard:
 
 @dataclass(frozen=True)
 class Rules:
-    """An island's stop rules: generation limit, its share of the evaluations, the clock."""
+    """An island's stop rules: generation limit, its share of the evaluations, the clock, and
+    a target step (seconds) no plan can beat, once its best feasible plan reaches it."""
 
     max_generations: int | None
     evaluation_share: int | None
     time_limit_s: float | None
     t0: float
     clock: Callable[[], float]
+    target_step_s: float | None = None
 
-    def own_stop(self, generation: int, evaluations: int) -> str:
+    def own_stop(self, generation: int, evaluations: int, best_step_s: float = math.inf) -> str:
+        if self.target_step_s is not None and best_step_s <= self.target_step_s:
+            return "target"
         if self.max_generations is not None and generation >= self.max_generations:
             return "generations"
         if self.evaluation_share is not None and evaluations >= self.evaluation_share:
@@ -338,7 +343,7 @@ def run_group(
                 step_s[isl.index] = max(0.8 * step_s[isl.index], work)
             started_at[isl.index] = now
             waited_at[isl.index] = waited_s
-            stop = rules.own_stop(isl.generation, isl.evaluations)
+            stop = rules.own_stop(isl.generation, isl.evaluations, isl.best_step_s)
             if stop:
                 board.finish(isl.index)
             elif not board.may_start(

@@ -113,6 +113,9 @@ class SearchConfig:
     migration_interval: int = 10
     migrants: int = 2
     local_mutants: int = 0
+    #: Stop once the best feasible plan's step (seconds) is at most this: the ideal step, or a
+    #: proven lower bound, which no plan can beat (a search would spend its limit for nothing).
+    target_step_s: float | None = None
 
 
 @dataclass
@@ -124,7 +127,7 @@ class SearchResult:
     best_step_s: float  # inf unless feasible
     evaluations: int  # distinct plans the batch function scored
     generations: int
-    stop: str  # "evaluations", "generations" or "time"
+    stop: str  # "evaluations", "generations", "time" or "target"
     elapsed_s: float
     history: list[tuple[float, int, float]] = field(default_factory=list)
     initial: list[tuple[float, float]] = field(default_factory=list)  # each seed's fitness
@@ -485,6 +488,11 @@ class _Island:
         """Plans this island's evaluator has scored."""
         return self.evaluator.evaluations
 
+    @property
+    def best_step_s(self) -> float:
+        """The best feasible plan's step so far (inf before one)."""
+        return self._best_step
+
     def note(self, clock_s: float) -> None:
         """Log the end of a generation: clock, evaluations so far, best feasible step."""
         infeas, step = self.hof[0].fitness.values
@@ -620,7 +628,7 @@ def search(
     share = None
     if config.max_evaluations is not None:
         share = -(-config.max_evaluations // config.islands)
-    rules = Rules(max_gen, share, config.time_limit_s, t0, clock)
+    rules = Rules(max_gen, share, config.time_limit_s, t0, clock, config.target_step_s)
     workers = max(1, min(n_jobs, config.islands))
     reports, timed_out = run_islands(
         islands,
@@ -638,7 +646,10 @@ def search(
     best_infeas, best_s = top.fitness.values
     total = sum(r.evaluations for r in reports)
     stops = {r.stop for r in reports}
-    stop = "time" if timed_out else ("evaluations" if "evaluations" in stops else "generations")
+    stop = (
+        "time" if timed_out
+        else next((s for s in ("target", "evaluations") if s in stops), "generations")
+    )  # fmt: skip
     history = _merge_logs(reports, t0)
     history.append((elapsed, total, history[-1][2] if history else math.inf))
     return SearchResult(

@@ -262,23 +262,30 @@ class Registry:
         """The names registered so far, without loading the solver modules and plug-ins."""
         return list(self._entries)
 
+    def canonical(self, name: str) -> str:
+        """The registered spelling of ``name``: names are matched without regard to case, as
+        catalogue names are (``SlackSwap`` is ``slackswap``); an unknown name comes back as
+        given, for the lookup's error to name it."""
+        _load_all()
+        if name in self._entries or not isinstance(name, str):
+            return name
+        folded = [n for n in self._entries if n.casefold() == name.casefold()]
+        return folded[0] if len(folded) == 1 else name
+
     def get(self, name: str) -> RegisteredSolver | None:
         """The entry for ``name``, or None (no error): for labels read back from results."""
-        _load_all()
-        return self._entries.get(name)
+        return self._entries.get(self.canonical(name))
 
     def __getitem__(self, name: str) -> RegisteredSolver:
-        _load_all()
         try:
-            return self._entries[name]
+            return self._entries[self.canonical(name)]
         except KeyError:
             raise UserError(
                 f"unknown solver {name!r} (registered: {', '.join(self.names())})"
             ) from None
 
     def __contains__(self, name: object) -> bool:
-        _load_all()
-        return name in self._entries
+        return isinstance(name, str) and self.canonical(name) in self._entries
 
     def __iter__(self) -> Iterator[RegisteredSolver]:
         _load_all()

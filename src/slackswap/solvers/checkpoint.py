@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from slackswap.console import format_bytes
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers._baseline_common import checkpoint_actions, checkpointable_blocks, probe
@@ -68,7 +69,7 @@ class Checkpoint(Solver):
                 info={
                     "reason": (
                         f"every one of {len(blocks)} blocks checkpointed still needs "
-                        f"{need / 1e9:.2f} GB > budget {m / 1e9:.2f} GB"
+                        f"{format_bytes(need)} > budget {format_bytes(m)}"
                     )
                 },
             )

@@ -144,6 +144,17 @@ class CpSat(Solver):
         acts, step, _, found_by = best_plan(
             scorer, starts, t0 + share * limit, repair_deadline=stop
         )
+        if acts is not None and step <= lp_bound * (1 + 1e-9):
+            # A plan at the proven bound is optimal: CP-SAT could only spend the rest of the
+            # time limit failing to beat it.
+            return Solution(
+                Plan(instance, acts),
+                lower_bound_s=lp_bound,
+                proven_optimal=True,
+                evaluations=scorer.evaluations,
+                info={"mode": "at the bound", "found_by": found_by,
+                      "lp_engine": "coarse" if coarse else "full"},
+            )  # fmt: skip
         if instance.n_tensors <= self.exact_tensors:
             sol = self._exact(
                 instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit

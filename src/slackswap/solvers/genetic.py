@@ -58,7 +58,8 @@ improvement and at the end, and ``info`` says how the run stopped and how each s
 
 Stops (between generations): ``max_evaluations`` (plans scored; each island stops once it has
 scored its share), ``max_generations``, and the time limit, which counts the seeding too; with
-none of them, `DEFAULT_GENERATIONS`. Runs stopped by an evaluation or generation limit are
+none of them, `DEFAULT_GENERATIONS`; and an island stops as soon as its best plan reaches the
+ideal step, which no plan beats (``info["stop"]`` is then ``"target"``). Runs stopped by an evaluation or generation limit are
 exactly reproducible from the seed; a run stopped by the clock is reproducible up to the
 generation it reached, which ``info["generations"]`` records (pass it as ``max_generations`` to
 replay the run exactly).
@@ -78,6 +79,10 @@ from slackswap.solvers._ga_repair import Repair
 from slackswap.solvers._ga_search import SearchConfig, SearchResult, search
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import REGISTRY, Display, Solution, Solver, Tags, register
+
+#: How far (relative) above the ideal step a simulated step still counts as reaching it: the
+#: simulator sums the same operator times in another order.
+IDEAL_REL_TOL = 1e-9
 
 if TYPE_CHECKING:
     from slackswap.plan import Budget
@@ -314,6 +319,9 @@ class GeneticSearch(Solver):
             migration_interval=self.migration_interval,
             migrants=self.migrants,
             local_mutants=self.local_mutants,
+            # No plan beats the ideal step (every tensor kept, nothing waited for): once a plan
+            # reaches it, to the simulator's rounding, the rest of the time limit buys nothing.
+            target_step_s=instance.ideal_step_s * (1 + IDEAL_REL_TOL),
         )
         repair = Repair(instance, budget.bytes_for(instance)) if self.repair else None
         # Several islands take the workers themselves; a single one splits its population.

@@ -126,7 +126,10 @@ class Milp(Solver):
             scorer, starts, search_stop, self.search, repair_deadline=stop
         )
         timed_out = timed_out or not (converged or scorer.exhausted)
-        if self.search:
+        # A plan at the proven bound is optimal: the searches and the binary version after this
+        # point could only spend the rest of the time limit.
+        at_bound = acts is not None and step <= bound * (1 + 1e-9)
+        if self.search and not at_bound:
             # many random roundings of the relaxation's optima, each repaired and searched
             # (`_exact_guided`); opportunistic like the binary version: never a timeout
             guided, g_step, g_info = search_from_relaxation(
@@ -146,7 +149,7 @@ class Milp(Solver):
         # rounds fit.
         lp_round_s = lp.seconds / max(lp.rounds, 1)
         milp_s = stop - time.perf_counter() - 0.05 * limit
-        if run_milp and milp_s > max(0.05 * limit, 2.0 * lp_round_s):
+        if run_milp and not at_bound and milp_s > max(0.05 * limit, 2.0 * lp_round_s):
             mres = model._milp(milp_s)
             if mres is not None:
                 info["milp_status"] = mres.status

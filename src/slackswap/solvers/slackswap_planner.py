@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from slackswap.console import format_bytes
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
@@ -159,7 +160,7 @@ class SlackSwap(Solver):
         fail = search.last_fail
         if fail is not None and not any(r.fits for r in search.rounds):
             info["reason"] = (
-                f"the planner's memory profile stays {fail.overflow_bytes / 1e9:.3g} GB over "
+                f"the planner's memory profile stays {format_bytes(fail.overflow_bytes)} over "
                 f"the budget at operator {instance.op_name[fail.fail_op]!r} with every tensor "
                 "that has a finite recompute cost recomputed"
             )

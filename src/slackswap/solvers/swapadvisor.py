@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from slackswap.console import format_bytes
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
@@ -81,7 +82,7 @@ class SwapAdvisor(Solver):
                 info={
                     "reason": (
                         f"with every idle tensor swapped some operator still needs "
-                        f"{floor / 1e9:.2f} GB > budget {m / 1e9:.2f} GB"
+                        f"{format_bytes(floor)} > budget {format_bytes(m)}"
                     ),
                     "static_floor_bytes": floor,
                 },
