@@ -71,6 +71,7 @@ def test_default_builds_and_bundled_files_keep_their_names() -> None:
         ("gpt2-xl,layers=0", "layers='0': expected a positive integer"),
         ("gpt2-xl,link-gbps=-5", "link-gbps='-5': expected a positive number"),
         ("vgg16,seq=512", "vgg16,seq=512: vgg16 takes no --seq"),
+        ("gpt2-xl,seq=64,seq=128", "seq given twice"),
     ],
 )
 def test_bad_parameters_are_one_line_errors(name: str, message: str) -> None:

@@ -107,6 +107,8 @@ def name_parameters(name: str) -> dict[str, int | float]:
             raise UnknownInstanceError(
                 f"{name}: {item!r} is not a parameter (KEY=VALUE, keys {', '.join(NAME_PARAMETERS)})"
             )
+        if ("link_bw_Bps" if key == "link-gbps" else key) in out:
+            raise UnknownInstanceError(f"{name}: {key} given twice")
         try:
             value = float(text) if key == "link-gbps" else int(text)
         except ValueError:
