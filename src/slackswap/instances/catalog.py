@@ -5,9 +5,10 @@
 Any model on any GPU and link resolves by a name such as ``llama-7b@h100-pcie5`` or
 ``gpt2-xl@a100`` (the GPU's default link), with other parameters after commas:
 ``llama-7b@h100-pcie5,seq=8192,batch=1``, ``gpt2-xl@a100-pcie4,layers=8,link-gbps=12``
-(`slackswap.models.registry.instance_name`, the name a built instance carries). The models are a registry
-(`slackswap.models.registry`): a module of `slackswap.models`, or another package's module that
-its ``slackswap.models`` entry point names, adds one with `register_model`.
+(`slackswap.models.registry.instance_name`, the name a built instance carries). The models
+are a registry (`slackswap.models.registry`): a module of `slackswap.models`, or another
+package's module that its ``slackswap.models`` entry point names, adds one with
+`register_model`.
 """
 
 from __future__ import annotations
