@@ -49,6 +49,9 @@ def test_plan_time_puts_each_instance_in_one_column(results: pd.DataFrame) -> No
         n_tensors = int(results[results["instance"] == name]["n_tensors"].iloc[0])
         assert size == f"{n_tensors:,} tensors"
     assert set(columns) == set(results["instance"])
+    by_column = sorted(columns, key=columns.get)  # same size: the smaller number first
+    assert by_column[0].endswith("layers=1,seq=64,batch=1,link-gbps=12")
+    assert by_column[1].endswith("layers=1,seq=64,batch=1,link-gbps=50")
     slots = []
     for collection, solver in zip(ax.collections, SOLVERS, strict=True):
         x = collection.get_offsets()[:, 0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -347,6 +348,13 @@ def _cmap() -> Any:
     return mpl.colormaps["viridis_r"].with_extremes(bad="#e0e0e0")
 
 
+def _natural(text: str) -> list[Any]:
+    """A sort key that orders the numbers in names by value (link-gbps=12 before =200)."""
+    return [
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)
+    ]
+
+
 def _wrap_name(name: str) -> str:
     """An instance name on lines of its own parameters (``gpt2-xl@a100-pcie4,layers=8``)."""
     return str(name).replace(",", ",\n")
@@ -358,7 +366,7 @@ def plan_time_vs_size(df: pd.DataFrame) -> Figure:
     the legend's order, so the points of one instance stay one column whatever their number."""
     d = df[df["plan_s"].notna()]
     sizes = d.groupby("instance", sort=False)["n_tensors"].first()
-    instances = sorted(sizes.index, key=lambda i: (float(sizes[i]), str(i)))
+    instances = sorted(sizes.index, key=lambda i: (float(sizes[i]), _natural(str(i))))
     solvers = [s for s in _solvers(df) if (d["solver"] == s).any()]
     slot = 0.8 / max(1, len(solvers))  # the column is 0.8 wide; each solver one slot of it
     fig = Figure(figsize=(max(6.4, 2.4 + 1.4 * len(instances)), 4.6), layout="constrained")
