@@ -47,7 +47,7 @@ def test_grid_point_builds_labelled_instance_with_link_override() -> None:
         {"model": "gpt2-xl", "layers": 1, "seq": 128, "tokens": 512, "link_bw_GBps": 12}
     )
     inst = ref.load()
-    assert inst.name == ref.label == "gpt2-xl@a100-pcie4 layers=1 seq=128 batch=4 bw=12GB/s"
+    assert inst.name == ref.label == "gpt2-xl@a100-pcie4,layers=1,seq=128,batch=4,link-gbps=12"
     assert inst.hardware.link_bw_Bps == pytest.approx(12e9)
     assert ref.columns["batch"] == 4 and ref.columns["n_tensors"] == inst.n_tensors
     assert inst.content_hash == ref.content_hash  # the worker rebuilds the same instance
@@ -112,8 +112,8 @@ def test_sweep_file(tmp_path, suffix: str, text: str) -> None:
     sweep = load_sweep(p)
     assert [r.label for r in sweep.instances] == [
         "vgg16",
-        "gpt2-xl@a100-pcie4 layers=1 seq=128 batch=1",
-        "gpt2-xl@a100-pcie4 layers=2 seq=128 batch=1",
+        "gpt2-xl@a100-pcie4,layers=1,seq=128,batch=1",
+        "gpt2-xl@a100-pcie4,layers=2,seq=128,batch=1",
     ]
     assert sweep.budgets == ["1", "0.75", "0.5"]
     assert [s.label for s in sweep.solvers] == ["keep", "ga(pop=8)"]

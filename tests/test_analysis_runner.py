@@ -37,7 +37,7 @@ def sequential() -> pd.DataFrame:
 def test_sequential_sweep_one_row_per_job(sequential: pd.DataFrame, tmp_path) -> None:
     df = sequential
     assert len(df) == 2 * 2 * 2 * 2 and df["job_id"].is_unique
-    assert set(df["instance"]) == {"gpt2-xl@a100-pcie4 layers=2 seq=128 batch=1", "bert-tiny"}
+    assert set(df["instance"]) == {"gpt2-xl@a100-pcie4,layers=2,seq=128,batch=1", "bert-tiny"}
     keep_full = df[(df["solver"] == "toy-keep") & (df["budget"] == "1")]
     assert (keep_full["status"] == "feasible").all()
     assert keep_full["throughput"].tolist() == pytest.approx([1.0] * 4)

@@ -272,11 +272,18 @@ class Instance:
         return hashlib.sha256(blob).hexdigest()
 
     def summary(self) -> dict[str, Any]:
-        """The derived quantities under their JSON names (SI units)."""
+        """The derived quantities under their JSON names (SI units); ``layers``, ``seq`` and
+        ``batch`` are the workload model's (None for a profiled step)."""
+        config = self.meta.get("config")
+        config = config if isinstance(config, dict) else {}
         return {
             "name": self.name,
             "gpu": self.hardware.gpu,
             "link": self.hardware.link,
+            "link_bw_Bps": self.hardware.link_bw_Bps,
+            "layers": config.get("layers"),
+            "seq": config.get("seq"),
+            "batch": config.get("batch"),
             "saved_bytes": self.saved_bytes,
             "forward_s": self.forward_s,
             "ideal_step_s": self.ideal_step_s,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,8 @@ def _legend(fig: Figure, axes: list[Any]) -> None:
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(lab, h)
+    # The grey lines' entry last: the coloured solvers are the ones compared.
+    handles = dict(sorted(handles.items(), key=lambda kv: kv[0].startswith("grey: ")))
     if handles:
         fig.legend(
             list(handles.values()), list(handles), loc="outside lower center",
@@ -140,11 +143,46 @@ def _legend(fig: Figure, axes: list[Any]) -> None:
         )  # fmt: skip
 
 
-def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
-    """Fig. 4: throughput (% of ideal) against the budget (% of P), one panel per instance."""
+#: Most solvers a line figure draws in colour; past it only the featured ones are coloured.
+MAX_COLOURED = 6
+#: The style of the solvers a figure does not compare: thin grey lines beneath the others.
+_GREY = {"color": "#b8b8b8", "linewidth": 1.0, "marker": None, "zorder": 1}
+
+
+def compared_solvers(solvers: Sequence[str]) -> list[str]:
+    """The solvers a line figure colours: all of them up to `MAX_COLOURED`, else the featured
+    ones (SlackSwap and the paper's four baselines, `Display.featured`) and the emphasised one
+    (the first `MAX_COLOURED` when none of them is there)."""
+    if len(solvers) <= MAX_COLOURED:
+        return list(solvers)
+
+    def shown(solver: str) -> bool:
+        d = _display(solver)
+        return d is not None and (d.featured is not None or d.emphasis)
+
+    picked = [s for s in solvers if shown(s)]
+    return picked or list(solvers[:MAX_COLOURED])
+
+
+def _others_label(others: Sequence[str]) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap("grey: " + ", ".join(others), 44, break_on_hyphens=False))
+
+
+def throughput_vs_budget(
+    df: pd.DataFrame, title: str | None = None, highlight: Sequence[str] | None = None
+) -> Figure:
+    """Fig. 4: throughput (% of ideal) against the budget (% of P), one panel per instance.
+
+    The ``highlight`` solvers (default `compared_solvers`) are coloured; the others are thin
+    grey lines beneath them, named in one legend entry, so a sweep of every solver stays legible.
+    """
     g = _best(df)
     instances = list(dict.fromkeys(g["instance"]))
     solvers = _solvers(g)
+    coloured = compared_solvers(solvers) if highlight is None else list(highlight)
+    others = [s for s in solvers if s not in coloured]
     fig, axes = _grid(len(instances))
     for ax, inst in zip(axes, instances, strict=True):
         sub = g[g["instance"] == inst]
@@ -152,9 +190,11 @@ def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
             s = sub[sub["solver"] == solver].sort_values("budget_fraction")
             if s.empty:
                 continue
+            grey = solver in others
             ax.plot(
-                100 * s["budget_fraction"], 100 * s["throughput"], label=solver,
-                **solver_style(solver, solvers),
+                100 * s["budget_fraction"], 100 * s["throughput"],
+                label=_others_label(others) if grey else solver,
+                **(_GREY if grey else solver_style(solver, solvers)),
             )  # fmt: skip
         ax.set_title(str(inst), fontsize="medium")
         ax.set_xlabel("memory budget (% of no-swap peak P)")
@@ -251,11 +291,19 @@ def gap_text(percent: float) -> str:
     return f"{percent:.0f}"
 
 
+#: Size of the numbers in the heat map's cells (points): readable at the saved 130 dpi.
+HEATMAP_FONT_PT = 9
+
+
 def gap_heatmap(df: pd.DataFrame) -> Figure:
     """Gap to the best known plan (%), solver x budget, one panel per instance, on one scale."""
     g = _best(df)
     instances = list(dict.fromkeys(g["instance"]))
-    fig, axes = _grid(len(instances), ncols=2, size=(6.4, 4.0))
+    n_solvers = max((g[g["instance"] == i]["solver"].nunique() for i in instances), default=1)
+    n_budgets = max(g["budget_fraction"].nunique(), 1)
+    # Cells sized for a 9-point number (0.7 x 0.36 inch); labels and title around them.
+    size = (2.0 + 0.7 * n_budgets, 1.3 + 0.36 * n_solvers)
+    fig, axes = _grid(len(instances), ncols=2, size=size)
     panels = []
     for inst in instances:
         sub = g[g["instance"] == inst]
@@ -278,10 +326,10 @@ def gap_heatmap(df: pd.DataFrame) -> Figure:
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
                 dark = np.isfinite(m[i, j]) and m[i, j] > 0.5 * vmax  # viridis_r: dark at the top
-                ax.text(j, i, gap_text(m[i, j]), ha="center", va="center", fontsize=6,
-                        color="white" if dark else "black")  # fmt: skip
-        ax.set_xticks(range(len(budgets)), [f"{100 * b:g}" for b in budgets], fontsize="small")
-        ax.set_yticks(range(len(solvers)), solvers, fontsize="small")
+                ax.text(j, i, gap_text(m[i, j]), ha="center", va="center",
+                        fontsize=HEATMAP_FONT_PT, color="white" if dark else "black")  # fmt: skip
+        ax.set_xticks(range(len(budgets)), [f"{100 * b:g}" for b in budgets], fontsize=9)
+        ax.set_yticks(range(len(solvers)), solvers, fontsize=9)
         ax.set_xlabel("memory budget (% of P)")
         ax.set_title(str(inst), fontsize="medium")
     if image is not None:
@@ -300,32 +348,54 @@ def _cmap() -> Any:
     return mpl.colormaps["viridis_r"].with_extremes(bad="#e0e0e0")
 
 
-def plan_time_vs_size(df: pd.DataFrame) -> Figure:
-    """Planning time (ms, log) against instance size (saved tensors, log), every run."""
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
-    ax = fig.subplots()
-    solvers = _solvers(df)
-    for k, solver in enumerate(solvers):
-        s = df[(df["solver"] == solver) & df["plan_s"].notna()]
-        if s.empty:
-            continue
-        st = solver_style(solver, solvers)
-        # a small fixed offset per solver keeps markers at one size from hiding each other
-        nudge = 1.0 + 0.12 * (k - (len(solvers) - 1) / 2) / max(1, len(solvers))
-        ax.scatter(
-            s["n_tensors"].astype(float) * nudge, 1e3 * s["plan_s"], label=solver, s=14,
-            alpha=0.7, color=st["color"], marker=st["marker"],
-        )  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
+def _natural(text: str) -> list[Any]:
+    """A sort key that orders the numbers in names by value (link-gbps=12 before =200)."""
+    return [
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)
+    ]
 
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
-    ax.set_xlabel("instance size (saved tensors)")
+
+def _wrap_name(name: str) -> str:
+    """An instance name on lines of its own parameters (``gpt2-xl@a100-pcie4,layers=8``)."""
+    return str(name).replace(",", ",\n")
+
+
+def plan_time_vs_size(df: pd.DataFrame) -> Figure:
+    """Planning time (ms, log) of every run, one column per instance, smallest instance (fewest
+    saved tensors) first; within a column each solver has its own fixed slot, left to right in
+    the legend's order, so the points of one instance stay one column whatever their number."""
+    d = df[df["plan_s"].notna()]
+    sizes = d.groupby("instance", sort=False)["n_tensors"].first()
+    instances = sorted(sizes.index, key=lambda i: (float(sizes[i]), _natural(str(i))))
+    solvers = [s for s in _solvers(df) if (d["solver"] == s).any()]
+    slot = 0.8 / max(1, len(solvers))  # the column is 0.8 wide; each solver one slot of it
+    fig = Figure(figsize=(max(6.4, 2.4 + 1.4 * len(instances)), 4.6), layout="constrained")
+    ax = fig.subplots()
+    for k, solver in enumerate(solvers):
+        s = d[d["solver"] == solver]
+        st = solver_style(solver, solvers)
+        column = s["instance"].map({name: i for i, name in enumerate(instances)})
+        ax.scatter(
+            column + (k - (len(solvers) - 1) / 2) * slot, 1e3 * s["plan_s"], label=solver, s=16,
+            alpha=0.75, color=st["color"], marker=st["marker"],
+        )  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_xticks(
+        range(len(instances)),
+        [f"{_wrap_name(name)}\n{int(sizes[name]):,} tensors" for name in instances],
+        fontsize="small", rotation=30 if len(instances) > 6 else 0,
+    )  # fmt: skip
+    for edge in range(len(instances) - 1):
+        ax.axvline(edge + 0.5, color="grey", lw=0.6, alpha=0.5)
+    ax.set_xlim(-0.5, len(instances) - 0.5)
+    ax.set_xlabel("instance, fewest saved tensors first")
     ax.set_ylabel("planning time (ms)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize="small", ncols=2)
-    ax.set_title("Planning time against instance size")
+    ax.grid(alpha=0.3, which="both", axis="y")
+    fig.legend(
+        loc="outside right upper", fontsize="small", frameon=False,
+        title="solver (left to right\nin each column)", title_fontsize="small",
+    )  # fmt: skip
+    ax.set_title("Planning time of every run, by instance")
     return fig
 
 
@@ -336,12 +406,55 @@ SENSITIVITY = {
 }
 
 
-def has_sensitivity(df: pd.DataFrame, by: str) -> bool:
-    """True when some model and budget were run at two or more values of ``by``."""
+#: The workload-model parameters a sensitivity case holds fixed, unless it sweeps them.
+_CASE_COLUMNS = ("model", "layers", "seq", "batch", "link_bw_Bps")
+
+
+def _sensitivity_cases(df: pd.DataFrame, by: str) -> list[pd.DataFrame]:
+    """The rows of each case a sensitivity figure draws: one model configuration (layers,
+    and seq and batch or link bandwidth, whichever is not swept) at one budget, run at two or
+    more values of ``by``. A sequence sweep keeps tokens per batch, so its batch varies too."""
     if by not in df or df[by].isna().all():
-        return False
-    counts = df.dropna(subset=[by]).groupby(["model", df["budget_fraction"].round(6)])[by]
-    return bool((counts.nunique() > 1).any())
+        return []
+    d = df.dropna(subset=[by]).copy()
+    d["_b"] = d["budget_fraction"].round(6)
+    varying = {by, "batch"} if by == "seq" else {by}
+    keys = [c for c in _CASE_COLUMNS if c in d and c not in varying] + ["_b"]
+    groups = d.groupby([d[k].astype(str) for k in keys], sort=False)
+    return [grp for _, grp in groups if grp[by].nunique() > 1]
+
+
+def has_sensitivity(df: pd.DataFrame, by: str) -> bool:
+    """True when some model configuration and budget were run at two or more values of ``by``."""
+    return bool(_sensitivity_cases(df, by))
+
+
+def _case_title(grp: pd.DataFrame, by: str) -> str:
+    """The model as run, e.g. "gpt2-xl, 8 layers, seq 1,024, batch 8 at 30% of P": the name
+    alone would pass a cut-down model off as the catalog's."""
+
+    def one(col: str) -> Any:
+        v = grp[col].dropna().unique() if col in grp else []
+        return v[0] if len(v) == 1 else None
+
+    parts = [str(grp["model"].iloc[0])]
+    if one("layers") is not None:
+        parts.append(f"{int(one('layers'))} layers")
+    if by != "seq" and one("seq") is not None:
+        parts.append(f"seq {int(one('seq')):,}")
+    if one("batch") is not None:
+        parts.append(f"batch {int(one('batch'))}")
+    elif by == "seq" and "batch" in grp and grp["batch"].notna().any():
+        tokens = (grp["seq"] * grp["batch"]).dropna().unique()
+        batches = grp.sort_values("seq")["batch"].dropna().astype(int).unique()
+        if len(tokens) == 1:
+            parts.append(f"{int(tokens[0]):,} tokens per batch")
+        else:  # the sweep's batches, shortest sequence first
+            parts.append(f"batch {batches[0]} to {batches[-1]}")
+    if by != "link_bw_Bps" and one("link_bw_Bps") is not None:
+        parts.append(f"{float(one('link_bw_Bps')) / 1e9:g} GB/s")
+    budget = float(grp["budget_fraction"].iloc[0])
+    return f"{', '.join(parts)} at {100 * budget:g}% of P"
 
 
 def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slackswap") -> Figure:
@@ -351,13 +464,10 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
     against link bandwidth, or the hideable fraction f (Eq. 1) against sequence length.
     """
     label, scale, xscale = SENSITIVITY[by]
-    d = df.dropna(subset=[by]).copy()
-    d["_b"] = d["budget_fraction"].round(6)
-    cases = [key for key, grp in d.groupby(["model", "_b"], sort=False) if grp[by].nunique() > 1]
+    cases = _sensitivity_cases(df, by)
     fig = Figure(figsize=(11.0, 3.8 * max(1, len(cases))), layout="constrained")
     axes = fig.subplots(max(1, len(cases)), 2, squeeze=False)
-    for (model, b), (ax, ax2) in zip(cases, axes, strict=False):
-        grp = d[(d["model"] == model) & (d["_b"] == b)]
+    for grp, (ax, ax2) in zip(cases, axes, strict=False):
         solvers = _solvers(grp)
         best = grp[grp["step_s"].notna()].sort_values("step_s").drop_duplicates(["solver", by])
         for solver in solvers:
@@ -372,16 +482,22 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
         _plain_log_ticks(ax.xaxis, scale * grp[by].astype(float).unique())
         ax.set_xlabel(label)
         ax.set_ylabel("throughput (% of ideal)")
-        ax.set_title(f"{model} at {100 * b:g}% of P", fontsize="medium")
+        ax.set_title(_case_title(grp, by), fontsize="medium")
         ax.grid(alpha=0.3, which="both")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="x-small", ncols=2)
+        else:
+            ax.text(0.5, 0.5, "no solver found a plan at any point", ha="center", va="center",
+                    transform=ax.transAxes)  # fmt: skip
         f = best[best["solver"].str.split("(").str[0] == focus].sort_values(by)
         x = scale * f[by].astype(float)
         if by == "link_bw_Bps":
             ax2.plot(x, f["swap_bytes"] / 1e9, marker="o", color="#1f77b4", label="swapped")
             ax2.plot(x, f["recompute_bytes"] / 1e9, marker="s", color="#fd8d3c", label="recomputed")
             ax2.set_ylabel(f"{focus} plan (GB)")
+            if f.empty:
+                ax2.text(0.5, 0.5, f"no {focus} plan", ha="center", va="center",
+                         transform=ax2.transAxes)  # fmt: skip
         else:
             fr = grp.drop_duplicates(by).sort_values(by)
             ax2.plot(scale * fr[by].astype(float), 100 * fr["hideable_fraction"], marker="o",
@@ -391,7 +507,8 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
         _plain_log_ticks(ax2.xaxis, scale * grp[by].astype(float).unique())
         ax2.set_xlabel(label)
         ax2.grid(alpha=0.3, which="both")
-        ax2.legend(fontsize="small")
+        if len(x) or by != "link_bw_Bps":
+            ax2.legend(fontsize="small")
     what = "link bandwidth" if by == "link_bw_Bps" else "sequence length"
     fig.suptitle(f"Sensitivity to {what} (Fig. 6)")
     return fig

@@ -169,19 +169,14 @@ def ref_from_grid_point(point: dict[str, Any]) -> InstanceRef:
         if not p.get("seq"):
             raise UserError(f"grid point {p}: 'tokens' needs 'seq'")
         p["batch"] = max(1, int(tokens) // int(p["seq"]))
-    gpu = str(p.get("gpu") or "a100")
     try:
-        link = p.get("link") or get_gpu(gpu).default_link
+        get_gpu(str(p.get("gpu") or "a100"))
     except KeyError as exc:
         raise UserError(f"grid point {p}: {exc.args[0]}") from None
-    label = f"{p['model']}@{gpu}-{link}"
-    extras = [f"{k}={p[k]}" for k in ("layers", "seq", "batch") if p.get(k) is not None]
-    if p.get("link_bw_GBps") is not None:
-        extras.append(f"bw={float(p['link_bw_GBps']):g}GB/s")
-    if extras:
-        label += " " + " ".join(extras)
-    spec = {**p, "label": label}
-    inst = resolve_spec(spec)
+    # The label is the instance's catalog name (every parameter that differs from the
+    # model's default), so a grid point and `load(label)` are the same instance.
+    inst = resolve_spec(p)
+    spec = {**p, "label": inst.name}
     return ref_from_instance(inst, spec)
 
 

@@ -36,10 +36,9 @@ def plan_by_recompute_cost(instance: Instance, plan: Any, title: str = "") -> Fi
     ax = fig.subplots()
     for a, (name, colour) in enumerate(ACTION_STYLE):
         m = actions[order] == a
-        gb = size[order][m].sum() / 1e9
         ax.bar(
             left[m], shown[order][m], width=size[order][m] / 1e9, align="edge", color=colour,
-            edgecolor="none", label=f"{name}: {gb:.1f} GB",
+            edgecolor="none", label=f"{name}: {size_text(size[order][m].sum())}",
         )  # fmt: skip
     if (~finite).any():
         ax.axhline(top, color="grey", lw=0.8, ls="--")
@@ -51,6 +50,29 @@ def plan_by_recompute_cost(instance: Instance, plan: Any, title: str = "") -> Fi
     ax.set_title(title or f"Plan for {instance.name}", fontsize="medium")
     return fig
 
+
+def size_text(nbytes: float) -> str:
+    """Bytes to 3 significant digits in B, KB, MB or GB (powers of 1000), the unit chosen by
+    size: 0.0525 GB reads "52.5 MB", not "0.1 GB" or "0.0 GB"."""
+    value, unit = float(nbytes), "B"
+    for next_unit in ("KB", "MB", "GB"):
+        if float(f"{value:.3g}") < 1000:
+            break
+        value, unit = value / 1000, next_unit
+    if value == 0 or unit == "B":
+        return f"{value:.0f} B"
+    digits = max(0, 2 - int(np.floor(np.log10(float(f"{value:.3g}")))))
+    return f"{value:,.{digits}f} {unit}"
+
+
+#: The timeline's names for the simulator's compute kinds: the docs' words.
+KIND_LABELS = {
+    "forward": "forward",
+    "backward": "backward",
+    "rebuild": "recompute",
+    "stall_copy": "copy stall",
+    "stall_mem": "memory stall",
+}
 
 _KIND_COLOURS = {
     "forward": "#6baed6",
@@ -91,11 +113,11 @@ def timeline(instance: Instance, runs: Sequence[tuple[str, Any]], title: str = "
                         tl.compute_end_s[mm],
                         2,
                         _KIND_COLOURS[pname],
-                        pname,
+                        KIND_LABELS[pname],
                     )
             else:
                 _bars(ax, tl.compute_start_s[m], tl.compute_end_s[m], 2, _KIND_COLOURS[kname],
-                      kname.replace("_", " "))  # fmt: skip
+                      KIND_LABELS[kname])  # fmt: skip
         eng = np.asarray(tl.copy_engine)
         for e, lane, colour in (
             (ENGINES.index("D2H"), 1, "#31a354"),

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from slackswap.commands.common import (
+    HelpFormatter,
     format_table,
     load_instance_arg,
     positive_float,
@@ -19,18 +20,46 @@ GB = 1e9
 GIB = 2**30
 
 
+class _KeepLinesFormatter(HelpFormatter):
+    """The CLI's help, with the description and epilog printed line by line (a table)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("instance", help="build or inspect instances")
     isub = p.add_subparsers(dest="instance_command", metavar="ACTION")
-    b = isub.add_parser("build", help="build an instance from a workload model")
+    b = isub.add_parser(
+        "build",
+        help="build an instance from a workload model",
+        description="Build an instance from a workload model. Its name is MODEL@GPU-LINK, then\n"
+        "each option that differs from the default, e.g. llama-7b@h100-pcie5,seq=8192,batch=1\n"
+        "or gpt2-xl@a100-pcie4,layers=8,link-gbps=12; every command loads the same instance\n"
+        "back from that name.",
+        epilog=_model_defaults(),
+        formatter_class=_KeepLinesFormatter,
+    )
     b.add_argument("model", help="bert-large, gpt2-xl, llama-7b, qwen3-1.7b, qwen3-8b, ...")
     b.add_argument("--gpu", default="a100", help="titanx, v100, a100, h100, h200 (default a100)")
-    b.add_argument("--link", default=None, help="pcie3, pcie4, pcie5, c2c (default: the GPU's)")
-    b.add_argument("--seq", type=positive_int, help="sequence length (tokens)")
-    b.add_argument("--batch", type=positive_int, help="batch size")
-    b.add_argument("--layers", type=positive_int, help="number of layers")
-    b.add_argument("--link-gbps", type=positive_float, help="override link GB/s per direction")
-    b.add_argument("--name", help="instance name (default MODEL@GPU-LINK)")
+    b.add_argument(
+        "--link",
+        default=None,
+        help="pcie3, pcie4, pcie5, c2c (default: the GPU's, pcie3 on titanx and v100, pcie4 on "
+        "a100, pcie5 on h100 and h200)",
+    )
+    b.add_argument("--seq", type=positive_int, help="sequence length, tokens (default below)")
+    b.add_argument("--batch", type=positive_int, help="batch size (default below)")
+    b.add_argument("--layers", type=positive_int, help="number of layers (default below)")
+    b.add_argument(
+        "--link-gbps",
+        type=positive_float,
+        help="link GB/s per direction (default the link's: pcie3 12.8, pcie4 25, pcie5 50, "
+        "c2c 450)",
+    )
+    b.add_argument(
+        "--name", help="instance name (default MODEL@GPU-LINK plus the options that differ)"
+    )
     b.add_argument("-o", "--output", required=True, help="instance file to write (JSON)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     b.set_defaults(func=cmd_build)
@@ -93,6 +122,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     o.set_defaults(func=cmd_offload)
 
 
+def _model_defaults() -> str:
+    """The bundled models' defaults, for ``instance build --help``."""
+    from slackswap.models.transformer import TRANSFORMERS
+    from slackswap.models.vgg import VGGConfig
+
+    lines = ["defaults (layers, seq, batch):"]
+    for name, cfg in TRANSFORMERS.items():
+        lines.append(f"  {name:<12}{cfg.layers:>4} layers, seq {cfg.seq:>5}, batch {cfg.batch}")
+    vgg = VGGConfig()
+    lines.append(
+        f"  {vgg.name:<12}{vgg.image}x{vgg.image} images, batch {vgg.batch} (no --seq, --layers)"
+    )
+    return "\n".join(lines)
+
+
 def _usage(p: argparse.ArgumentParser) -> int:
     p.print_help(sys.stderr)
     return 2
@@ -132,7 +176,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 def info_rows(s: dict) -> list[tuple[str, str]]:
     rows = [
         ("instance", s["name"]),
-        ("hardware", f"{s['gpu']} / {s['link']}"),
+        ("hardware", f"{s['gpu']} / {s['link']} ({s['link_bw_Bps'] / GB:.4g} GB/s)"),
+    ]
+    for key, label in (("layers", "layers"), ("seq", "sequence length"), ("batch", "batch")):
+        if s.get(key) is not None:  # a workload model's; a profiled step has none
+            rows.append((label, f"{s[key]:,}"))
+    rows += [
         ("saved activations A", format_bytes(s["saved_bytes"])),
         ("forward T_F", f"{s['forward_s'] * 1e3:.1f} ms"),
         ("ideal step", f"{s['ideal_step_s'] * 1e3:.1f} ms"),

@@ -3,13 +3,17 @@
 ``bert-large``, ``gpt2-xl``, ``llama-7b`` and ``vgg16`` resolve to files shipped in the package
 (A100, PCIe 4.0); ``qwen3-1.7b``, ``qwen3-8b`` and ``llama-70b`` are built from their models.
 Any model on any GPU and link resolves by a name such as ``llama-7b@h100-pcie5`` or
-``gpt2-xl@a100`` (the GPU's default link). The models are a registry
-(`slackswap.models.registry`): a module of `slackswap.models`, or another package's module that
-its ``slackswap.models`` entry point names, adds one with `register_model`.
+``gpt2-xl@a100`` (the GPU's default link), with other parameters after commas:
+``llama-7b@h100-pcie5,seq=8192,batch=1``, ``gpt2-xl@a100-pcie4,layers=8,link-gbps=12``
+(`slackswap.models.registry.instance_name`, the name a built instance carries). The models
+are a registry (`slackswap.models.registry`): a module of `slackswap.models`, or another
+package's module that its ``slackswap.models`` entry point names, adds one with
+`register_model`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from functools import lru_cache
 from importlib import resources
@@ -18,6 +22,7 @@ from pathlib import Path
 from slackswap.instances.format import load_instance
 from slackswap.models.hardware import GPUS, LINKS
 from slackswap.models.registry import (
+    NAME_PARAMETERS,
     ModelBuilder,
     WorkloadModel,
     register_model,
@@ -37,6 +42,7 @@ __all__ = [
     "bundled_path",
     "catalog_names",
     "load",
+    "name_parameters",
     "parse_name",
     "register_model",
     "regenerate_bundled",
@@ -79,8 +85,8 @@ def bundled_path(name: str) -> Path:
 
 
 def parse_name(name: str) -> tuple[str, str, str | None]:
-    """``model@gpu-link`` -> (model, gpu, link or None)."""
-    model, _, hw = name.lower().partition("@")
+    """``model@gpu-link[,key=value...]`` -> (model, gpu, link or None)."""
+    model, _, hw = name.lower().partition(",")[0].partition("@")
     if not hw:
         return model, DEFAULT_GPU, DEFAULT_LINK
     gpu, _, link = hw.partition("-")
@@ -91,18 +97,59 @@ def parse_name(name: str) -> tuple[str, str, str | None]:
     return model, gpu, link or None
 
 
+def name_parameters(name: str) -> dict[str, int | float]:
+    """The ``build_model`` keywords a name's ``,key=value`` parameters set (after ``@GPU-LINK``):
+    ``layers``, ``seq``, ``batch`` (positive integers) and ``link-gbps`` (GB/s per direction,
+    as ``link_bw_Bps`` in bytes/s)."""
+    out: dict[str, int | float] = {}
+    for item in name.lower().split(",")[1:]:
+        key, eq, text = item.strip().partition("=")
+        if key not in NAME_PARAMETERS or not eq:
+            raise UnknownInstanceError(
+                f"{name}: {item!r} is not a parameter (KEY=VALUE, keys {', '.join(NAME_PARAMETERS)})"
+            )
+        if ("link_bw_Bps" if key == "link-gbps" else key) in out:
+            raise UnknownInstanceError(f"{name}: {key} given twice")
+        try:
+            value = float(text) if key == "link-gbps" else int(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < math.inf:
+            want = "a positive number (GB/s)" if key == "link-gbps" else "a positive integer"
+            raise UnknownInstanceError(f"{name}: {key}={text!r}: expected {want}")
+        if key == "link-gbps":
+            out["link_bw_Bps"] = value * 1e9
+        else:
+            out[key] = value
+    return out
+
+
+def _int(parameters: dict[str, int | float], key: str) -> int | None:
+    v = parameters.get(key)
+    return None if v is None else int(v)
+
+
 @lru_cache(maxsize=32)
 def _resolve_name(name: str) -> Instance:
     model, gpu, link = parse_name(name)
+    parameters = name_parameters(name)
     if model not in workload_models():
         raise UnknownInstanceError(
             f"{name!r} is neither a file nor a catalog name (models: {', '.join(workload_models())}; "
             "add @GPU-LINK, e.g. llama-7b@h100-pcie5)"
         )
-    if "@" not in name and model in BUNDLED and bundled_path(model).exists():
+    plain = "@" not in name and not parameters
+    if plain and model in BUNDLED and bundled_path(model).exists():
         return load_instance(bundled_path(model))
-    canonical = model if "@" not in name else name.lower()
-    return build_model(model, gpu, link, name=canonical)
+    canonical = model if plain else name.lower()
+    try:
+        return build_model(
+            model, gpu, link, name=canonical, layers=_int(parameters, "layers"),
+            seq=_int(parameters, "seq"), batch=_int(parameters, "batch"),
+            link_bw_Bps=parameters.get("link_bw_Bps"),
+        )  # fmt: skip
+    except ValueError as exc:  # a parameter the model does not take
+        raise UnknownInstanceError(f"{name}: {exc}") from None
 
 
 def load(name_or_path: str | os.PathLike[str]) -> Instance:

@@ -163,11 +163,28 @@ def _check_meta(source: str, meta: Any) -> None:
                 stack.append((f"{where}[{k!r}]", item, depth + 1))
 
 
+def _other_kind_of_file(d: dict[str, Any]) -> str:
+    """What a JSON object that slackswap wrote but is no instance is ("" when unknown)."""
+    if "traceEvents" in d:
+        return "a Chrome trace of a simulated step (`slackswap simulate --trace`)"
+    if d.get("format") == "slackswap-plan":
+        return "a plan file (`slackswap solve -o`)"
+    return ""
+
+
 def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
     """Build and validate an instance from its JSON form; errors name ``source`` and the field."""
     if not isinstance(d, dict):
         raise _err(source, "(top level)", type(d).__name__, "expected a JSON object")
     if "schema_version" not in d:
+        other = _other_kind_of_file(d)
+        if other:  # the other JSON files slackswap writes, named rather than half-parsed
+            raise InstanceFileError(
+                f"{source}: {other}, not an instance file (write one with `slackswap instance "
+                "build` or `slackswap profile -o FILE`)",
+                field="schema_version",
+                value=None,
+            )
         raise _err(source, "schema_version", None, "missing field")
     ver = d["schema_version"]
     if ver not in SUPPORTED_VERSIONS or isinstance(ver, bool):

@@ -14,7 +14,17 @@ from typing import Protocol
 from slackswap import plugins
 from slackswap.problem import Instance
 
-__all__ = ["ModelBuilder", "WorkloadModel", "register_model", "workload_models"]
+__all__ = [
+    "NAME_PARAMETERS",
+    "ModelBuilder",
+    "WorkloadModel",
+    "instance_name",
+    "register_model",
+    "workload_models",
+]
+
+#: The parameters a catalog name carries after ``MODEL@GPU-LINK``, in the order it writes them.
+NAME_PARAMETERS = ("layers", "seq", "batch", "link-gbps")
 
 
 class ModelBuilder(Protocol):
@@ -43,6 +53,29 @@ class WorkloadModel:
 
 
 _MODELS: dict[str, WorkloadModel] = {}
+
+
+def instance_name(
+    model: str,
+    gpu: str,
+    link: str,
+    *,
+    layers: int | None = None,
+    seq: int | None = None,
+    batch: int | None = None,
+    link_bw_Bps: float | None = None,
+) -> str:
+    """The catalog name of a built instance: ``MODEL@GPU-LINK``, then ``,key=value`` for each
+    parameter given, e.g. ``llama-7b@h100-pcie5,seq=8192,batch=1`` or
+    ``gpt2-xl@a100-pcie4,layers=8,link-gbps=12``; a builder passes only the parameters that
+    differ from its model's defaults, so two different instances never share a name, and the
+    catalog (`slackswap.instances.catalog.load`) builds the same instance back from it.
+    """
+    values: dict[str, object] = {"layers": layers, "seq": seq, "batch": batch}
+    if link_bw_Bps is not None:
+        values["link-gbps"] = format(link_bw_Bps / 1e9, ".12g")  # GB/s; 12 digits: no collisions
+    extras = "".join(f",{k}={values[k]}" for k in NAME_PARAMETERS if values.get(k) is not None)
+    return f"{model}@{gpu}-{link}{extras}"
 
 
 def register_model(name: str, build: ModelBuilder, description: str = "") -> WorkloadModel:

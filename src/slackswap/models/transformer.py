@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from slackswap.models.graph import GraphBuilder
-from slackswap.models.hardware import get_gpu, hardware
-from slackswap.models.registry import ModelBuilder, register_model
+from slackswap.models.hardware import get_gpu, get_link, hardware
+from slackswap.models.registry import ModelBuilder, instance_name, register_model
 from slackswap.models.roofline import Roofline
 from slackswap.problem import Instance
 
@@ -486,7 +486,7 @@ def build_transformer(
         "link": hw.link,
         "builder": "transformer",
     }
-    b = GraphBuilder(name or f"{cfg.name}@{g.key}-{hw.link}", hw, meta)
+    b = GraphBuilder(name or _default_name(cfg, g.key, hw.link, hw.link_bw_Bps), hw, meta)
     steps = _steps(cfg, Roofline(g), g.bytes_per_element)
     for s in steps:
         f = s.forward
@@ -502,6 +502,22 @@ def build_transformer(
                  duration_s=k.duration_s, flops=k.flops, reads=k.reads,
                  transient_bytes=k.transient_bytes)  # fmt: skip
     return b.build()
+
+
+def _default_name(cfg: TransformerConfig, gpu: str, link: str, link_bw_Bps: float) -> str:
+    """The catalog name: ``MODEL@GPU-LINK`` plus each of layers, seq, batch and link bandwidth
+    that differs from the catalog configuration and the link's own figure."""
+    base = TRANSFORMERS.get(cfg.name)
+
+    def changed(key: str) -> int | None:
+        v = getattr(cfg, key)
+        return None if base is not None and getattr(base, key) == v else v
+
+    bw = None if link_bw_Bps == get_link(link).bw_Bps else link_bw_Bps
+    return instance_name(
+        cfg.name, gpu, link, layers=changed("layers"), seq=changed("seq"),
+        batch=changed("batch"), link_bw_Bps=bw,
+    )  # fmt: skip
 
 
 def transformer_config(

@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from slackswap.models.graph import GraphBuilder
-from slackswap.models.hardware import get_gpu, hardware
-from slackswap.models.registry import register_model
+from slackswap.models.hardware import get_gpu, get_link, hardware
+from slackswap.models.registry import instance_name, register_model
 from slackswap.models.roofline import Roofline
 from slackswap.problem import Instance
 
@@ -109,7 +109,11 @@ def build_vgg(
         "link": hw.link,
         "builder": "vgg",
     }
-    b = GraphBuilder(name or f"{cfg.name}@{g.key}-{hw.link}", hw, meta)
+    if name is None:  # the catalog name: what differs from VGG-16 at batch 128 on the link
+        bw = None if hw.link_bw_Bps == get_link(hw.link).bw_Bps else hw.link_bw_Bps
+        batch = None if cfg.batch == VGGConfig().batch else cfg.batch
+        name = instance_name(cfg.name, g.key, hw.link, batch=batch, link_bw_Bps=bw)
+    b = GraphBuilder(name, hw, meta)
 
     side, cin = cfg.image, 3
     b.op("input", block=0, layer=0, kind="memory", duration_s=rf.memory(B * 3 * side**2 * e))

@@ -20,7 +20,16 @@ if TYPE_CHECKING:
     from slackswap.profiling.factory import load_factory
     from slackswap.profiling.step import profile_step
 
-__all__ = ["profile_step", "load_factory", "require_torch", "TorchMissingError"]
+__all__ = ["TORCH_HINT", "profile_step", "load_factory", "require_torch", "TorchMissingError"]
+
+
+#: How to install torch: the CPU-only wheel serves profiling and `run` on CPU (about 200 MB);
+#: the default wheel on Linux carries CUDA (several GB), which only a GPU needs.
+TORCH_HINT = (
+    "profiling and `run` need torch: pip install torch --index-url "
+    "https://download.pytorch.org/whl/cpu (CPU only), or pip install 'slackswap[torch]' "
+    "(with CUDA, several GB)"
+)
 
 
 class TorchMissingError(UserError):
@@ -32,7 +41,7 @@ def require_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise TorchMissingError("profiling needs torch: pip install 'slackswap[torch]'") from None
+        raise TorchMissingError(TORCH_HINT) from None
     return torch
 
 
