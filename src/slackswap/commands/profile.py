@@ -67,13 +67,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from slackswap.profiling import require_torch
 
     torch = require_torch()
-    from slackswap.analysis.checks import output_file
+    from slackswap.analysis.checks import output_file, text
     from slackswap.models.hardware import hardware
     from slackswap.problem import UserError
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
 
     output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
+    text(args.name, "--name")
     try:
         hardware(args.gpu, args.link)  # fail before the factory builds the model
     except KeyError as exc:
