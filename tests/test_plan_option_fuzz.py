@@ -19,7 +19,7 @@ import slackswap
 from slackswap.commands.solve import parse_options
 from slackswap.errors import UserError
 from slackswap.plan import Plan, PlanError
-from slackswap.userdoc import MAX_DEPTH, parse_option_value
+from slackswap.userdoc import MAX_DEPTH, json_depth, parse_option_value
 from tests.userinput import refused
 
 
@@ -140,3 +140,28 @@ def test_fuzzed_plan_files_load_or_are_one_plan_error(tmp_path_factory, files, e
         Plan.load(path, inst)
     except PlanError as exc:
         assert "\n" not in str(exc) and str(exc).startswith(str(path))
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ax,:'),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text('[]{}"\\a'), inner, max_size=3)
+    ),  # fmt: skip
+    max_leaves=15,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.booleans())
+def test_json_depth_counts_only_structure(value: object, indent: bool) -> None:
+    """Brackets and quotes inside strings (escaped or not) never count."""
+    text = json.dumps(value, indent=1 if indent else None, ensure_ascii=False)
+    assert json_depth(text) == _depth(value)

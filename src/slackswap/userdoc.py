@@ -29,7 +29,9 @@ MAX_DEPTH = 64
 MAX_INT_DIGITS = 40
 MAX_YAML_NODES = 100_000
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+_STRING = re.compile(rb'"[^"]*"')
 
 
 class _Refused(Exception):
@@ -50,12 +52,21 @@ _int = _int_parser(MAX_INT_DIGITS)
 
 
 def json_depth(text: str) -> int:
-    """How deeply lists and objects nest in JSON ``text`` (0 for a scalar), without recursion:
-    brackets outside strings, counted in NumPy (a 20 MB instance file takes milliseconds)."""
-    raw = _STRING.sub(b"", text.encode("utf-8", "surrogatepass"))
+    """How deeply lists and objects nest in JSON ``text`` (0 for a scalar), without recursion.
+
+    Escapes are dropped first (none opens a string or nests), then every byte but brackets and
+    quotes, then the strings (now only quotes and brackets): what is left is short, and NumPy
+    counts it. A 16 MB instance file takes tens of milliseconds."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if b"\\" in raw:
+        raw = _ESCAPE.sub(b"", raw)
+    raw = raw.translate(None, _NOT_STRUCTURE)
+    # Two quotes side by side close a string and open the next, or hold an empty one: either
+    # way dropping them loses no bracket (most strings go here, before the slower regex).
+    raw = _STRING.sub(b"", raw.replace(b'""', b""))
     codes = np.frombuffer(raw, dtype=np.uint8)
-    step = np.isin(codes, (ord("["), ord("{"))).astype(np.int64)
-    step -= np.isin(codes, (ord("]"), ord("}")))
+    step = (codes == ord("[")).astype(np.int32) + (codes == ord("{"))
+    step -= (codes == ord("]")).astype(np.int32) + (codes == ord("}"))
     return int(np.cumsum(step).max(initial=0))
 
 
