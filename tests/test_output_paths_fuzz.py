@@ -66,6 +66,16 @@ def test_results_file_on_a_device_node_is_refused(tmp_path, inst_file, capsys) -
     assert is_char_device(node)
 
 
+def test_a_full_device_is_one_line_and_stays_a_device(tmp_path, inst_file, capsys) -> None:
+    try:
+        os.mknod(tmp_path / "full", stat.S_IFCHR | 0o666, os.makedev(1, 7))  # /dev/full
+    except PermissionError:
+        pytest.skip("mknod needs root")
+    line = refused(simulate_trace(inst_file, tmp_path / "full"), capsys)
+    assert "No space left on device" in line
+    assert is_char_device(tmp_path / "full")
+
+
 def test_fifo_without_a_reader_is_refused_not_waited_on(tmp_path, inst_file, capsys) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -128,3 +128,29 @@ def test_fuzzed_results_cells_read_or_are_one_line(tmp_path_factory, good, edits
             assert cell is pd.NA or isinstance(json.loads(cell), dict), cell
     for col in FLOAT_COLUMNS:
         assert np.isfinite(df[col].dropna()).all(), col
+
+
+@pytest.mark.parametrize(
+    "name", [" instance", "Instance", "instance\u200b", "\ufeff\ufeffinstance"]
+)
+def test_a_schema_column_under_a_near_name_is_refused_not_rewritten(tmp_path, good, capsys, name):
+    path = tmp_path / "r.csv"
+    text = good.read_text()
+    path.write_text(text.replace("instance", name, 1))
+    before = path.read_bytes()
+    line = refused(["report", str(path)], capsys)
+    assert "line 1: column " in line and "is not the results column 'instance'" in line
+    inst = str(good.parent / "inst.json")
+    refused(["compare", inst, "--budgets", "2.0", "--solvers", "vdnn", "-o", str(path),
+             "--resume", "--no-progress"], capsys)  # fmt: skip
+    assert path.read_bytes() == before
+
+
+def test_a_journal_line_with_a_huge_integer_is_a_cut_line(tmp_path) -> None:
+    from slackswap.analysis.results import ResultsWriter, journal_path, read_rows
+
+    path = tmp_path / "r.parquet"
+    with ResultsWriter(path) as w:
+        w.append({c: None for c in COLUMNS} | {"job_id": "j0", "instance": "i", "seed": 0})
+    journal_path(path).write_text('{"job_id": "j1", "seed": ' + "1" * 5000 + "}\n")
+    assert [r["job_id"] for r in read_rows(path)] == ["j0"]

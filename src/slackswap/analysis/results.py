@@ -379,6 +379,7 @@ def _read_csv(p: Path) -> _CsvTable:
             return _CsvTable([], (), complete)
         if "job_id" not in header:
             raise UserError(f"{p}: not a slackswap results file (no 'job_id' column)")
+        _check_header(p, header)
         out = []
         for cells in reader:
             if len(cells) != len(header):
@@ -395,6 +396,23 @@ def _read_csv(p: Path) -> _CsvTable:
     except _BadCell as exc:
         raise UserError(f"{p}: line {reader.line_num}: {exc}") from None
     return _CsvTable(out, header, complete)
+
+
+_SCHEMA_BY_FOLDED = {c.lower(): c for c in COLUMNS}
+
+
+def _check_header(p: Path, header: tuple[str, ...]) -> None:
+    """Refuse a column name that is a schema column's with stray spaces, marks or case: read as
+    a user's own column it would leave the schema's empty, and a resume would rewrite it so."""
+    for name in header:
+        if name in COLUMNS:
+            continue
+        folded = name.strip().strip("\ufeff\u200b").strip().lower()
+        if folded in _SCHEMA_BY_FOLDED:
+            raise UserError(
+                f"{p}: line 1: column {name!r} is not the results column "
+                f"{_SCHEMA_BY_FOLDED[folded]!r} (rename it; the file is left as it is)"
+            )
 
 
 class _BadCell(Exception):
@@ -470,17 +488,14 @@ def _short(s: str) -> str:
 
 def _read_journal(p: Path) -> list[dict[str, Any]]:
     out = []
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: cannot read the results journal ({exc})") from None
+    text = read_user_text(p, "a results journal", max_bytes=MAX_RESULTS_BYTES)
     for line in text.splitlines(keepends=True):
         if not line.endswith("\n"):
             break  # cut by a kill
         try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            break
+            row = parse_json(line, str(p))
+        except UserError:
+            break  # a line the writer never finished (or one it could not have written)
         if isinstance(row, dict):
             out.append(row)
     return out
