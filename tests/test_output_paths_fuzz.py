@@ -200,3 +200,12 @@ def test_check_output_path_names_the_long_component() -> None:
     with pytest.raises(UserError, match="this system allows 255"):
         check_output_path("x" * 256)
     check_output_path("x" * 255)
+
+
+def test_a_name_that_is_not_utf8_is_refused_before_a_file_is_written(tmp_path, capsys) -> None:
+    out = tmp_path / "ff.json"
+    name = os.fsdecode(b"\xff")  # what argv holds for the bytes of $'\xff'
+    line = refused(["instance", "build", "gpt2-xl", "--layers", "1", "--name", name, "-o",
+                    str(out)], capsys)  # fmt: skip
+    assert "--name" in line and "UTF-8" in line
+    assert not out.exists()
