@@ -209,3 +209,19 @@ def test_a_name_that_is_not_utf8_is_refused_before_a_file_is_written(tmp_path, c
                     str(out)], capsys)  # fmt: skip
     assert "--name" in line and "UTF-8" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("size", [246, 250, 255])
+def test_names_near_the_limit_are_written_or_one_line(tmp_path, inst_file, capsys, size) -> None:
+    from slackswap.cli import main
+
+    plan = tmp_path / ("p" * (size - 5) + ".json")
+    assert main(["solve", str(inst_file), "--budget", "2.0", "-o", str(plan)]) == 0
+    assert plan.exists()  # the temporary file beside it fits too
+    results = tmp_path / ("r" * (size - 4) + ".csv")
+    argv = ["compare", str(inst_file), "--budgets", "2.0", "--solvers", "vdnn", "-o",
+            str(results), "--no-progress"]  # fmt: skip
+    if size + len("..journal") <= 255:
+        assert main(argv) == 0 and results.exists()
+    else:
+        assert "the files kept beside it" in refused(argv, capsys)

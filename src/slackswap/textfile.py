@@ -108,10 +108,14 @@ def read_user_text(
         ) from None
 
 
-def check_output_path(path: str | os.PathLike[str], name: str = "") -> Path:
+def check_output_path(
+    path: str | os.PathLike[str], name: str = "", *, beside_bytes: int = 0
+) -> Path:
     """Refuse, with one line, an output path that cannot be created: a name or path longer
     than the file system allows, or a parent that is not a directory. Folders that do not
-    exist yet are fine (the writers make them). ``name`` is the option (``-o``) for messages."""
+    exist yet are fine (the writers make them). ``name`` is the option (``-o``) for messages;
+    ``beside_bytes`` is how much longer than the file's name the names of the files a writer
+    keeps beside it are (a lock, a journal)."""
     p = Path(path)
     what = f"{name} {shown(p)}" if name else shown(p)
     raw = os.fsencode(p)
@@ -126,8 +130,13 @@ def check_output_path(path: str | os.PathLike[str], name: str = "") -> Path:
         raise UserError(
             f"{what}: the path is {len(absolute):,} bytes long; this system allows {path_max - 1:,}"
         )
-    for part in p.parts:
+    for i, part in enumerate(p.parts):
         size = len(os.fsencode(part))
+        if i == len(p.parts) - 1 and size <= name_max < size + beside_bytes:
+            raise UserError(
+                f"{what}: the name is {size} bytes long; this system allows {name_max}, and "
+                f"the files kept beside it {beside_bytes} bytes more"
+            )
         if size > name_max:
             short = part if len(part) <= 40 else part[:37] + "..."
             raise UserError(
@@ -240,7 +249,8 @@ def _write_in_place(p: Path, mode: int, blob: bytes, what: str) -> None:
 
 def _atomic_write(path: Path, blob: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", dir=path.parent)
+    # A short prefix: the temporary name must fit where the file's own name just fits.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions

@@ -100,7 +100,7 @@ class ResultsWriter:
     ) -> None:
         self.path = Path(path)
         self.kind = _kind(self.path)
-        check_output_path(self.path)
+        check_output_path(self.path, beside_bytes=len(".") + len(".journal"))
         _refuse_node(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
