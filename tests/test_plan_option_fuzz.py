@@ -92,6 +92,8 @@ def test_time_limits_are_bounded(files, capsys) -> None:
         line = refused(["solve", str(inst), "--budget", "0.5", "--solver", "ga",
                         "--time-limit", bad], capsys)  # fmt: skip
         assert "at most 86400" in line
+        line = refused(["run", "train.py:make", "--budget", "0.5", "--time-limit", bad], capsys)
+        assert "at most 86400" in line
 
 
 def test_option_values_keep_their_meaning() -> None:

@@ -6,9 +6,16 @@ import argparse
 import statistics
 from typing import Any
 
-from slackswap.commands.common import positive_float, print_json
+from slackswap.commands.common import print_json
 
 MB, MS = 1e6, 1e3
+
+
+def _seconds(text: str) -> float:
+    """``--time-limit``, bounded as ``solve`` bounds it (one line, exit 2)."""
+    from slackswap.analysis import checks
+
+    return checks.seconds(text, "--time-limit")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=1, help="planned steps to run (default 1)")
     p.add_argument("--check", action="store_true", help="compare with the unplanned step")
     p.add_argument("--seed", type=int, default=0, help="torch seed for the factory and steps")
-    p.add_argument("--time-limit", type=positive_float, default=10.0, help="solver seconds")
+    p.add_argument("--time-limit", type=_seconds, default=10.0, help="solver seconds")
     p.add_argument("--gpu", default="a100", help="GPU whose roofline times the profile")
     p.add_argument("--link", default=None, help="host link (default: the GPU's)")
     p.add_argument(
