@@ -157,6 +157,10 @@ def _measure_yaml(root: Any) -> None:
         node, done = stack.pop()
         key = id(node)
         kids = list(_children(node))
+        if node.tag.endswith(":int") and len(node.value) > MAX_INT_DIGITS + 1:
+            raise _Refused(
+                f"an integer of {len(node.value):,} characters (at most {MAX_INT_DIGITS} digits)"
+            )
         if done:
             on_path.discard(key)
             size[key] = 1 + sum(size[id(k)] for k in kids)

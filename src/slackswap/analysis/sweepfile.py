@@ -78,7 +78,8 @@ def _read(p: Path) -> Any:
             except tomllib.TOMLDecodeError as exc:
                 raise UserError(f"{p}: invalid TOML ({exc})") from None
             except ValueError as exc:  # an integer of more digits than Python converts
-                raise UserError(f"{p}: not readable TOML ({exc})") from None
+                reason = str(exc).split(";")[0]  # not Python's advice to raise its limit
+                raise UserError(f"{p}: not readable TOML ({reason})") from None
         else:
             data = parse_yaml(text, str(p))
         check_ints(data, str(p))
