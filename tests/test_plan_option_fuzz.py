@@ -19,6 +19,7 @@ import slackswap
 from slackswap.commands.solve import parse_options
 from slackswap.errors import UserError
 from slackswap.plan import Plan, PlanError
+from slackswap.textfile import MAX_INPUT_BYTES
 from slackswap.userdoc import MAX_DEPTH, json_depth, parse_option_value
 from tests.userinput import refused
 
@@ -67,6 +68,15 @@ def test_instance_path_that_is_a_fifo_or_endless(tmp_path, capsys) -> None:
     os.mkfifo(fifo)
     assert "FIFO" in refused(["instance", "info", str(fifo)], capsys)
     assert "character device" in refused(["instance", "info", "/dev/zero"], capsys)
+
+
+def test_files_over_the_size_bound_are_refused_unread(tmp_path, files, capsys) -> None:
+    inst, _, _ = files
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_INPUT_BYTES + 1)  # sparse: nothing is written or read
+    assert "at most" in refused(["instance", "info", str(big)], capsys)
+    assert "at most" in refused(["simulate", str(inst), str(big), "--budget", "0.7"], capsys)
 
 
 OPTIONS = {
