@@ -91,11 +91,15 @@ def test_fifo_with_a_reader_is_written_in_place(tmp_path) -> None:
     ready = threading.Event()
 
     def read() -> None:
-        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        # Read and write ends both held (Linux): no EOF before the writer comes; read until
+        # all the bytes arrived.
+        fd = os.open(fifo, os.O_RDWR)
         ready.set()
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb") as fh:
-            got.append(fh.read())
+        data = b""
+        while len(data) < 100_000:
+            data += os.read(fd, 100_000 - len(data))
+        os.close(fd)
+        got.append(data)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -225,3 +229,13 @@ def test_names_near_the_limit_are_written_or_one_line(tmp_path, inst_file, capsy
         assert main(argv) == 0 and results.exists()
     else:
         assert "the files kept beside it" in refused(argv, capsys)
+
+
+def test_a_path_with_a_line_break_is_named_on_one_line(tmp_path, inst_file, capsys) -> None:
+    (tmp_path / "file").write_text("x")
+    line = refused(["solve", str(inst_file), "--budget", "2.0", "-o",
+                    str(tmp_path / "file" / "a\nb.json")], capsys)  # fmt: skip
+    assert "a\\nb.json" in line
+    bad = tmp_path / "x\ny.json"
+    bad.write_bytes(b"\xff")
+    assert "x\\ny.json: not UTF-8" in refused(["instance", "info", str(bad)], capsys)

@@ -55,11 +55,11 @@ def read_user_bytes(
 ) -> bytes:
     """The bytes of the regular file ``path`` (at most ``max_bytes``); anything else raises
     ``error`` with one line naming the file (``kind`` says what it should have been)."""
-    p = Path(path)
+    p = shown(path, most=10_000)
     try:
         # Non-blocking: a FIFO that stands at the path (even one swapped in after a check)
         # opens at once instead of waiting for a writer; it is refused below.
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except IsADirectoryError:
         raise error(f"{p}: is a directory, not {kind}") from None
     except OSError as exc:
@@ -104,7 +104,7 @@ def read_user_text(
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(
-            f"{Path(path)}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})"
+            f"{shown(path, most=10_000)}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})"
         ) from None
 
 
@@ -148,10 +148,19 @@ def check_output_path(
 
 
 def shown(path: str | os.PathLike[str], most: int = 120) -> str:
-    """``path`` for a message: a long one keeps its start and its end."""
+    """``path`` for a one-line message: control characters escaped (a newline as ``\\n``), a
+    long one keeps its start and its end."""
     text = os.fspath(path)
-    text = text if isinstance(text, str) else os.fsdecode(text)
+    text = one_line(text if isinstance(text, str) else os.fsdecode(text))
     return text if len(text) <= most else f"{text[: most // 2]}...{text[-(most // 2 - 3) :]}"
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped as Python writes
+    them: a message that names a file called ``a\\nb`` stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _lexists(p: Path) -> bool:
@@ -205,7 +214,7 @@ def write_output(path: str | os.PathLike[str], data: str | bytes, name: str = ""
     regular file (a link's target), in place to a device or FIFO. Failures are one `UserError`
     line naming the path (``name`` is the option, e.g. ``-o``)."""
     p = check_output_path(path, name)
-    what = f"{name} {p}" if name else str(p)
+    what = f"{name} {shown(p)}" if name else shown(p)
     blob = data.encode("utf-8") if isinstance(data, str) else data
     try:
         mode = os.stat(p).st_mode
