@@ -74,7 +74,7 @@ def test_load_bad_files(tmp_path: Path) -> None:
         Plan.load(missing, inst)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(UserError, match="not JSON"):
+    with pytest.raises(UserError, match="not valid JSON"):
         Plan.load(bad, inst)
     d = Plan.keep_all(inst).to_dict()
     d["actions"]["a"] = "teleport"

@@ -92,7 +92,7 @@ def test_bad_time_limit_is_one_line_exit_2(inst_path, capsys) -> None:  # type: 
     err = capsys.readouterr().err
     assert err == (
         "slackswap: error: --time-limit: expected a positive number of seconds "
-        "(at most 1e+06), got '-1'\n"
+        "(at most 86400), got '-1'\n"
     )
 
 

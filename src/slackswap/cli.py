@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad input, with a one-line message)."""
     from slackswap.problem import UserError
+    from slackswap.textfile import one_line
 
     try:
         # Inside the try: an argument's type check or a bad plug-in may raise UserError (one
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"slackswap: error: {exc}", file=sys.stderr)
+        print(f"slackswap: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("slackswap: interrupted", file=sys.stderr)

@@ -14,6 +14,7 @@ import numpy as np
 
 from slackswap.problem import Instance, UserError
 from slackswap.textfile import atomic_write_text
+from slackswap.userdoc import load_json_file
 
 KEEP = 0
 SWAP = 1
@@ -189,15 +190,9 @@ class Plan:
     @classmethod
     def load(cls, path: str | os.PathLike[str], instance: Instance) -> Plan:
         """Read a plan file written by `save` for ``instance``."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise PlanError(f"{path}: no such plan file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PlanError(f"{path}: cannot read ({exc})") from None
-        except json.JSONDecodeError as exc:
-            raise PlanError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        if not os.path.lexists(path):
+            raise PlanError(f"{path}: no such plan file")
+        d = load_json_file(path, "a plan file", PlanError)
         return cls.from_dict(d, instance, source=str(path))
 
 

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from slackswap.problem import UserError
+from slackswap.textfile import check_output_path, is_stream, refuse_unwritable_node
 
-#: Longest time limit or job timeout accepted (seconds): 1e6 s is 11.6 days.
-MAX_SECONDS = 1e6
+#: Longest time limit or job timeout accepted (seconds): one day. A search honours its time
+#: limit even when its first plan is already ideal, so a larger one would run for days.
+MAX_SECONDS = 86_400.0
 #: Seeds are 32-bit (what every random generator here takes as is, and a results column holds).
 MAX_SEED = 2**32 - 1
 #: Most budgets one ``--budgets`` range may expand to, and most jobs one sweep may hold.
@@ -78,6 +80,17 @@ def flag(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def text(value: str | None, name: str) -> str | None:
+    """A name given on the command line, refused when it is not valid Unicode (bytes that are
+    not UTF-8 arrive as lone surrogates): a file could not hold it, or be read back."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"{name} {value!r}: not valid UTF-8 text") from None
+    return value
+
+
 def sweep_size(counts: dict[str, int]) -> int:
     """The number of jobs of a product of axes; refused above `MAX_JOBS` before it is built."""
     total = 1
@@ -94,15 +107,20 @@ def sweep_size(counts: dict[str, int]) -> int:
 def output_file(path: Any, name: str, *, overwrite: bool) -> Path:
     """Check, before any work, that a single output file can be written to ``path``.
 
-    Refuses an empty name, a directory, a parent that is a file or not writable, and an
-    existing file unless ``overwrite`` (nothing already written is lost by default).
+    Refuses an empty name, a name or path too long, a directory, a socket or block device, a
+    parent that is a file or not writable, and an existing file unless ``overwrite`` (nothing
+    already written is lost by default). A character device or FIFO (``/dev/null``) is written
+    in place, replacing nothing, so it needs no ``overwrite`` (see `slackswap.textfile`).
     """
     text = os.fspath(path) if isinstance(path, os.PathLike) else path
     if not isinstance(text, str) or not text.strip():
         raise UserError(f"{name}: expected a file name, got {text!r}")
-    p = Path(text)
+    p = check_output_path(text, name)
     if p.is_dir():
         raise UserError(f"{name} {text}: is a directory; name a file")
+    refuse_unwritable_node(p, name)
+    if is_stream(p):
+        return p
     if p.exists() and not overwrite:
         raise UserError(f"{name} {text}: the file exists; pass --overwrite to replace it")
     writable_parent(p, name)
@@ -127,7 +145,9 @@ def output_dir(path: Any, name: str, files: list[str], *, overwrite: bool) -> Pa
     text = os.fspath(path) if isinstance(path, os.PathLike) else path
     if not isinstance(text, str) or not text.strip():
         raise UserError(f"{name}: expected a directory name, got {text!r}")
-    d = Path(text)
+    d = check_output_path(text, name)
+    for f in files:
+        check_output_path(d / f, name)
     if d.exists() and not d.is_dir():
         raise UserError(f"{name} {text}: is a file, not a directory")
     if d.is_dir():

@@ -8,8 +8,8 @@ PNG and SVG. Units on the axes: % of the no-swap peak P, % of the ideal step, ms
 
 from __future__ import annotations
 
+import io
 import math
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from slackswap.analysis.gapanalysis import gaps, solver_order
+from slackswap.textfile import write_output
 
 #: Colours for solvers whose registry entry sets none (and for the convergence figure's runs).
 _PALETTE = (
@@ -78,16 +79,12 @@ def save(
 ) -> list[Path]:
     """Write ``fig`` as ``DIR/NAME.png`` and ``DIR/NAME.svg``; returns the paths."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
     out = []
     for fmt in formats:
         p = d / f"{name}.{fmt}"
-        tmp = d / f".{name}.{fmt}.tmp"  # written whole, then renamed: never half a figure
-        try:
-            fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
-            os.replace(tmp, p)
-        finally:
-            tmp.unlink(missing_ok=True)
+        buf = io.BytesIO()  # drawn whole, then written as any output file is
+        fig.savefig(buf, format=fmt, dpi=130, bbox_inches="tight")
+        write_output(p, buf.getvalue())
         out.append(p)
     return out
 

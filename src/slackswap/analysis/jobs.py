@@ -24,6 +24,7 @@ from slackswap.models.hardware import get_gpu
 from slackswap.plan import MAX_BUDGET_BYTES, Budget, PlanError, budget_too_big
 from slackswap.problem import Instance, UserError
 from slackswap.solvers.base import REGISTRY
+from slackswap.userdoc import unknown_keys
 
 if TYPE_CHECKING:
     from slackswap.solvers.base import Solver
@@ -128,9 +129,9 @@ def ref_from_arg(name_or_path: str) -> InstanceRef:
 
 def grid_points(grid: dict[str, Any]) -> list[dict[str, Any]]:
     """The cartesian product of a model grid (``{"model": [...], "seq": [...], ...}``)."""
-    unknown = set(grid) - set(GRID_KEYS)
+    unknown = unknown_keys(grid, GRID_KEYS)
     if unknown:
-        raise UserError(f"grid: unknown key {sorted(unknown)[0]!r} (keys: {', '.join(GRID_KEYS)})")
+        raise UserError(f"grid: unknown key {unknown[0]!r} (keys: {', '.join(GRID_KEYS)})")
     if "model" not in grid:
         raise UserError("grid: 'model' is required")
     axes = {k: (v if isinstance(v, list) else [v]) for k, v in grid.items()}

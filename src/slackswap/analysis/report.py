@@ -74,6 +74,8 @@ def write_report(
                 f"instance {instance!r} is not in the results (they have {', '.join(names)})"
             )
     d = Path(directory)
+    if rerun:
+        _check_rebuildable(df, instance)
 
     def emit(fig: Any, name: str) -> None:
         rep.files.extend(F.save(fig, d, name, formats))
@@ -93,6 +95,16 @@ def write_report(
     if rerun:
         _rerun_figures(df, rep, d, emit, plan_budget, timeline_budget, instance, progress)
     return rep
+
+
+def _check_rebuildable(df: pd.DataFrame, wanted: str | None) -> None:
+    """Rebuild the instance the rerun will use now, before the figures: a spec that cannot be
+    rebuilt (a file gone, or not a regular file) is answered in seconds, not after the drawing."""
+    name = _pick_instance(df, wanted)
+    if name is not None:
+        specs = df.loc[(df["instance"] == name) & df["solver_name"].notna(), "instance_spec"]
+        for spec in dict.fromkeys(specs.dropna()):
+            resolve_spec(json.loads(str(spec)))
 
 
 def _pick_instance(df: pd.DataFrame, wanted: str | None) -> str | None:

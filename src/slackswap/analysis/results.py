@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,7 +29,8 @@ import pandas as pd
 
 from slackswap import rowschema
 from slackswap.problem import UserError
-from slackswap.textfile import read_user_text
+from slackswap.textfile import check_output_path, node_kind, read_user_text, replace_target
+from slackswap.userdoc import parse_json
 
 #: Columns a results file adds to the `RunRecord` row (see `Job.columns` and `execute`).
 EXTRA_KEYS = rowschema.JOB_KEYS
@@ -39,6 +41,8 @@ INT_COLUMNS = rowschema.INT_COLUMNS
 TIMING_COLUMNS = ("plan_s", "wall_s")
 
 SUFFIXES = (".csv", ".parquet", ".pq")
+#: Largest results file read (bytes): 200,000 jobs (the most one sweep holds) of ~2 KB rows.
+MAX_RESULTS_BYTES = 1 << 30
 MAX_TEXT = 600  # characters of an error or reason kept in a row (compiler errors run to pages)
 
 
@@ -96,8 +100,8 @@ class ResultsWriter:
     ) -> None:
         self.path = Path(path)
         self.kind = _kind(self.path)
-        if self.path.is_dir():
-            raise UserError(f"{self.path}: is a directory, not a results file")
+        check_output_path(self.path, beside_bytes=len(".") + len(".journal"))
+        _refuse_node(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -193,11 +197,25 @@ class ResultsWriter:
         table = _arrow_table(self.rows, self.columns)
         import pyarrow.parquet as pq
 
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        target = replace_target(self.path)  # a symbolic link's target is rewritten, not the link
+        tmp = target.with_name(target.name + ".tmp")
         pq.write_table(table, tmp)
-        os.replace(tmp, self.path)
+        os.replace(tmp, target)
         self._flush_cost = time.perf_counter() - t0
         self._last_flush = time.monotonic()
+
+
+def _refuse_node(path: Path) -> None:
+    """A results file is a regular file (links followed): it is read back for ``--resume`` and
+    ``report``, so a device, FIFO or socket cannot be one."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{path}: is {node_kind(mode)}, not a results file (a regular file)")
 
 
 def lock_path(path: str | os.PathLike[str]) -> Path:
@@ -249,7 +267,9 @@ def journal_path(path: str | os.PathLike[str]) -> Path:
 
 
 def _atomic_csv(path: Path, rows: list[dict[str, Any]], columns: tuple[str, ...]) -> None:
-    """Write the whole file through a temporary file and a rename: never half-written."""
+    """Write the whole file through a temporary file and a rename: never half-written (a
+    symbolic link's target is rewritten, the link kept)."""
+    path = replace_target(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
@@ -325,8 +345,13 @@ def _read_parquet(p: Path) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     for r in rows:
         try:
             row = {k: _typed(k, r.get(k)) for k in COLUMNS}
+            for col in ("instance_spec", "solver_options"):
+                if row[col] is not None:
+                    _from_text(col, row[col])
         except (TypeError, ValueError, OverflowError):
             raise UserError(f"{p}: row {r.get('job_id')!r} has a value of the wrong type") from None
+        except _BadCell as exc:
+            raise UserError(f"{p}: row {r.get('job_id')!r}: {exc}") from None
         row.update({k: r.get(k) for k in extra})
         out.append(row)
     return _dedupe(out), extra
@@ -338,7 +363,9 @@ class _CsvTable:
 
 
 def _read_csv(p: Path) -> _CsvTable:
-    text = read_user_text(p, "a results file")
+    text = read_user_text(p, "a results file", max_bytes=MAX_RESULTS_BYTES)
+    # A byte-order mark (spreadsheets save one) is not part of the first column's name.
+    text = text.removeprefix("\ufeff")
     complete = not text or text.endswith("\n")
     if not complete:
         text = text[: text.rfind("\n") + 1]  # a row cut by a kill: drop it, it reruns
@@ -352,6 +379,7 @@ def _read_csv(p: Path) -> _CsvTable:
             return _CsvTable([], (), complete)
         if "job_id" not in header:
             raise UserError(f"{p}: not a slackswap results file (no 'job_id' column)")
+        _check_header(p, header)
         out = []
         for cells in reader:
             if len(cells) != len(header):
@@ -370,6 +398,23 @@ def _read_csv(p: Path) -> _CsvTable:
     return _CsvTable(out, header, complete)
 
 
+_SCHEMA_BY_FOLDED = {c.lower(): c for c in COLUMNS}
+
+
+def _check_header(p: Path, header: tuple[str, ...]) -> None:
+    """Refuse a column name that is a schema column's with stray spaces, marks or case: read as
+    a user's own column it would leave the schema's empty, and a resume would rewrite it so."""
+    for name in header:
+        if name in COLUMNS:
+            continue
+        folded = name.strip().strip("\ufeff\u200b").strip().lower()
+        if folded in _SCHEMA_BY_FOLDED:
+            raise UserError(
+                f"{p}: line 1: column {name!r} is not the results column "
+                f"{_SCHEMA_BY_FOLDED[folded]!r} (rename it; the file is left as it is)"
+            )
+
+
 class _BadCell(Exception):
     pass
 
@@ -377,33 +422,80 @@ class _BadCell(Exception):
 def _from_text(col: str, s: str) -> Any:
     if col in FLOAT_COLUMNS:
         try:
-            return float(s)
+            v = float(s)
         except ValueError:
-            raise _BadCell(f"column {col}: {s!r} is not a number") from None
+            raise _BadCell(f"column {col}: {_short(s)} is not a number") from None
+        if not math.isfinite(v):  # never written (a missing value is an empty cell)
+            raise _BadCell(f"column {col}: {_short(s)} is not a finite number")
+        return v
     if col in INT_COLUMNS:
         try:
             v = int(s) if not ("e" in s or "E" in s or "." in s) else float(s)
         except ValueError:
-            raise _BadCell(f"column {col}: {s!r} is not an integer") from None
+            raise _BadCell(f"column {col}: {_short(s)} is not an integer") from None
         if not _fits_int64(v):
-            raise _BadCell(f"column {col}: {s!r} is not a 64-bit integer")
+            raise _BadCell(f"column {col}: {_short(s)} is not a 64-bit integer")
         return int(v)
+    if col == "instance_spec":
+        return _json_cell(col, s, _check_spec)
+    if col == "solver_options":  # any object: each solver checks its options when rerun
+        return _json_cell(col, s, lambda options: None)
     return s
+
+
+#: What each key of a recorded instance spec holds (see `slackswap.analysis.jobs.InstanceRef`).
+_SPEC_TEXT_KEYS = ("name", "path", "model", "gpu", "link", "label")
+_SPEC_INT_KEYS = ("seq", "batch", "layers", "tokens")
+
+
+def _json_cell(col: str, s: str, check: Any) -> str:
+    """``s`` (kept as text) when it is a JSON object ``check`` accepts; else a `_BadCell`."""
+    try:
+        value = parse_json(s, f"column {col}")
+    except UserError as exc:
+        raise _BadCell(str(exc)) from None
+    if not isinstance(value, dict):
+        raise _BadCell(f"column {col}: {_short(s)} is not a JSON object")
+    problem = check(value)
+    if problem:
+        raise _BadCell(f"column {col}: {_short(s)}: {problem}")
+    return s
+
+
+def _check_spec(spec: dict[str, Any]) -> str | None:
+    """Why ``spec`` cannot name an instance, or None (``{}``: a hand-built instance)."""
+    for k, v in spec.items():
+        if k in _SPEC_TEXT_KEYS:
+            if v is not None and not isinstance(v, str):
+                return f"{k} must be text, not {v!r}"
+        elif k in _SPEC_INT_KEYS:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                return f"{k} must be a positive integer, not {v!r}"
+        elif k == "link_bw_GBps":
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            if v is not None and not (ok and v > 0):
+                return f"{k} must be a positive number, not {v!r}"
+        else:
+            return f"unknown key {k!r}"
+    if spec and not any(isinstance(spec.get(k), str) for k in ("name", "path", "model")):
+        return "names no catalog name, path or model"
+    return None
+
+
+def _short(s: str) -> str:
+    return repr(s if len(s) <= 60 else s[:57] + "...")
 
 
 def _read_journal(p: Path) -> list[dict[str, Any]]:
     out = []
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: cannot read the results journal ({exc})") from None
+    text = read_user_text(p, "a results journal", max_bytes=MAX_RESULTS_BYTES)
     for line in text.splitlines(keepends=True):
         if not line.endswith("\n"):
             break  # cut by a kill
         try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            break
+            row = parse_json(line, str(p))
+        except UserError:
+            break  # a line the writer never finished (or one it could not have written)
         if isinstance(row, dict):
             out.append(row)
     return out

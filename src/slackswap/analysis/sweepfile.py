@@ -41,6 +41,7 @@ from slackswap.analysis.jobs import (
 )
 from slackswap.problem import UserError
 from slackswap.textfile import read_user_text
+from slackswap.userdoc import check_ints, parse_yaml, unknown_keys
 
 KEYS = (
     "instances", "grid", "budgets", "seeds", "solvers", "time_limit", "job_timeout",
@@ -54,9 +55,9 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     data = _read(p)
     if not isinstance(data, dict):
         raise UserError(f"{p}: a sweep file is a table of keys ({', '.join(KEYS)})")
-    unknown = set(data) - set(KEYS)
+    unknown = unknown_keys(data, KEYS)
     if unknown:
-        raise UserError(f"{p}: unknown key {sorted(unknown)[0]!r} (keys: {', '.join(KEYS)})")
+        raise UserError(f"{p}: unknown key {unknown[0]!r} (keys: {', '.join(KEYS)})")
     try:
         return _build(p, data)
     except UserError as exc:
@@ -76,26 +77,17 @@ def _read(p: Path) -> Any:
                 data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
                 raise UserError(f"{p}: invalid TOML ({exc})") from None
+            except ValueError as exc:  # an integer of more digits than Python converts
+                reason = str(exc).split(";")[0]  # not Python's advice to raise its limit
+                raise UserError(f"{p}: not readable TOML ({reason})") from None
         else:
-            data = _load_yaml(p, text)
+            data = parse_yaml(text, str(p))
+        check_ints(data, str(p))
         if _nesting(data) > MAX_NESTING:
             raise RecursionError
         return data
     except RecursionError:
         raise UserError(f"{p}: nested too deeply to be a sweep file") from None
-
-
-def _load_yaml(p: Path, text: str) -> Any:
-    try:
-        import yaml
-    except ModuleNotFoundError:
-        raise UserError(f"{p}: YAML sweep files need PyYAML (pip install pyyaml)") from None
-    try:
-        # libyaml's loader where built: fast (older libyaml builds, as in PyYAML 6.0's wheels, do
-        # not bound nesting: the caller checks the depth)
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        raise UserError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
 
 
 MAX_NESTING = 32  # lists and tables inside each other; a sweep file needs four
@@ -159,9 +151,9 @@ def parse_solvers(value: Any) -> list[SolverSpec]:
         if isinstance(item, str):
             out.extend(SolverSpec.of(n.strip()) for n in item.split(",") if n.strip())
         elif isinstance(item, dict):
-            extra = set(item) - {"name", "options", "time_limit"}
+            extra = unknown_keys(item, ("name", "options", "time_limit"))
             if "name" not in item or extra:
-                bad = sorted(extra)[0] if extra else "name"
+                bad = extra[0] if extra else "name"
                 raise UserError(f"solvers: entry {item!r}: expected name, options, time_limit "
                                 f"(problem with {bad!r})")  # fmt: skip
             opts = item.get("options") or {}

@@ -10,6 +10,7 @@ from typing import Any
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import add_execution_arguments
 from slackswap.problem import UserError
+from slackswap.userdoc import parse_option_value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -126,10 +127,7 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
         if not eq or not dot or not name or not key:
             raise UserError(f"--option {item!r}: expected SOLVER.KEY=VALUE")
         name = REGISTRY.canonical(name)
-        try:
-            parsed: Any = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
+        parsed = parse_option_value(value, f"--option {target}")
         extra.setdefault(name, {})[key] = parsed
     names = {s.name for s in solvers}
     for name in extra:

@@ -143,11 +143,12 @@ def _usage(p: argparse.ArgumentParser) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from slackswap.analysis.checks import output_file
+    from slackswap.analysis.checks import output_file, text
     from slackswap.instances.catalog import build_model
     from slackswap.models.hardware import GPUS, LINKS
 
     output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
+    text(args.name, "--name")
     if args.gpu.lower() not in GPUS:
         raise UserError(f"--gpu {args.gpu!r}: unknown GPU (one of {', '.join(GPUS)})")
     if args.link is not None and args.link.lower() not in LINKS:

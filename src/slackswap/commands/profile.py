@@ -67,10 +67,11 @@ def _note_precision(inst: Instance, gpu: str) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from slackswap.analysis.checks import output_file
+    from slackswap.analysis.checks import output_file, text
 
     # Before the work, not after, and before torch's import (seconds of it, on a loaded machine).
     output_file(args.output, "-o", overwrite=args.overwrite)
+    text(args.name, "--name")
     from slackswap.profiling import require_torch
 
     torch = require_torch()

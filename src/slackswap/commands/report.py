@@ -93,9 +93,10 @@ def _check_output(directory: str, formats: tuple[str, ...], *, overwrite: bool) 
 
     from slackswap.analysis.checks import output_dir
     from slackswap.analysis.report import FIGURE_NAMES, TRACE_PATTERN
+    from slackswap.textfile import check_output_path
 
     names = [f"{n}.{fmt}" for n in FIGURE_NAMES for fmt in formats]
-    d = Path(directory)
+    d = check_output_path(Path(directory), "-o")
     if d.is_dir():
         names += [t.name for t in d.glob(TRACE_PATTERN)]
     output_dir(directory, "-o", names, overwrite=overwrite)

@@ -7,10 +7,17 @@ import statistics
 from typing import Any
 
 from slackswap.analysis.progress import add_progress_arguments, phase
-from slackswap.commands.common import positive_float, print_json
+from slackswap.commands.common import print_json
 from slackswap.console import format_bytes, format_percent
 
 MS = 1e3
+
+
+def _seconds(text: str) -> float:
+    """``--time-limit``, bounded as ``solve`` bounds it (one line, exit 2)."""
+    from slackswap.analysis import checks
+
+    return checks.seconds(text, "--time-limit")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=1, help="planned steps to run (default 1)")
     p.add_argument("--check", action="store_true", help="compare with the unplanned step")
     p.add_argument("--seed", type=int, default=0, help="torch seed for the factory and steps")
-    p.add_argument("--time-limit", type=positive_float, default=10.0, help="solver seconds")
+    p.add_argument("--time-limit", type=_seconds, default=10.0, help="solver seconds")
     p.add_argument("--gpu", default="a100", help="GPU whose roofline times the profile")
     p.add_argument("--link", default=None, help="host link (default: the GPU's)")
     p.add_argument(

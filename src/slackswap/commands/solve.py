@@ -4,7 +4,6 @@ instance, budget, solver)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -14,6 +13,7 @@ from slackswap.analysis.progress import add_progress_arguments
 from slackswap.commands.common import load_instance_arg, print_json
 from slackswap.console import format_bytes, format_percent
 from slackswap.problem import UserError
+from slackswap.userdoc import parse_option_value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,10 +100,7 @@ def parse_options(items: list[str]) -> dict[str, Any]:
         key = key.strip().replace("-", "_")
         if not sep or not key:
             raise UserError(f"--option {item!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        out[key] = parse_option_value(raw, f"--option {key}")
     return out
 
 

@@ -54,7 +54,6 @@ JSON string of valid Unicode (no lone surrogates); ``meta`` is an object nested 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any
@@ -64,6 +63,7 @@ import numpy as np
 from slackswap.problem import Hardware, Instance, InstanceError
 from slackswap.textfile import atomic_write_text as atomic_write_text
 from slackswap.textfile import read_user_text
+from slackswap.userdoc import parse_json
 from slackswap.validation import in_range, range_text
 
 SUPPORTED_VERSIONS = (1,)
@@ -370,16 +370,9 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
     """Read an instance file; a bad file raises `InstanceFileError` with a one-line message."""
     source = str(path)
     text = read_user_text(path, "an instance file", InstanceFileError)
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InstanceFileError(
-            f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-    except RecursionError:
-        raise InstanceFileError(f"{source}: not readable JSON (nested too deeply)") from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise InstanceFileError(f"{source}: not readable JSON ({exc})") from None
+    # The fields' own checks name a field that holds a huge integer or deep ``meta``: the
+    # parser's bounds here only keep the parser itself safe.
+    d = parse_json(text, source, InstanceFileError, max_depth=500, max_int_digits=4300)
     return instance_from_dict(d, source)
 
 
