@@ -33,7 +33,7 @@ def inst_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def simulate_trace(inst: Path, trace: Path) -> list[str]:
-    return ["simulate", str(inst), "keep-all", "--budget", "2.0", "--trace", str(trace),
+    return ["simulate", str(inst), "keep-all", "--budget", "200%", "--trace", str(trace),
             "--overwrite"]  # fmt: skip
 
 
@@ -53,14 +53,14 @@ def test_every_writer_keeps_a_device_node(tmp_path, inst_file) -> None:
 
     node = null_device(tmp_path / "null.json")
     assert main(["instance", "build", "gpt2-xl", "--layers", "1", "-o", str(node)]) == 0
-    assert main(["solve", str(inst_file), "--budget", "2.0", "-o", str(node)]) == 0
+    assert main(["solve", str(inst_file), "--budget", "200%", "-o", str(node)]) == 0
     slackswap.build_model("gpt2-xl", layers=1).save(node)
     assert is_char_device(node)
 
 
 def test_results_file_on_a_device_node_is_refused(tmp_path, inst_file, capsys) -> None:
     node = null_device(tmp_path / "null.csv")
-    line = refused(["compare", str(inst_file), "--budgets", "2.0", "--solvers", "vdnn",
+    line = refused(["compare", str(inst_file), "--budgets", "200%", "--solvers", "vdnn",
                     "-o", str(node), "--overwrite", "--no-progress"], capsys)  # fmt: skip
     assert "character device" in line
     assert is_char_device(node)
@@ -133,30 +133,30 @@ def test_too_long_names_are_one_line_in_every_command(tmp_path, inst_file, capsy
     out = tmp_path / long
     inst = str(inst_file)
     commands = [
-        ["solve", inst, "--budget", "2.0", "-o", f"{out}.json"],
-        ["simulate", inst, "keep-all", "--budget", "2.0", "--trace", f"{out}.json"],
+        ["solve", inst, "--budget", "200%", "-o", f"{out}.json"],
+        ["simulate", inst, "keep-all", "--budget", "200%", "--trace", f"{out}.json"],
         ["instance", "build", "gpt2-xl", "--layers", "1", "-o", f"{out}.json"],
-        ["compare", inst, "--budgets", "2.0", "--solvers", "vdnn", "-o", f"{out}.csv"],
+        ["compare", inst, "--budgets", "200%", "--solvers", "vdnn", "-o", f"{out}.csv"],
     ]
     for argv in commands:
         line = refused(argv, capsys)
         assert "this system allows" in line, line
         assert len(line) < 400  # the path is shortened in the message
     sweep = tmp_path / "s.toml"
-    sweep.write_text(f'instances = ["{inst}"]\nbudgets = [2.0]\nsolvers = ["vdnn"]\n'
+    sweep.write_text(f'instances = ["{inst}"]\nbudgets = ["200%"]\nsolvers = ["vdnn"]\n'
                      f'output = "{long}.csv"\n')  # fmt: skip
     assert "this system allows" in refused(["compare", "--sweep", str(sweep)], capsys)
     results = tmp_path / "r.csv"
     from slackswap.cli import main
 
-    assert main(["compare", inst, "--budgets", "2.0", "--solvers", "vdnn", "-o", str(results),
+    assert main(["compare", inst, "--budgets", "200%", "--solvers", "vdnn", "-o", str(results),
                  "--no-progress"]) == 0  # fmt: skip
     assert "this system allows" in refused(["report", str(results), "-o", str(out)], capsys)
 
 
 def test_a_parent_that_is_a_file_is_one_line(tmp_path, inst_file, capsys) -> None:
     (tmp_path / "file").write_text("x")
-    line = refused(["solve", str(inst_file), "--budget", "2.0", "-o",
+    line = refused(["solve", str(inst_file), "--budget", "200%", "-o",
                     str(tmp_path / "file" / "sub" / "plan.json")], capsys)  # fmt: skip
     assert "not a directory" in line
 
@@ -220,10 +220,10 @@ def test_names_near_the_limit_are_written_or_one_line(tmp_path, inst_file, capsy
     from slackswap.cli import main
 
     plan = tmp_path / ("p" * (size - 5) + ".json")
-    assert main(["solve", str(inst_file), "--budget", "2.0", "-o", str(plan)]) == 0
+    assert main(["solve", str(inst_file), "--budget", "200%", "-o", str(plan)]) == 0
     assert plan.exists()  # the temporary file beside it fits too
     results = tmp_path / ("r" * (size - 4) + ".csv")
-    argv = ["compare", str(inst_file), "--budgets", "2.0", "--solvers", "vdnn", "-o",
+    argv = ["compare", str(inst_file), "--budgets", "200%", "--solvers", "vdnn", "-o",
             str(results), "--no-progress"]  # fmt: skip
     if size + len("..journal") <= 255:
         assert main(argv) == 0 and results.exists()
@@ -233,7 +233,7 @@ def test_names_near_the_limit_are_written_or_one_line(tmp_path, inst_file, capsy
 
 def test_a_path_with_a_line_break_is_named_on_one_line(tmp_path, inst_file, capsys) -> None:
     (tmp_path / "file").write_text("x")
-    line = refused(["solve", str(inst_file), "--budget", "2.0", "-o",
+    line = refused(["solve", str(inst_file), "--budget", "200%", "-o",
                     str(tmp_path / "file" / "a\nb.json")], capsys)  # fmt: skip
     assert "a\\nb.json" in line
     bad = tmp_path / "x\ny.json"

@@ -30,7 +30,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("results")
     slackswap.build_model("gpt2-xl", layers=1, seq=16, batch=1).save(d / "inst.json")
     out = d / "r.csv"
-    assert main(["compare", str(d / "inst.json"), "--budgets", "2.0,0.9", "--solvers",
+    assert main(["compare", str(d / "inst.json"), "--budgets", "200%,0.9", "--solvers",
                  "vdnn,checkpoint", "-o", str(out), "--no-progress"]) == 0  # fmt: skip
     return out
 
@@ -68,7 +68,7 @@ def test_a_bad_cell_is_one_line_naming_file_line_and_column(tmp_path, good, caps
         line = refused(argv, capsys)
         assert f"{path}: line 3: column {column}: " in line, line
     inst = str(good.parent / "inst.json")
-    line = refused(["compare", inst, "--budgets", "2.0", "--solvers", "vdnn", "-o", str(path),
+    line = refused(["compare", inst, "--budgets", "200%", "--solvers", "vdnn", "-o", str(path),
                     "--resume", "--no-progress"], capsys)  # fmt: skip
     assert f"column {column}" in line
     assert path.read_bytes() == before
@@ -93,7 +93,7 @@ def test_a_byte_order_mark_is_read_and_kept_out_of_the_header(tmp_path, good, ca
     assert main(["report", str(path)]) == 0
     assert "nan" not in capsys.readouterr().out
     inst = str(good.parent / "inst.json")
-    assert main(["compare", inst, "--budgets", "2.0,0.9,0.8", "--solvers", "vdnn,checkpoint",
+    assert main(["compare", inst, "--budgets", "200%,0.9,0.8", "--solvers", "vdnn,checkpoint",
                  "-o", str(path), "--resume", "--no-progress"]) == 0  # fmt: skip
     header = path.read_text(encoding="utf-8-sig").splitlines()[0].split(",")
     assert tuple(header) == COLUMNS  # no "\ufeffinstance" column
@@ -141,7 +141,7 @@ def test_a_schema_column_under_a_near_name_is_refused_not_rewritten(tmp_path, go
     line = refused(["report", str(path)], capsys)
     assert "line 1: column " in line and "is not the results column 'instance'" in line
     inst = str(good.parent / "inst.json")
-    refused(["compare", inst, "--budgets", "2.0", "--solvers", "vdnn", "-o", str(path),
+    refused(["compare", inst, "--budgets", "200%", "--solvers", "vdnn", "-o", str(path),
              "--resume", "--no-progress"], capsys)  # fmt: skip
     assert path.read_bytes() == before
 

@@ -30,7 +30,7 @@ def case(draw, actions=(KEEP, SWAP, RECOMP)):  # type: ignore[no-untyped-def]
 @given(inst=st.composite(lambda d: random_instance(d))(), frac=st.floats(1.0, 3.0))
 def test_keep_all_at_peak_is_ideal(inst, frac: float) -> None:  # type: ignore[no-untyped-def]
     for runtime in KERNEL_RUNTIMES:
-        r = simulate(inst, Plan.keep_all(inst), frac, runtime=runtime)
+        r = simulate(inst, Plan.keep_all(inst), Budget.fraction(frac), runtime=runtime)
         assert r.feasible and r.step_s == r.ideal_s == inst.ideal_step_s
         assert r.throughput == 1.0
         assert r.fwd_stall_s == r.bwd_stall_s == r.recompute_s == 0.0
@@ -42,7 +42,7 @@ def test_keep_all_at_peak_is_ideal(inst, frac: float) -> None:  # type: ignore[n
 @given(case())
 def test_invariants(c) -> None:  # type: ignore[no-untyped-def]
     inst, acts, frac, runtime = c
-    r = simulate(inst, acts, frac, runtime=runtime)
+    r = simulate(inst, acts, Budget.fraction(frac), runtime=runtime)
     assert r.budget_bytes == Budget.fraction(frac).bytes_for(inst)
     if r.feasible:
         assert r.peak_bytes <= r.budget_bytes
@@ -70,12 +70,12 @@ def test_invariants(c) -> None:  # type: ignore[no-untyped-def]
 @given(case())
 def test_deterministic_and_batch_agrees_bit_for_bit(c) -> None:  # type: ignore[no-untyped-def]
     inst, acts, frac, runtime = c
-    a = simulate(inst, acts, frac, runtime=runtime)
-    b = simulate(inst, acts.copy(), frac, runtime=runtime)
+    a = simulate(inst, acts, Budget.fraction(frac), runtime=runtime)
+    b = simulate(inst, acts.copy(), Budget.fraction(frac), runtime=runtime)
     assert a == b
     pop = np.stack([acts, np.zeros_like(acts), acts])
     for n_jobs in (1, 2):
-        m = simulate_many(inst, pop, frac, runtime=runtime, n_jobs=n_jobs)
+        m = simulate_many(inst, pop, Budget.fraction(frac), runtime=runtime, n_jobs=n_jobs)
         for k in (0, 2):
             assert m.step_s[k] == a.step_s and m.feasible[k] == a.feasible
             assert m.overflow_bytes[k] == a.overflow_bytes
@@ -89,8 +89,8 @@ def test_deterministic_and_batch_agrees_bit_for_bit(c) -> None:  # type: ignore[
 @given(case())
 def test_timeline_agrees_with_the_result(c) -> None:  # type: ignore[no-untyped-def]
     inst, acts, frac, runtime = c
-    plain = simulate(inst, acts, frac, runtime=runtime)
-    r = simulate(inst, acts, frac, runtime=runtime, timeline=True)
+    plain = simulate(inst, acts, Budget.fraction(frac), runtime=runtime)
+    r = simulate(inst, acts, Budget.fraction(frac), runtime=runtime, timeline=True)
     tl = r.timeline
     assert tl is not None
     assert r.to_dict() == plain.to_dict()

@@ -5,7 +5,7 @@ import pytest
 from simhelpers import HW, MS, chain, eviction_case
 
 from slackswap.models.graph import GraphBuilder
-from slackswap.plan import KEEP, RECOMP, SWAP, Plan
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
 
@@ -49,7 +49,7 @@ def test_two_copies_overlap_at_85_percent() -> None:
 
 def test_one_eviction() -> None:
     inst = eviction_case()
-    r = simulate(inst, Plan(inst, [SWAP, KEEP]), 2.2e6 / inst.peak_bytes)
+    r = simulate(inst, Plan(inst, [SWAP, KEEP]), Budget.fraction(2.2e6 / inst.peak_bytes))
     assert r.budget_bytes == 2_200_000
     # a loads at 3 ms (fits with the look-ahead), g4 needs 1.5 MB at 7 ms: a is evicted, loaded
     # again from 8 ms and g5 waits until 9.01 ms.
@@ -129,7 +129,7 @@ def test_short_of_memory_in_backward_evicts_a_lagging_offload_at_once() -> None:
     """Issue 19 item 13, worked by hand: compute short of memory in the backward pass evicts a
     tensor that has its host copy instead of waiting for the rest of the lagging D2H queue."""
     inst = _lagging_offload_case()
-    r = simulate(inst, Plan(inst, [SWAP, SWAP]), 5.5e6 / inst.peak_bytes, timeline=True)
+    r = simulate(inst, Plan(inst, [SWAP, SWAP]), Budget.fraction(5.5e6 / inst.peak_bytes), timeline=True)
     assert r.budget_bytes == 5_500_000
     # Forward: x (2 MB) from 0, y (3 MB) from 0.1 ms: 5 MB. D2H x 0.1 -> 0.1 + 0.01 + 2 = 2.11
     # ms; y queued behind it. Backward starts at 0.2 ms with both offloads unfinished: x and y
@@ -164,7 +164,7 @@ def test_short_of_memory_waits_for_an_offload_that_frees_its_buffer() -> None:
     """The rule's other half (a pin; the rule before issue 19 did the same here): when the
     offload in flight frees its buffer on ending, compute waits for it rather than evict."""
     inst = _lagging_offload_case(b2_reads_y=False)
-    r = simulate(inst, Plan(inst, [SWAP, SWAP]), 5.5e6 / inst.peak_bytes, timeline=True)
+    r = simulate(inst, Plan(inst, [SWAP, SWAP]), Budget.fraction(5.5e6 / inst.peak_bytes), timeline=True)
     # As above to 2.7 ms, but y's last reader is b0: its buffer goes when its D2H ends at 5.12
     # ms. b1 waits for that (2.42 ms), runs 5.12 -> 6.12 ms; b2 6.12 -> 10.12, b3 (x never left)
     # 10.12 -> 11.12 ms. (Evicting x at 2.7 ms and prefetching it during b2 would have cost
@@ -297,7 +297,7 @@ def test_look_ahead_at_an_operator_boundary_counts_the_operator_about_to_start()
     """The admission instant, worked by hand: at the end of an operator (after its frees) the
     next three operators are the one about to start and the two after it."""
     inst = _admission_case()
-    r = simulate(inst, Plan(inst, [SWAP]), 3e6 / inst.peak_bytes, timeline=True)
+    r = simulate(inst, Plan(inst, [SWAP]), Budget.fraction(3e6 / inst.peak_bytes), timeline=True)
     assert r.budget_bytes == 3_000_000
     # Forward: a's D2H 1.00 -> 2.01 ms; f1 (its last forward reader) ends at 3 ms and frees it.
     # Backward start, 3 ms, before b0 allocates: 0 + 1 + (b0 1.2 + b1 0.7 + b2 0.5) = 3.4 MB

@@ -43,7 +43,8 @@ def exit_status_epilog(command: str) -> str:
 
 
 def _add_epilogs(parser: argparse.ArgumentParser, path: str = "slackswap") -> None:
-    parser.epilog = exit_status_epilog(path.removeprefix("slackswap ") if " " in path else path)
+    status = exit_status_epilog(path.removeprefix("slackswap ") if " " in path else path)
+    parser.epilog = f"{parser.epilog}\n\n{status}" if parser.epilog else status
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
