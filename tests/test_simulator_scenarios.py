@@ -129,7 +129,9 @@ def test_short_of_memory_in_backward_evicts_a_lagging_offload_at_once() -> None:
     """Issue 19 item 13, worked by hand: compute short of memory in the backward pass evicts a
     tensor that has its host copy instead of waiting for the rest of the lagging D2H queue."""
     inst = _lagging_offload_case()
-    r = simulate(inst, Plan(inst, [SWAP, SWAP]), Budget.fraction(5.5e6 / inst.peak_bytes), timeline=True)
+    r = simulate(
+        inst, Plan(inst, [SWAP, SWAP]), Budget.fraction(5.5e6 / inst.peak_bytes), timeline=True
+    )
     assert r.budget_bytes == 5_500_000
     # Forward: x (2 MB) from 0, y (3 MB) from 0.1 ms: 5 MB. D2H x 0.1 -> 0.1 + 0.01 + 2 = 2.11
     # ms; y queued behind it. Backward starts at 0.2 ms with both offloads unfinished: x and y
@@ -164,7 +166,9 @@ def test_short_of_memory_waits_for_an_offload_that_frees_its_buffer() -> None:
     """The rule's other half (a pin; the rule before issue 19 did the same here): when the
     offload in flight frees its buffer on ending, compute waits for it rather than evict."""
     inst = _lagging_offload_case(b2_reads_y=False)
-    r = simulate(inst, Plan(inst, [SWAP, SWAP]), Budget.fraction(5.5e6 / inst.peak_bytes), timeline=True)
+    r = simulate(
+        inst, Plan(inst, [SWAP, SWAP]), Budget.fraction(5.5e6 / inst.peak_bytes), timeline=True
+    )
     # As above to 2.7 ms, but y's last reader is b0: its buffer goes when its D2H ends at 5.12
     # ms. b1 waits for that (2.42 ms), runs 5.12 -> 6.12 ms; b2 6.12 -> 10.12, b3 (x never left)
     # 10.12 -> 11.12 ms. (Evicting x at 2.7 ms and prefetching it during b2 would have cost
