@@ -48,7 +48,7 @@ CASES = [
 
 #: Budget of the scale runs, a fraction of P (the issue's measurement).
 SCALE_FRACTION = 0.3
-#: Share of the time limit ``milp`` gives its relaxation (`slackswap.solvers.milp`).
+#: Share of the time limit ``milp`` gives its relaxation (`slackswap.solvers.exact.milp`).
 LP_SHARE = 0.4
 
 
@@ -57,8 +57,8 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     from slackswap.instances.catalog import build_model
     from slackswap.plan import Budget
     from slackswap.solvers import run
-    from slackswap.solvers._exact_coarse import coarse_bound
-    from slackswap.solvers._exact_lp import BoundProgram
+    from slackswap.solvers.exact._coarse import coarse_bound
+    from slackswap.solvers.exact._lp import BoundProgram
 
     inst = build_model("gpt2-xl", layers=layers)
     budget = Budget.fraction(SCALE_FRACTION)

@@ -18,7 +18,7 @@ import sys
 CELL = """
 import threading, slackswap
 from slackswap.solvers import run
-from slackswap.solvers._ga_islands import worker_start_method
+from slackswap.solvers.genetic._islands import worker_start_method
 inst = slackswap.load({model!r})
 run("ga", inst, {budget}, seed=0, options={{"max_generations": 1}})  # warm the compiled kernels
 rows = [threading.active_count(), worker_start_method()]

@@ -128,9 +128,9 @@ def split(args: argparse.Namespace) -> int:
 
     from slackswap.plan import Budget
     from slackswap.simulator import simulate_many
-    from slackswap.solvers._ga_repair import Repair
-    from slackswap.solvers._ga_search import SearchConfig, search
-    from slackswap.solvers.genetic import seed_plans
+    from slackswap.solvers.genetic._repair import Repair
+    from slackswap.solvers.genetic._search import SearchConfig, search
+    from slackswap.solvers.genetic.ga import seed_plans
 
     print(f"{'model':<11} {'M':>4} {'plans':>8} {'search us/plan':>15} {'simulator us/plan':>18}")
     for model in args.models.split(","):

@@ -27,8 +27,8 @@ def bench(solver_name: str, repeats: int) -> list[dict[str, object]]:
     from slackswap.instances.catalog import load
     from slackswap.plan import Budget
     from slackswap.solvers import REGISTRY, Solution
-    from slackswap.solvers._memory import static_arrays
-    from slackswap.solvers._passes import plan_passes
+    from slackswap.solvers.planner._memory import static_arrays
+    from slackswap.solvers.planner._passes import plan_passes
 
     rows: list[dict[str, object]] = []
     for model, frac in CASES:

@@ -32,7 +32,7 @@ from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator.runtimes import get_runtime
 from slackswap.simulator.static import static_for
-from slackswap.solvers.genetic import seed_plans
+from slackswap.solvers.genetic.ga import seed_plans
 
 RUNTIMES = ("barrier-free", "barriers", "layer-prefetch", "sync")
 FRACTIONS = (1.0, 0.6, 0.4, 0.2, 0.1, 0.05)

@@ -8,15 +8,15 @@ import pytest
 from slackswap.instances.catalog import build_model
 from slackswap.models.graph import GraphBuilder
 from slackswap.problem import Hardware, Instance
-from slackswap.solvers._baseline_common import (
+from slackswap.solvers.baselines._common import (
     checkpoint_actions,
     checkpointable_blocks,
     loss_block,
 )
-from slackswap.solvers.offload import offload_actions
-from slackswap.solvers.superneurons import superneurons_actions
-from slackswap.solvers.swapadvisor import belady_swaps
-from slackswap.solvers.vdnn import vdnn_actions
+from slackswap.solvers.baselines.offload import offload_actions
+from slackswap.solvers.baselines.superneurons import superneurons_actions
+from slackswap.solvers.baselines.swapadvisor import belady_swaps
+from slackswap.solvers.baselines.vdnn import vdnn_actions
 
 KEEP, SWAP, RECOMP = 0, 1, 2
 

@@ -17,8 +17,8 @@ from slackswap.instances.catalog import BUNDLED, build_model, load
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers import Status, run
-from slackswap.solvers._exact_lp import BoundProgram, BoundResult
 from slackswap.solvers.base import Solution, Solver
+from slackswap.solvers.exact._lp import BoundProgram, BoundResult
 
 FAST_BUDGETS = (0.1, 0.3, 0.5, 0.7, 0.9)
 ALL_BUDGETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

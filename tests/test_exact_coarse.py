@@ -18,8 +18,8 @@ from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
 from slackswap.solvers import Status, run
-from slackswap.solvers._exact_coarse import CoarseBound, select_ops
-from slackswap.solvers._exact_lp import BoundProgram
+from slackswap.solvers.exact._coarse import CoarseBound, select_ops
+from slackswap.solvers.exact._lp import BoundProgram
 
 
 def kept_subsets(model: BoundProgram, rng: np.random.Generator) -> list[np.ndarray]:
@@ -111,7 +111,7 @@ def test_kept_operators_must_include_the_pass_ends() -> None:
 def test_milp_bounds_with_the_coarse_lp_past_its_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past FULL_LP_MAX_OPS milp's bound is the coarse LP's (no binary version, whose root is
     the full LP); the bound stays at or below the plan's simulated step."""
-    import slackswap.solvers.milp as milp_mod
+    import slackswap.solvers.exact.milp as milp_mod
 
     inst = build_model("gpt2-xl", layers=4, seq=256, batch=2)
     budget = Budget.fraction(0.5)
@@ -132,7 +132,7 @@ def test_cpsat_bounds_with_the_coarse_lp_past_its_threshold(
 ) -> None:
     """cpsat switches to the coarse LP at the same threshold (before: the full LP, which at 768
     layers ran out of time and left the ideal step as the bound)."""
-    import slackswap.solvers.cpsat as cpsat_mod
+    import slackswap.solvers.exact.cpsat as cpsat_mod
 
     inst = build_model("gpt2-xl", layers=4, seq=256, batch=2)
     budget = Budget.fraction(0.5)
@@ -181,7 +181,7 @@ def test_scorer_starts_no_batch_past_its_deadline(monkeypatch: pytest.MonkeyPatc
     neighbourhood is about 7 s): plans left unscored are inf and not counted."""
     import time
 
-    import slackswap.solvers._exact_plans as plans
+    import slackswap.solvers.exact._plans as plans
 
     inst = build_model("gpt2-xl", layers=2, seq=256, batch=2)
     budget = inst.peak_bytes

@@ -1,4 +1,4 @@
-"""Plans guided by the relaxation (`slackswap.solvers._exact_guided`): the fewest-swaps optimum
+"""Plans guided by the relaxation (`slackswap.solvers.exact._guided`): the fewest-swaps optimum
 and ``milp``'s random roundings of it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from slackswap.instances.catalog import build_model
 from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
 from slackswap.solvers import Status, run
-from slackswap.solvers._exact_guided import fewest_swaps_point, random_rounding
-from slackswap.solvers._exact_lp import BoundProgram
+from slackswap.solvers.exact._guided import fewest_swaps_point, random_rounding
+from slackswap.solvers.exact._lp import BoundProgram
 
 
 @cache

@@ -22,7 +22,7 @@ from slackswap.instances.catalog import build_model
 
 SCRIPT = """
 import sys, threading
-from slackswap.solvers import _exact_lp
+from slackswap.solvers.exact import _lp as _exact_lp
 from ortools.sat.python import cp_model
 
 entered = set()
@@ -124,7 +124,7 @@ def test_an_interrupt_in_a_library_call_stops_cp_sat(monkeypatch: pytest.MonkeyP
     from ortools.sat.python import cp_model
 
     from slackswap.solvers import run
-    from slackswap.solvers._exact_interrupt import engines_left_running
+    from slackswap.solvers.exact._interrupt import engines_left_running
 
     entered = threading.Event()
     real = cp_model.CpSolver.solve

@@ -6,7 +6,7 @@ import numpy as np
 
 from slackswap.instances.catalog import build_model
 from slackswap.plan import Budget
-from slackswap.solvers._exact_lp import BoundProgram
+from slackswap.solvers.exact._lp import BoundProgram
 
 
 def _model_and_point() -> tuple[BoundProgram, np.ndarray]:

@@ -13,8 +13,8 @@ from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Status, run
-from slackswap.solvers._exact_lp import BoundProgram
-from slackswap.solvers._exact_plans import Scorer, local_search, repair
+from slackswap.solvers.exact._lp import BoundProgram
+from slackswap.solvers.exact._plans import Scorer, local_search, repair
 
 
 @cache

@@ -18,8 +18,8 @@ from slackswap.instances.catalog import build_model, load
 from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator import simulate, simulate_many
-from slackswap.solvers._exact_cp import CpPlanProgram
-from slackswap.solvers._exact_lp import BoundProgram
+from slackswap.solvers.exact._cp import CpPlanProgram
+from slackswap.solvers.exact._lp import BoundProgram
 
 
 def random_plan(inst: Instance, rng: np.random.Generator) -> np.ndarray:

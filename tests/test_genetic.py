@@ -13,9 +13,9 @@ from slackswap.plan import Budget, Plan
 from slackswap.problem import UserError
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Solution, Solver, Status, Tags, run
-from slackswap.solvers import genetic as ga_module
 from slackswap.solvers.base import Registry
-from slackswap.solvers.genetic import GeneticSearch, seed_plans
+from slackswap.solvers.genetic.ga import GeneticSearch, seed_plans
+from slackswap.solvers.genetic import ga as ga_module
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from strategies import small_instances
 
 from slackswap.instances.catalog import build_model
-from slackswap.solvers._ga_repair import Repair, static_profile
-from slackswap.solvers._ga_search import SearchConfig, deap_random, search
+from slackswap.solvers.genetic._repair import Repair, static_profile
+from slackswap.solvers.genetic._search import SearchConfig, deap_random, search
 
 N_GENES = 40
 TARGET = np.random.default_rng(7).choice(3, N_GENES, p=[0.45, 0.1, 0.45]).astype(np.int8)
@@ -82,7 +82,7 @@ def test_same_seed_same_result_and_global_random_untouched() -> None:
 
 
 def test_deap_random_is_private_and_released_after_an_error() -> None:
-    from slackswap.solvers._ga_search import _THREAD_RANDOM
+    from slackswap.solvers.genetic._search import _THREAD_RANDOM
 
     state = random.getstate()
     with pytest.raises(RuntimeError), deap_random(0):
@@ -97,7 +97,7 @@ def test_deap_random_is_private_and_released_after_an_error() -> None:
 def test_deap_random_is_the_module_in_a_thread_with_no_search() -> None:
     import threading
 
-    from slackswap.solvers._ga_search import _THREAD_RANDOM
+    from slackswap.solvers.genetic._search import _THREAD_RANDOM
 
     seen: list[bool] = []
 
@@ -228,7 +228,7 @@ def test_repair_rejects_a_wrong_array(gpt2_small) -> None:  # type: ignore[no-un
 
 
 def test_vary_changes_copies_only_and_keeps_fitness_of_unchanged_genomes() -> None:
-    from slackswap.solvers._ga_search import genome, make_toolbox, vary
+    from slackswap.solvers.genetic._search import genome, make_toolbox, vary
 
     cfg = SearchConfig(indpb=0.05, mutation_window=8)
     rng = np.random.default_rng(0)
@@ -268,7 +268,7 @@ def test_evaluator_never_scores_a_plan_twice() -> None:
 
 
 def test_window_mutation_changes_only_a_window() -> None:
-    from slackswap.solvers._ga_search import genome, mutate_window
+    from slackswap.solvers.genetic._search import genome, mutate_window
 
     with deap_random(0):
         for _ in range(50):
@@ -286,7 +286,7 @@ def test_window_mutation_changes_only_a_window() -> None:
 
 
 def test_clone_is_an_exact_independent_copy() -> None:
-    from slackswap.solvers._ga_search import _clone, genome
+    from slackswap.solvers.genetic._search import _clone, genome
 
     a = genome(TARGET)
     a.fitness.values = (0.5, 2.0)
@@ -385,7 +385,7 @@ def test_islands_give_the_same_result_in_processes_threads_or_in_turn(
 ) -> None:
     # Earlier tests in the session may leave idle threads (executors) that would make the
     # search start fresh workers instead; this test is about forked ones, so it forks regardless.
-    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "fork")
+    monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "fork")
     stop = {"max_generations": 23} if limit == "generations" else {"max_evaluations": 700}
     cfg = SearchConfig(pop_size=16, islands=3, migration_interval=4, **stop)  # type: ignore[arg-type]
     logs = [tmp_path / f"run{k}.log" for k in range(4)]
@@ -409,7 +409,7 @@ def test_islands_give_the_same_result_in_processes_threads_or_in_turn(
 def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_replays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "fork")
+    monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "fork")
     cfg = SearchConfig(pop_size=16, islands=2, migration_interval=3, time_limit_s=0.4)
     fit = Placeholder(delay_s=0.002)
     t0 = time.perf_counter()
@@ -426,7 +426,7 @@ def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_repl
 def test_an_error_in_a_worker_island_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "fork")
+    monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "fork")
 
     caller = (os.getpid(), threading.get_ident())
     populated = {"done": False}
@@ -456,7 +456,7 @@ def test_islands_in_fresh_worker_processes_give_the_same_result(
 ) -> None:
     # What a caller with other threads (Jupyter) gets: workers that are new interpreters, to
     # which the islands travel pickled.
-    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: method)
+    monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: method)
     cfg = SearchConfig(pop_size=16, islands=2, migration_interval=4, max_generations=30)
     logs = [tmp_path / "turns.log", tmp_path / "fresh.log"]
     turns = search(N_GENES, PidLoggingPlaceholder(logs[0]), cfg, seed=9, n_jobs=1)
@@ -489,7 +489,7 @@ class BreaksAway(Placeholder):
 @pytest.mark.skipif(not FRESH_METHODS, reason="needs forkserver or spawn")
 def test_an_error_in_a_fresh_worker_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        "slackswap.solvers._ga_search.worker_start_method", lambda: FRESH_METHODS[0]
+        "slackswap.solvers.genetic._search.worker_start_method", lambda: FRESH_METHODS[0]
     )
     cfg = SearchConfig(pop_size=8, islands=2, max_generations=50)
     with pytest.raises(RuntimeError, match="island worker 1 failed: ValueError: simulator broke"):
@@ -500,12 +500,12 @@ def test_an_error_in_a_fresh_worker_reaches_the_caller(monkeypatch: pytest.Monke
 def test_a_worker_that_never_answers_fails_the_search_soon_after_the_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from slackswap.solvers._ga_islands import WORKER_GRACE_S
+    from slackswap.solvers.genetic._islands import WORKER_GRACE_S
 
     monkeypatch.setattr(
-        "slackswap.solvers._ga_search.worker_start_method", lambda: FRESH_METHODS[0]
+        "slackswap.solvers.genetic._search.worker_start_method", lambda: FRESH_METHODS[0]
     )
-    monkeypatch.setattr("slackswap.solvers._ga_search.FRESH_WORKER_MIN_S", 0.0)
+    monkeypatch.setattr("slackswap.solvers.genetic._search.FRESH_WORKER_MIN_S", 0.0)
     cfg = SearchConfig(pop_size=8, islands=2, migration_interval=2, time_limit_s=0.5)
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="island worker 1 sent nothing"):
@@ -516,7 +516,7 @@ def test_a_worker_that_never_answers_fails_the_search_soon_after_the_limit(
 def test_islands_that_do_not_pickle_take_turns_instead_of_fresh_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "spawn")
+    monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "spawn")
     pids: set[int] = set()
     inner = Placeholder()
 
@@ -534,7 +534,7 @@ def test_islands_that_do_not_pickle_take_turns_instead_of_fresh_workers(
 def test_a_short_run_takes_turns_rather_than_wait_for_fresh_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("slackswap.solvers._ga_search.worker_start_method", lambda: "spawn")
+    monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "spawn")
     log = tmp_path / "pids.log"
     cfg = SearchConfig(pop_size=16, islands=2, time_limit_s=0.5)
     t0 = time.perf_counter()
@@ -547,7 +547,7 @@ def test_worker_start_method_forks_only_without_other_threads() -> None:
     import multiprocessing
     import threading
 
-    from slackswap.solvers._ga_islands import worker_start_method
+    from slackswap.solvers.genetic._islands import worker_start_method
 
     release = threading.Event()
     other = threading.Thread(target=release.wait, daemon=True)
@@ -564,7 +564,7 @@ def test_worker_start_method_forks_only_without_other_threads() -> None:
 def test_islands_migrate_their_best_in_a_ring_one_interval_late(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from slackswap.solvers._ga_search import _Island
+    from slackswap.solvers.genetic._search import _Island
 
     sent: dict[tuple[int, int], list[object]] = {}
     taken: list[tuple[int, int, list[object]]] = []
@@ -604,7 +604,7 @@ def test_islands_search_more_than_one_and_still_improves() -> None:
 
 
 def test_fast_random_draws_cover_their_ranges_evenly() -> None:
-    from slackswap.solvers._ga_search import FastRandom
+    from slackswap.solvers.genetic._search import FastRandom
 
     rng = FastRandom(3)
     n = 30_000
@@ -624,7 +624,7 @@ def test_fast_random_draws_cover_their_ranges_evenly() -> None:
 
 
 def test_best_of_groups_picks_each_offspring_or_its_best_mutant() -> None:
-    from slackswap.solvers._ga_search import best_of_groups, genome
+    from slackswap.solvers.genetic._search import best_of_groups, genome
 
     def scored(step: float, infeas: float = 0.0) -> object:
         ind = genome(np.zeros(4, dtype=np.int8))
@@ -653,7 +653,7 @@ def test_local_improvement_scores_k_mutants_per_offspring_and_is_reproducible() 
 
 
 def test_fast_random_randint_draws_what_randrange_draws() -> None:
-    from slackswap.solvers._ga_search import FastRandom
+    from slackswap.solvers.genetic._search import FastRandom
 
     a, b = FastRandom(7), FastRandom(7)
     bounds = [(1, 2), (1, 1), (0, 9), (-3, 3)] * 50
@@ -667,7 +667,7 @@ def test_fast_random_randint_draws_what_randrange_draws() -> None:
 def test_plan_fitness_orders_as_deaps_fitness() -> None:
     from deap import base
 
-    from slackswap.solvers._ga_search import PlanFitness
+    from slackswap.solvers.genetic._search import PlanFitness
 
     class Plain(base.Fitness):
         weights = (-1.0, -1.0)

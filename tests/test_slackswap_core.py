@@ -13,9 +13,9 @@ from strategies import small_instances
 from slackswap.models.graph import GraphBuilder
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Hardware, Instance
-from slackswap.solvers._linkcheck import link_schedule
-from slackswap.solvers._memory import memory_profile, static_arrays, static_profile
-from slackswap.solvers._passes import candidate_order, plan_passes
+from slackswap.solvers.planner._linkcheck import link_schedule
+from slackswap.solvers.planner._memory import memory_profile, static_arrays, static_profile
+from slackswap.solvers.planner._passes import candidate_order, plan_passes
 
 GB = 10**9
 HW = Hardware(gpu="test", link="test", link_bw_Bps=1e9, copy_latency_s=0.0)

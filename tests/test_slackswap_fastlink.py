@@ -22,9 +22,9 @@ from slackswap.instances.catalog import load
 from slackswap.plan import SWAP, Budget
 from slackswap.simulator import simulate
 from slackswap.solvers import run
-from slackswap.solvers._memory import static_arrays
-from slackswap.solvers._passes import plan_passes
-from slackswap.solvers.slackswap_planner import held_back_prefetches, late_prefetches
+from slackswap.solvers.planner._memory import static_arrays
+from slackswap.solvers.planner._passes import plan_passes
+from slackswap.solvers.planner.slackswap_planner import held_back_prefetches, late_prefetches
 
 
 def test_an_operators_wait_names_its_late_swapped_inputs() -> None:

@@ -9,7 +9,7 @@ from slackswap.instances.catalog import build_model, load
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Solution, Status, run
-from slackswap.solvers.slackswap_planner import _swapped_sources, late_prefetches
+from slackswap.solvers.planner.slackswap_planner import _swapped_sources, late_prefetches
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +108,8 @@ def test_late_prefetch_names_the_swapped_input() -> None:
     GEMM reads head.in, swapped by Pass 1 against the later deadline of head.in's own reader;
     the replay shows that prefetch late and the repair takes head.in out of the swap set."""
     inst = load("gpt2-xl")
-    from slackswap.solvers._memory import static_arrays
-    from slackswap.solvers._passes import plan_passes
+    from slackswap.solvers.planner._memory import static_arrays
+    from slackswap.solvers.planner._passes import plan_passes
 
     res = plan_passes(static_arrays(inst), int(0.2 * inst.peak_bytes), inst.peak_bytes)
     late = late_prefetches(inst, res.actions, Budget.fraction(0.2))

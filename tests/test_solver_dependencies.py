@@ -15,7 +15,7 @@ from slackswap.instances.catalog import build_model
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import UserError
 from slackswap.solvers import REGISTRY, Solution, Solver, run
-from slackswap.solvers.genetic import DEFAULT_SEED_SOLVERS
+from slackswap.solvers.genetic.ga import DEFAULT_SEED_SOLVERS
 
 #: A quick, deterministic search: one island in the calling thread, a fixed work budget.
 GA_OPTS = {"max_evaluations": 200, "islands": 1, "processes": False}

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import slackswap
 from slackswap.instances.catalog import build_model
-from slackswap.solvers._memory import need_ops, static_arrays
-from slackswap.solvers._passes import plan_passes
+from slackswap.solvers.planner._memory import need_ops, static_arrays
+from slackswap.solvers.planner._passes import plan_passes
 
 if TYPE_CHECKING:
     from slackswap.problem import Instance
@@ -42,7 +42,7 @@ WARM_BUDGETS_TIMED = (0.4, 1.0, 0.1)
 #: module, its function called from Python): the parts the compile notice names.
 COMPILED_PARTS: tuple[tuple[str, float, str, str], ...] = (
     ("simulator", 20.0, "slackswap.simulator.kernel", "run_batch"),
-    ("planner", 13.0, "slackswap.solvers._passes", "pass2_kernel"),
+    ("planner", 13.0, "slackswap.solvers.planner._passes", "pass2_kernel"),
 )
 
 #: Seconds the warm-up waits for the process compiling the planner before going on without it.

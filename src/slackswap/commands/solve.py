@@ -257,7 +257,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 def _exit_interrupted() -> NoReturn:
     """Ctrl-C during a solve: say so and end the process now, with status 130. Not through the
     interpreter's shutdown, which would wait for an engine that cannot be cancelled (HiGHS) to
-    reach its time limit (see `slackswap.solvers._exact_interrupt`); nothing is written yet."""
+    reach its time limit (see `slackswap.solvers.exact._interrupt`); nothing is written yet."""
     print("slackswap: interrupted", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(130)

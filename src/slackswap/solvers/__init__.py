@@ -28,15 +28,15 @@ from slackswap.solvers.base import (
 )
 
 SOLVER_MODULES = (
-    "slackswap.solvers.slackswap_planner",  # slackswap, swap-first, recompute-only, barriers
-    "slackswap.solvers.vdnn",
-    "slackswap.solvers.superneurons",
-    "slackswap.solvers.swapadvisor",
-    "slackswap.solvers.checkpoint",
-    "slackswap.solvers.offload",  # offload-sync, offload-overlap
-    "slackswap.solvers.milp",
-    "slackswap.solvers.cpsat",
-    "slackswap.solvers.genetic",  # ga, ga-random
+    "slackswap.solvers.planner.slackswap_planner",  # slackswap, swap-first, recompute-only, barriers
+    "slackswap.solvers.baselines.vdnn",
+    "slackswap.solvers.baselines.superneurons",
+    "slackswap.solvers.baselines.swapadvisor",
+    "slackswap.solvers.baselines.checkpoint",
+    "slackswap.solvers.baselines.offload",  # offload-sync, offload-overlap
+    "slackswap.solvers.exact.milp",
+    "slackswap.solvers.exact.cpsat",
+    "slackswap.solvers.genetic.ga",  # ga, ga-random
 )
 
 _loaded = False

@@ -40,12 +40,12 @@ from ortools.sat.python import cp_model
 
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance
-from slackswap.solvers._exact_interrupt import call_interruptibly
+from slackswap.solvers.exact._interrupt import call_interruptibly
 
 
 def _cp_solver() -> cp_model.CpSolver:
     """A CP-SAT solver that leaves Ctrl-C to Python: by default CP-SAT catches SIGINT and ends
-    the search as if its time limit had passed, so the solve went on (see `_exact_interrupt`)."""
+    the search as if its time limit had passed, so the solve went on (see `_interrupt`)."""
     solver = cp_model.CpSolver()
     solver.parameters.catch_sigint_signal = False
     return solver

@@ -1,6 +1,6 @@
 """``cpsat``: the CP-SAT interval model (OR-Tools), exact on small instances, LNS on big ones.
 
-The model is `slackswap.solvers._exact_cp.CpPlanProgram` (its docstring lists the constraints and
+The model is `slackswap.solvers.exact._cp.CpPlanProgram` (its docstring lists the constraints and
 the relaxations that keep its optimum at or below the simulator's optimum). Plans are judged by
 the simulator only, so the model's value for a plan is a claim, and the search is a loop:
 
@@ -17,7 +17,7 @@ the simulator only, so the model's value for a plan is a claim, and the search i
   blocks, fix the rest (and the operators before the window), hint CP-SAT with the incumbent's
   simulated run mapped onto the model (a complete, feasible solution), keep a proposal only if
   the simulator says it is faster. The bound
-  reported there is the linear relaxation's (`slackswap.solvers._exact_lp`), as proved and never
+  reported there is the linear relaxation's (`slackswap.solvers.exact._lp`), as proved and never
   capped by the plan, since CP-SAT's own bound on a full instance is close to the ideal step.
 
 ``info["found_by"]`` says which engine found the plan: ``cp-sat`` (the no-good loop's
@@ -43,10 +43,12 @@ import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
-from slackswap.solvers._exact_coarse import FULL_LP_MAX_OPS, coarse_bound
-from slackswap.solvers._exact_cp import CpPlanProgram
-from slackswap.solvers._exact_lp import BoundProgram
-from slackswap.solvers._exact_plans import (
+from slackswap.solvers._named_solvers import check_solver_names, solver_names
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
+from slackswap.solvers.exact._cp import CpPlanProgram
+from slackswap.solvers.exact._lp import BoundProgram
+from slackswap.solvers.exact._plans import (
     Scorer,
     best_plan,
     hint_plans,
@@ -55,8 +57,6 @@ from slackswap.solvers._exact_plans import (
     local_search,
     round_candidates,
 )
-from slackswap.solvers._named_solvers import check_solver_names, solver_names
-from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 MARGIN = 0.08
 

@@ -1,13 +1,13 @@
 """``milp``: a certified lower bound from the linear relaxation (HiGHS) and plans rounded from it.
 
-The bound engine is `slackswap.solvers._exact_lp.BoundProgram` (read its docstring for every
+The bound engine is `slackswap.solvers.exact._lp.BoundProgram` (read its docstring for every
 constraint and for the relaxations that keep the bound valid for the simulator's optimum); past
-`FULL_LP_MAX_OPS` operators it is `slackswap.solvers._exact_coarse.CoarseBound`, the same LP
+`FULL_LP_MAX_OPS` operators it is `slackswap.solvers.exact._coarse.CoarseBound`, the same LP
 checked at a few hundred operators (``info["lp_engine"]``: ``full`` or ``coarse``). Plans
 come from rounding the relaxation's solution (and SlackSwap's plan as a hint), repairing each in
 the simulator (recompute the cheapest idle tensor at the failing operator until it fits) and a
 local search in the simulator; then from many random roundings of the relaxation's optima
-(`slackswap.solvers._exact_guided`, until three quarters of the time limit); the binary version
+(`slackswap.solvers.exact._guided`, until three quarters of the time limit); the binary version
 (HiGHS branch and bound) runs on what time is left, and its solution is one more start.
 
 The `Solution` carries ``lower_bound_s`` (always set when the relaxation ran: the ideal step at
@@ -37,18 +37,18 @@ import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
-from slackswap.solvers._exact_coarse import FULL_LP_MAX_OPS, coarse_bound
-from slackswap.solvers._exact_guided import search_from_relaxation
-from slackswap.solvers._exact_lp import BoundProgram
-from slackswap.solvers._exact_plans import (
+from slackswap.solvers._named_solvers import check_solver_names, solver_names
+from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
+from slackswap.solvers.exact._guided import search_from_relaxation
+from slackswap.solvers.exact._lp import BoundProgram
+from slackswap.solvers.exact._plans import (
     Scorer,
     best_plan,
     hint_plans,
     labelled,
     round_candidates,
 )
-from slackswap.solvers._named_solvers import check_solver_names, solver_names
-from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 
 #: Share of the time limit kept free for the runner and the final bookkeeping.
 MARGIN = 0.08
@@ -131,7 +131,7 @@ class Milp(Solver):
         at_bound = acts is not None and step <= bound * (1 + 1e-9)
         if self.search and not at_bound:
             # many random roundings of the relaxation's optima, each repaired and searched
-            # (`_exact_guided`); opportunistic like the binary version: never a timeout
+            # (`_guided`); opportunistic like the binary version: never a timeout
             guided, g_step, g_info = search_from_relaxation(
                 model, lp, scorer, acts, step, search_stop, seed
             )

@@ -2,7 +2,7 @@
 
 Registered as ``slackswap``, ``swap-first`` (Pass 1 ranked by production time), ``recompute-only``
 (no Pass 1) and ``barriers`` (SlackSwap's plan run under vDNN's per-layer synchronisation).
-Algorithm 1 itself is in `slackswap.solvers._passes` (its decisions are listed there).
+Algorithm 1 itself is in `slackswap.solvers.planner._passes` (its decisions are listed there).
 
 Validation and repair (Sec. 3.4), as decided here:
 
@@ -69,9 +69,9 @@ from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
 from slackswap.simulator.result import COMPUTE_KINDS
-from slackswap.solvers._memory import need_ops, static_arrays
-from slackswap.solvers._passes import PassResult, plan_passes
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.planner._memory import need_ops, static_arrays
+from slackswap.solvers.planner._passes import PassResult, plan_passes
 
 if TYPE_CHECKING:
     from slackswap.simulator import SimResult

@@ -38,8 +38,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from slackswap.solvers._exact_interrupt import call_interruptibly
-from slackswap.solvers._exact_lp import BoundProgram, BoundResult, _cum_chain, _Rows, _Vars
+from slackswap.solvers.exact._interrupt import call_interruptibly
+from slackswap.solvers.exact._lp import BoundProgram, BoundResult, _cum_chain, _Rows, _Vars
 
 #: Above this many operators `milp` bounds with the coarse LP alone: one round of the full LP
 #: took 0.45-0.9 s at 1,066 operators, 4-9 s at 4,234 and 126-143 s at 16,906 (GPT-2 XL with

@@ -6,8 +6,8 @@ import numpy as np
 
 from slackswap.plan import RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._baseline_common import category_mask
 from slackswap.solvers.base import Display, Solver, Tags, register
+from slackswap.solvers.baselines._common import category_mask
 
 #: Outputs of cheap layers (LayerNorm / RMSNorm, GeLU / SwiGLU, dropout masks): recomputed.
 RECOMPUTED = ("elementwise", "dropout_mask")

@@ -66,7 +66,7 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from slackswap.console import format_bytes
 from slackswap.problem import Instance
-from slackswap.solvers._exact_interrupt import call_interruptibly
+from slackswap.solvers.exact._interrupt import call_interruptibly
 
 #: Relative violation below which a lazy row counts as satisfied.
 _TOL = 1e-9

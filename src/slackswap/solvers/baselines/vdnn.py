@@ -6,8 +6,8 @@ import numpy as np
 
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._baseline_common import check_choice, probe
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.baselines._common import check_choice, probe
 
 POLICIES = ("dynamic", "none", "conv", "all")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from slackswap.console import format_bytes
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._baseline_common import checkpoint_actions, checkpointable_blocks, probe
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.baselines._common import checkpoint_actions, checkpointable_blocks, probe
 
 
 @register(

@@ -25,8 +25,8 @@ import numpy as np
 
 from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
-from slackswap.solvers._exact_lp import BoundProgram, BoundResult
-from slackswap.solvers._exact_plans import Scorer, local_search, repair, valid_actions
+from slackswap.solvers.exact._lp import BoundProgram, BoundResult
+from slackswap.solvers.exact._plans import Scorer, local_search, repair, valid_actions
 
 #: Relative slack on the relaxation's optimum when the face is searched: the bound's last LP
 #: may have been solved with fewer lazy rows than the model now holds, so an exact cap could

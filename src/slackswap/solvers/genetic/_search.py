@@ -10,7 +10,7 @@ of consecutive pairs with probability cxpb, then mutation with probability mutpb
 re-scoring what it did not change (see `vary`), elitism through a `tools.HallOfFame` whose
 members rejoin every generation, and ring migration between islands (`tools.selBest` migrants
 replace `tools.selWorst`, as `tools.migRing` moves them, but one interval late: see
-`_ga_islands`). Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
+`_islands`). Fitness is lexicographic and minimised: (infeasibility, step seconds), so an
 infeasible plan ranks below every feasible one and by how far it overflows the budget.
 
 Fitness comes from a batch function (the simulator's population entry point), called once per
@@ -28,7 +28,7 @@ per-genome cost otherwise. Stop rules, checked by each island before each of its
 evaluation limit (each island's share of it), a generation limit, and a time limit. The first
 two are deterministic; a run stopped by the clock is reproducible up to the generation it reached
 (every island ends at that generation, the result reports it, and ``max_generations`` set to
-that number replays the run exactly). How islands run side by side: `_ga_islands`.
+that number replays the run exactly). How islands run side by side: `_islands`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import numpy as np
 from deap import algorithms, base, creator, tools
 from deap.tools import crossover, mutation, selection
 
-from slackswap.solvers._ga_islands import (
+from slackswap.solvers.genetic._islands import (
     IslandReport,
     Rules,
     Snapshot,
@@ -584,7 +584,7 @@ def search(
     generations at once, as processes, when ``processes`` is set: forked where that is safe,
     else fresh interpreters (`worker_start_method`; the islands, ``fitness`` included, must then
     pickle); otherwise the islands take their generations in turn in the calling thread (see
-    `_ga_islands` for why there is no thread mode). The islands exchange only migrants, and the
+    `_islands` for why there is no thread mode). The islands exchange only migrants, and the
     result never depends on ``n_jobs`` or on processes; in processes, what ``fitness`` changes
     (say, a counter) stays in the worker. The evaluation limit is shared out: each island stops
     once it has scored its share.

@@ -1,7 +1,7 @@
 """Algorithm 1's two passes as compiled kernels: spend the link budget, then recompute the rest.
 
 `plan_passes` is one run of Algorithm 1 for one memory budget; the solver in
-`slackswap.solvers.slackswap_planner` wraps it in the Sec. 3.4 validation-and-repair rounds.
+`slackswap.solvers.planner.slackswap_planner` wraps it in the Sec. 3.4 validation-and-repair rounds.
 
 Pass 1 walks the candidates (saved tensors with r_t < T_F < d_t) in the given order (decreasing
 rho_t for SlackSwap, production order for the swap-first ablation) and adds one to the swap set S
@@ -47,8 +47,8 @@ import numpy as np
 from numba import njit
 
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.solvers._linkcheck import _EPS, edf_ok, fifo_end, key_position
-from slackswap.solvers._memory import (
+from slackswap.solvers.planner._linkcheck import _EPS, edf_ok, fifo_end, key_position
+from slackswap.solvers.planner._memory import (
     StaticArrays,
     forward_ends,
     need_ops,

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from slackswap.solvers._memory import StaticArrays
+from slackswap.solvers.planner._memory import StaticArrays
 
 _EPS = 1e-12  # seconds: float slack in deadline comparisons
 

@@ -26,8 +26,8 @@ from numba import njit
 
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance
-from slackswap.solvers._memory import static_profile as memory_static_profile
-from slackswap.solvers._memory import static_profile_into
+from slackswap.solvers.planner._memory import static_profile as memory_static_profile
+from slackswap.solvers.planner._memory import static_profile_into
 
 
 @njit(cache=True, nogil=True)

@@ -23,7 +23,7 @@ plan that simulates, the overflow of the budget as a share of the budget otherwi
 for a plan that recomputes a tensor nothing can rebuild (only a seed could be one).
 
 Repair (``repair=True``, the default of ``ga-random``): before scoring, each new genome is
-repaired in place (Lamarckian) by `_ga_repair`: while the planner's static memory profile exceeds
+repaired in place (Lamarckian) by `_repair`: while the planner's static memory profile exceeds
 the budget, the kept tensor idle at the peak with the lowest recompute cost per freed byte is
 recomputed (Pass 2's rule), or the largest one swapped when none can be rebuilt. It is what lets
 the random start reach feasible plans at low budgets; with ``repair=False`` the search is the
@@ -37,15 +37,15 @@ random search reach low budgets: it is the only signal that points a plan that d
 towards one that does. With ``rank_infeasible=False`` every infeasible plan scores alike, and
 the plain random search behaves as the paper reports it (figures in benchmarks/README.md).
 
-Operators (`_ga_search`): DEAP's tournament selection, two-point crossover and uniform integer
+Operators (`_search`): DEAP's tournament selection, two-point crossover and uniform integer
 mutation (as a step on a window of consecutive tensors), hall-of-fame elitism, and DEAP's ring
 migration between islands: by default two populations evolve apart, each in its own worker
-process (`_ga_islands`: DEAP's variation is Python and holds the GIL, so two islands in two
+process (`_islands`: DEAP's variation is Python and holds the GIL, so two islands in two
 threads mostly wait for each other), and swap their best plans every ten generations, the only
 time they meet. The workers are forked where that is safe; where the caller runs other threads
 (Jupyter, a Dask worker) or the platform cannot fork, they are fresh interpreters
 (``forkserver``, else ``spawn``) to which the islands travel pickled, about a second to start,
-so only for runs with at least `_ga_search.FRESH_WORKER_MIN_S` left on the clock; otherwise (a
+so only for runs with at least `_search.FRESH_WORKER_MIN_S` left on the clock; otherwise (a
 shorter run, a daemonic caller, a fitness that does not pickle) the islands take their
 generations in turn in the calling thread, at about the speed of one. The result is the same
 either way, and for any number of workers.
@@ -75,10 +75,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slackswap.problem import Instance, UserError
-from slackswap.solvers._ga_repair import Repair
-from slackswap.solvers._ga_search import SearchConfig, SearchResult, search
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import REGISTRY, Display, Solution, Solver, Tags, register
+from slackswap.solvers.genetic._repair import Repair
+from slackswap.solvers.genetic._search import SearchConfig, SearchResult, search
 
 #: How far (relative) above the ideal step a simulated step still counts as reaching it: the
 #: simulator sums the same operator times in another order.

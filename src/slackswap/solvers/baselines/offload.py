@@ -6,12 +6,12 @@ import numpy as np
 
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers._baseline_common import (
+from slackswap.solvers.base import Display, Solver, Tags, register
+from slackswap.solvers.baselines._common import (
     block_input_tensors,
     checkpoint_actions,
     checkpointable_blocks,
 )
-from slackswap.solvers.base import Display, Solver, Tags, register
 
 
 def offload_actions(instance: Instance, *, keep_last: int) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""The published baselines: vDNN, SuperNeurons, SwapAdvisor, checkpointing and offloading."""

@@ -1,0 +1,1 @@
+"""The genetic search (``ga``, ``ga-random``): the solver, its DEAP search, islands and repair."""

@@ -1,0 +1,1 @@
+"""SlackSwap's planner: Algorithm 1's passes, the memory profile and link checks, the solver."""
