@@ -31,7 +31,7 @@ from slackswap.plan import SWAP, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import apply  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
-from slackswap.solvers.base import run  # noqa: E402
+from slackswap.solvers import run  # noqa: E402
 
 
 def _time_step(model: Any, inputs: Any, loss_fn: Any, plan: Plan | None, budget: Any,

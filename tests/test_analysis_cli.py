@@ -15,7 +15,7 @@ from analysis_toys import registered
 
 from slackswap.analysis.results import read_results, read_rows
 from slackswap.cli import main
-from slackswap.solvers.base import RunRecord
+from slackswap.solvers import RunRecord
 
 TESTS = Path(__file__).parent
 

@@ -88,3 +88,29 @@ def test_a_new_module_that_fails_to_import_is_an_error(copy_with_new_modules: Pa
         broken.unlink()
     assert out.returncode != 0
     assert "no_such_module_anywhere" in out.stderr
+
+
+FAMILY_SOLVER = """
+import numpy as np
+
+from slackswap.plan import SWAP, Plan
+from slackswap.solvers.base import Solver, register
+
+
+@register("swap-all-toy", "swaps every tensor")
+class SwapAllToy(Solver):
+    def solve(self, instance, budget, *, time_limit, seed):
+        return Plan(instance, np.full(instance.n_tensors, SWAP, dtype=np.int8))
+"""
+
+
+def test_a_new_module_in_a_solver_family_folder_is_registered(copy_with_new_modules: Path) -> None:
+    module = copy_with_new_modules / "slackswap" / "solvers" / "baselines" / "swap_all_toy.py"
+    module.write_text(FAMILY_SOLVER)
+    code = "from slackswap.solvers import REGISTRY; print(REGISTRY.names())"
+    try:
+        out = _python(copy_with_new_modules, "-c", code)
+    finally:
+        module.unlink()
+    assert out.returncode == 0, out.stderr
+    assert "swap-all-toy" in out.stdout

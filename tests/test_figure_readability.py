@@ -15,7 +15,7 @@ from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point
 from slackswap.analysis.runner import run_sweep
 from slackswap.instances.catalog import build_model
 from slackswap.simulator import simulate
-from slackswap.solvers.base import run
+from slackswap.solvers import run
 
 SOLVERS = (
     "slackswap", "swap-first", "recompute-only", "barriers", "vdnn", "superneurons",

@@ -14,8 +14,8 @@ from slackswap.problem import UserError
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Solution, Solver, Status, Tags, run
 from slackswap.solvers.base import Registry
-from slackswap.solvers.genetic.ga import GeneticSearch, seed_plans
 from slackswap.solvers.genetic import ga as ga_module
+from slackswap.solvers.genetic.ga import GeneticSearch, seed_plans
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 import slackswap
 from slackswap.instances.format import instance_to_dict, load_instance
 from slackswap.problem import Instance, InstanceError
-from slackswap.solvers import REGISTRY
-from slackswap.solvers.base import TIME_LIMIT_SLACK, Status, run
+from slackswap.solvers import REGISTRY, Status, run
+from slackswap.solvers.running import TIME_LIMIT_SLACK
 from tests.instance_mutations import mutated_files
 
 TIME_LIMIT_S = 0.5  # per solve; searches use all of it, the heuristics milliseconds

@@ -25,7 +25,7 @@ from slackswap.runtime.measure import (  # noqa: E402
     where_they_differ,
 )
 from slackswap.simulator import simulate  # noqa: E402
-from slackswap.solvers.base import REGISTRY, run  # noqa: E402
+from slackswap.solvers import REGISTRY, run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

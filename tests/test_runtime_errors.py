@@ -130,7 +130,7 @@ def test_hooks_are_removed_when_the_step_raises(gpt) -> None:
 def test_offload_runtimes_run_their_plans(gpt) -> None:
     """offload-sync (synchronous copies, no prefetch) and offload-overlap run their own plans
     through the same entry point, bitwise identical to the unplanned step."""
-    from slackswap.solvers.base import run
+    from slackswap.solvers import run
 
     model, inputs, loss_fn, inst = gpt
     ref = run_step(model, inputs, loss_fn)

@@ -13,7 +13,8 @@ import, names a missing object, registers nothing under its name or takes a name
 is a `PluginError` naming the distribution, the entry and the cause; it is never skipped.
 
 Inside slackswap the same registries fill themselves from the modules of a package
-(`import_modules`): a new solver is a new module in ``slackswap/solvers/``, a new runtime a
+(`import_modules`): a new solver is a new module in ``slackswap/solvers/`` or one of its family
+folders (``planner/``, ``exact/``, ``genetic/``, ``baselines/``), a new runtime a
 ``runtime_*.py`` module in ``slackswap/simulator/``, a new workload model a module in
 ``slackswap/models/``; a module there that fails to import is an error, never skipped.
 """
@@ -51,18 +52,24 @@ _loading: set[str] = set()
 _KIND = {SOLVERS: "solver", RUNTIMES: "runtime", MODELS: "workload model"}
 
 
-def import_modules(package: str, *, prefix: str = "", skip: Collection[str] = ()) -> None:
+def import_modules(
+    package: str, *, prefix: str = "", skip: Collection[str] = (), recurse: bool = False
+) -> None:
     """Import every public module of ``package`` whose name starts with ``prefix`` (except
     ``skip``), in name order, so that a module added there registers what it defines; once per
-    process and package. An import error propagates, and the next call tries again."""
+    process and package. With ``recurse`` the public subpackages are walked too (the solver
+    families: a new solver may be a new module in one of them). An import error propagates, and
+    the next call tries again."""
     if package in _scanned:
         return
     pkg = importlib.import_module(package)
-    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__))
-    for name in names:
+    found = sorted((m.name, m.ispkg) for m in pkgutil.iter_modules(pkg.__path__))
+    for name, ispkg in found:
         if name.startswith("_") or not name.startswith(prefix) or name in skip:
             continue
         importlib.import_module(f"{package}.{name}")
+        if ispkg and recurse:
+            import_modules(f"{package}.{name}", prefix=prefix, recurse=True)
     _scanned.add(package)
 
 

@@ -37,15 +37,8 @@ import numpy as np
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
-from slackswap.solvers.base import (
-    REGISTRY,
-    TIME_LIMIT_SLACK,
-    RunRecord,
-    Solver,
-    Status,
-    Tags,
-    run,
-)
+from slackswap.solvers.base import REGISTRY, Solver, Status, Tags
+from slackswap.solvers.running import TIME_LIMIT_SLACK, RunRecord, run
 
 #: Time limit (seconds) for solvers whose quality depends on it.
 SEARCH_SECONDS = 0.5

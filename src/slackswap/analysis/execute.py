@@ -40,7 +40,7 @@ from slackswap.analysis.jobs import InstanceRef, Job
 from slackswap.analysis.warmup import warm_up
 from slackswap.plan import Budget
 from slackswap.problem import Instance
-from slackswap.solvers.base import RunRecord, run
+from slackswap.solvers import RunRecord, run
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.
 _INSTANCES: dict[tuple[str, str], Instance] = {}

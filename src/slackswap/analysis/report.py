@@ -27,7 +27,7 @@ from slackswap.console import format_percent
 from slackswap.plan import Budget
 from slackswap.simulator import simulate
 from slackswap.simulator.chrome_trace import write_chrome_trace
-from slackswap.solvers.base import run
+from slackswap.solvers import run
 
 #: Every figure a report may draw (each as NAME.FORMAT), and the pattern of its trace files.
 FIGURE_NAMES = (

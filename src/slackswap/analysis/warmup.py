@@ -156,7 +156,7 @@ def _warm_one(inst: Instance, solver: Any, numba_calls: list[int]) -> None:
     # Here, not at the top: compile_planner's helper process imports this module and needs
     # neither the simulator nor the solver registry.
     from slackswap.simulator import simulate
-    from slackswap.solvers.base import REGISTRY, run
+    from slackswap.solvers import REGISTRY, run
 
     try:
         if solver == "":

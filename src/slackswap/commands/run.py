@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from slackswap.profiling.step import profile_step
     from slackswap.runtime import RUNTIME_MODES, check_plan
     from slackswap.runtime.measure import bitwise_equal, max_abs_diff, run_step
-    from slackswap.solvers.base import REGISTRY, run
+    from slackswap.solvers import REGISTRY, run
 
     if args.steps < 1:
         raise UserError(f"--steps = {args.steps}: must be at least 1")

@@ -1,12 +1,18 @@
 """Interchangeable solvers behind one contract (`base.Solver`), registered by name.
 
+The package is grouped by family: ``planner/`` (SlackSwap and its passes), ``exact/`` (the LP,
+MILP and CP-SAT solvers, their bounds and searches), ``genetic/`` (the genetic search) and
+``baselines/`` (the published policies). `base` holds the contract and the registry, `running`
+the `run` that wraps every solve.
+
 ``REGISTRY`` fills itself on first use: it imports the built-in modules in `SOLVER_MODULES`
 (their order is the order ``slackswap solvers`` lists), then every other public module of this
-package (a new solver is one new module here that registers itself with ``@register(name)``),
-then the ``slackswap.solvers`` entry points of other packages (`slackswap.plugins`). A module
-that cannot be imported is an error, never skipped. The built-ins are found in the source tree,
-not through this package's own entry points, so a source checkout (``PYTHONPATH=src``) finds
-every solver whatever metadata an older install left behind.
+package and of its family folders (a new solver is one new module here or in a family that
+registers itself with ``@register(name)``), then the ``slackswap.solvers`` entry points of other
+packages (`slackswap.plugins`). A module that cannot be imported is an error, never skipped.
+The built-ins are found in the source tree, not through this package's own entry points, so a
+source checkout (``PYTHONPATH=src``) finds every solver whatever metadata an older install left
+behind.
 """
 
 from __future__ import annotations
@@ -16,16 +22,14 @@ import importlib
 from slackswap import plugins
 from slackswap.solvers.base import (
     REGISTRY,
-    RunRecord,
     Solution,
     Solver,
     Status,
     Tags,
     describe_solvers,
     register,
-    run,
-    solve,
 )
+from slackswap.solvers.running import RunRecord, run, solve
 
 SOLVER_MODULES = (
     "slackswap.solvers.planner.slackswap_planner",  # slackswap, swap-first, recompute-only, barriers
@@ -51,9 +55,12 @@ def load_solver_modules() -> None:
     if not _loaded:
         for name in SOLVER_MODULES:
             importlib.import_module(name)
-        plugins.import_modules(__name__, skip={"base"})
+        plugins.import_modules(__name__, skip={"base", "running"}, recurse=True)
         _loaded = True
     plugins.load_group(plugins.SOLVERS, REGISTRY.registered_names)
+
+
+REGISTRY.loader = load_solver_modules
 
 
 __all__ = [

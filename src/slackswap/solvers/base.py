@@ -1,4 +1,4 @@
-"""The solver contract, the registry of solvers by name, and `run`, which wraps every solve.
+"""The solver contract and the registry of solvers by name.
 
 A solver is a class with keyword-only constructor options (stored as attributes of the same
 name, nothing else) and one method::
@@ -7,37 +7,22 @@ name, nothing else) and one method::
 
 It returns a `Plan` (whose ``runtime`` names the runtime it is meant for), or a `Solution` when
 it has more to say: a proven lower bound, its own claimed step time, proof of optimality or
-infeasibility, a search history. Solvers never time or score themselves: `run` seeds, times the
-planning, calls `solve`, scores the plan in the simulator and returns a flat `RunRecord`. An
-exception inside a solver becomes an ``error`` record, never a crash.
+infeasibility, a search history. Solvers never time or score themselves:
+`slackswap.solvers.running.run` does, and turns a solver's exception into an ``error`` record.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import math
-import time
-import traceback
 import typing
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from slackswap import __version__, rowschema
-from slackswap.instances.catalog import load
 from slackswap.plan import DEFAULT_RUNTIME, Budget, Plan
 from slackswap.problem import Instance, UserError
-from slackswap.simulator import SimResult, simulate
-
-#: A solver that overruns its time limit by more than this share is reported as a timeout.
-TIME_LIMIT_SLACK = 0.10
-
-#: A lower bound above its plan's simulated step by more than this share (floating-point noise
-#: between the bound engine's sums and the simulator's) makes the record an ``error``.
-BOUND_REL_TOL = 1e-9
 
 
 class Status(StrEnum):
@@ -240,10 +225,15 @@ def check_option(solver: str, key: str, value: Any, types: tuple[type, ...], non
 
 
 class Registry:
-    """Solvers by name; registering a name twice is an error."""
+    """Solvers by name; registering a name twice is an error.
+
+    ``loader`` completes the registry before a lookup by name or a listing; the package sets it
+    to `slackswap.solvers.load_solver_modules`, which imports every family (the contract cannot
+    import the families it is the contract of)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, RegisteredSolver] = {}
+        self.loader: Callable[[], None] | None = None
 
     def register(
         self,
@@ -313,268 +303,8 @@ def register(
 
 
 def _load_all() -> None:
-    from slackswap.solvers import load_solver_modules
-
-    load_solver_modules()
-
-
-@dataclass
-class RunRecord:
-    """One (instance, budget, solver, seed) result: a flat row with provenance."""
-
-    instance: str
-    instance_hash: str
-    solver: str
-    solver_config: dict[str, Any]
-    seed: int
-    time_limit_s: float | None
-    budget_fraction: float
-    budget_bytes: int
-    status: Status
-    runtime: str
-    step_s: float | None
-    ideal_s: float
-    throughput: float | None
-    recompute_s: float | None
-    fwd_stall_s: float | None
-    bwd_stall_s: float | None
-    d2h_bytes: float | None
-    h2d_bytes: float | None
-    peak_bytes: float | None
-    swap_bytes: int | None
-    recompute_bytes: int | None
-    plan_s: float
-    lower_bound_s: float | None
-    gap: float | None
-    claimed_step_s: float | None
-    min_budget_bytes: int | None
-    evaluations: int | None
-    error: str | None
-    reason: str
-    version: str = __version__
-    plan: Plan | None = field(default=None, repr=False, compare=False)
-    sim: SimResult | None = field(default=None, repr=False, compare=False)
-    history: list[tuple[float, int, float]] = field(default_factory=list, repr=False)
-    #: The solver's ``Solution.info`` (e.g. ``found_by``: where the exact solvers' plan came
-    #: from); not part of the flat row.
-    info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    #: Keys of the flat row (``compare --json``, CSV columns), in order.
-    ROW_KEYS: ClassVar[tuple[str, ...]] = rowschema.RECORD_KEYS
-
-    def to_row(self) -> dict[str, Any]:
-        """The flat dict: JSON-ready, one DataFrame row (solver_config as a JSON string)."""
-        d = {k: getattr(self, k) for k in self.ROW_KEYS}
-        d["status"] = self.status.value
-        d["solver_config"] = json.dumps(self.solver_config, sort_keys=True, default=str)
-        for k, v in d.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                d[k] = None
-        return d
-
-
-def run(
-    instance: Instance | str,
-    budget: Budget | float | str,
-    solver: str | Solver,
-    *,
-    time_limit: float | None = None,
-    seed: int = 0,
-    options: dict[str, Any] | None = None,
-    find_min_budget: bool = True,
-) -> RunRecord:
-    """Solve, time, and score one case in the simulator; never raises for a solver's failure.
-
-    The arguments come in the order of `solve` and `simulate`: instance, budget, then the solver
-    (a registered name or a `Solver`). The order before, ``run(solver, instance, budget)``, still
-    works and warns (DeprecationWarning).
-    """
-    if _solver_first(instance, solver):
-        warnings.warn(
-            "run(solver, instance, budget) is deprecated: use run(instance, budget, solver)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        instance, budget, solver = budget, solver, instance  # type: ignore[assignment]
-
-    inst = load(instance) if isinstance(instance, str) else instance
-    bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
-    if isinstance(solver, str):
-        entry = REGISTRY[solver]
-        solver_obj = entry.make(**(options or {}))
-        label = entry.label(options or {})
-    else:
-        solver_obj, label = solver, repr(solver)
-    budget_bytes = bud.bytes_for(inst)
-    base: dict[str, Any] = dict(
-        instance=inst.name,
-        instance_hash=inst.content_hash,
-        solver=label,
-        solver_config={"key": solver_obj.key, **solver_obj.get_params()},
-        seed=seed,
-        time_limit_s=time_limit,
-        budget_fraction=budget_bytes / inst.peak_bytes,
-        budget_bytes=budget_bytes,
-        ideal_s=inst.ideal_step_s,
-    )
-    empty: dict[str, Any] = dict(
-        step_s=None, throughput=None, recompute_s=None, fwd_stall_s=None, bwd_stall_s=None,
-        d2h_bytes=None, h2d_bytes=None, peak_bytes=None, swap_bytes=None, recompute_bytes=None,
-        lower_bound_s=None, gap=None, claimed_step_s=None, min_budget_bytes=None,
-        evaluations=None, error=None, reason="", runtime=getattr(solver_obj, "runtime", ""),
-    )  # fmt: skip
-
-    t0 = time.perf_counter()
-    try:
-        out = solver_obj.solve(inst, bud, time_limit=time_limit, seed=seed)
-    except Exception as exc:  # a solver's failure is a result, not a crash
-        plan_s = time.perf_counter() - t0
-        tb = traceback.extract_tb(exc.__traceback__)[-1]
-        msg = f"{type(exc).__name__}: {exc} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"
-        return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
-    plan_s = time.perf_counter() - t0
-    sol = out if isinstance(out, Solution) else Solution(plan=out)
-    bad: Exception | None = None
-    sim: SimResult | None = None
-    if sol.plan is not None and not isinstance(sol.plan, Plan):
-        bad = TypeError(f"{label}.solve returned {type(sol.plan).__name__}, not a Plan")
-    elif sol.plan is not None:
-        try:
-            sim = simulate(inst, sol.plan, bud)
-        except Exception as exc:  # e.g. a plan for a runtime the simulator does not know
-            bad = exc
-    if bad is not None:
-        msg = f"{type(bad).__name__}: {bad}"
-        return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
-
-    fields: dict[str, Any] = dict(empty)
-    fields.update(
-        lower_bound_s=sol.lower_bound_s,
-        claimed_step_s=sol.claimed_step_s,
-        min_budget_bytes=sol.min_budget_bytes,
-        evaluations=sol.evaluations,
-    )
-    timed_out = sol.timed_out or (
-        time_limit is not None and plan_s > time_limit * (1 + TIME_LIMIT_SLACK)
-    )
-    if sol.plan is None or sim is None:
-        status = Status.TIMEOUT if timed_out and not sol.proven_infeasible else Status.INFEASIBLE
-        fields["reason"] = str(sol.info.get("reason", "the solver found no plan"))
-    else:
-        plan = sol.plan
-        fields.update(
-            runtime=plan.runtime,
-            swap_bytes=plan.swap_bytes,
-            recompute_bytes=plan.recompute_bytes,
-            peak_bytes=sim.peak_bytes,
-            reason=sim.reason,
-        )
-        if sim.feasible:
-            fields.update(
-                step_s=sim.step_s,
-                throughput=sim.throughput,
-                recompute_s=sim.recompute_s,
-                fwd_stall_s=sim.fwd_stall_s,
-                bwd_stall_s=sim.bwd_stall_s,
-                d2h_bytes=sim.d2h_bytes,
-                h2d_bytes=sim.h2d_bytes,
-            )
-            if timed_out:
-                status = Status.TIMEOUT
-            elif sol.proven_optimal:
-                status = Status.OPTIMAL
-            else:
-                status = Status.FEASIBLE
-            if sol.lower_bound_s is not None and sol.lower_bound_s > 0:
-                fields["gap"] = (sim.step_s - sol.lower_bound_s) / sol.lower_bound_s
-            lb = sol.lower_bound_s
-            if lb is not None and lb > sim.step_s * (1 + BOUND_REL_TOL):
-                # the solver's own plan refutes its bound: a defect in the bound, never capped
-                status = Status.ERROR
-                fields["error"] = (
-                    f"invalid lower bound: {lb!r} s is above the plan's simulated step "
-                    f"{sim.step_s!r} s"
-                )
-        else:
-            status = Status.TIMEOUT if timed_out else Status.INFEASIBLE
-    if status is Status.INFEASIBLE and fields["min_budget_bytes"] is None and find_min_budget:
-        fields["min_budget_bytes"] = smallest_feasible_budget(solver_obj, inst, seed=seed)
-    return RunRecord(
-        **base,
-        **fields,
-        status=status,
-        plan_s=plan_s,
-        plan=sol.plan,
-        sim=sim,
-        history=list(sol.history),
-        info=dict(sol.info),
-    )
-
-
-def smallest_feasible_budget(
-    solver: Solver,
-    instance: Instance,
-    *,
-    seed: int = 0,
-    rel_tol: float = 0.005,
-    max_seconds: float = 5.0,
-) -> int | None:
-    """Bisect the budget (bytes) for the smallest one at which ``solver``'s plan simulates.
-
-    Only for deterministic solvers that are not searches (others would need their full time
-    limit per probe); returns None when the solver fits nothing up to P or the search runs out of
-    ``max_seconds``. Assumes feasibility is monotone in the budget, which holds for the
-    heuristics here up to the bisection's tolerance.
-    """
-
-    if solver.tags.uses_time_limit or not solver.tags.deterministic:
-        return None
-    t0 = time.perf_counter()
-
-    def fits(nbytes: int) -> bool:
-        b = Budget.bytes(nbytes)
-        try:
-            out = solver.solve(instance, b, time_limit=None, seed=seed)
-        except Exception:
-            return False
-        plan = out.plan if isinstance(out, Solution) else out
-        return plan is not None and simulate(instance, plan, b).feasible
-
-    hi = int(instance.peak_bytes)
-    if not fits(hi):
-        return None
-    lo = 0
-    while hi - lo > rel_tol * instance.peak_bytes:
-        if time.perf_counter() - t0 > max_seconds:
-            break
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def _solver_first(first: object, third: object) -> bool:
-    """Whether a `run` call uses the old order: a solver first and none third."""
-
-    def is_solver(x: object) -> bool:
-        return isinstance(x, Solver) or (isinstance(x, str) and x in REGISTRY)
-
-    return is_solver(first) and not is_solver(third)
-
-
-def solve(
-    instance: Instance | str,
-    budget: Budget | float | str,
-    solver: str = "slackswap",
-    *,
-    time_limit: float | None = None,
-    seed: int = 0,
-    **options: Any,
-) -> RunRecord:
-    """Run one registered solver on one instance and budget; the plan is on ``record.plan``."""
-    return run(instance, budget, solver, time_limit=time_limit, seed=seed, options=options)
+    if REGISTRY.loader is not None:
+        REGISTRY.loader()
 
 
 def describe_solvers() -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ simulator (it may never exceed the simulated step).
 
 The bound is the engine's, as proved (the relaxation's, or the binary version's dual bound when
 higher): never capped by the plan, so a bound above the plan's simulated step shows as the
-defect it is (`slackswap.solvers.base.run` makes that record an ``error``). ``info["found_by"]``
+defect it is (`slackswap.solvers.running.run` makes that record an ``error``). ``info["found_by"]``
 says where the plan came from: ``lp-rounding``, ``milp-rounding``, ``keep-all``,
 ``hint:SOLVER`` or ``lp-guided-rounding``, with ``+repair`` and ``+local-search`` when those
 changed it.
