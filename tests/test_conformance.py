@@ -3,8 +3,8 @@
 Built on the public kit `slackswap.testing` (what an outside solver's own tests call): for each
 solver in the registry, on two small instances, a status that claims a plan comes with a plan
 the simulator finds feasible within the budget, and bounds and claims agree with it; the same
-seed gives the same plan (searches get a fixed work budget through ``max_evaluations``); the
-instance is left untouched; a time limit is honoured; a budget below every plan's reach is an
+seed gives the same plan (searches get a fixed work budget through ``max_evaluations``); options
+are stored as given and round-trip to the same plan; the instance is left untouched; a time limit is honoured; a budget below every plan's reach is an
 ``infeasible`` record (with the smallest budget that fits, for deterministic non-search
 solvers), never an exception; and the records pickle and the runs repeat identically in a
 freshly spawned process. For each runtime: keep-all gives the ideal step, results are
@@ -38,6 +38,11 @@ def test_status_matches_plan(name: str, inst_name: str) -> None:
 @pytest.mark.parametrize("name", SOLVERS)
 def test_same_seed_same_plan(name: str) -> None:
     kit.check_deterministic(name, instance("gpt2"), 0.7, seed=3)
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_options_round_trip(name: str) -> None:
+    kit.check_options_round_trip(name, instance("gpt2"), 0.7)
 
 
 @pytest.mark.parametrize("name", SOLVERS)

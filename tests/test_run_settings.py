@@ -324,4 +324,4 @@ def test_options_of_the_right_type_are_taken() -> None:
     from slackswap.solvers.base import REGISTRY
 
     ga = REGISTRY["ga"].make(repair=None, indpb=0.5, max_evaluations=100, cxpb=1)
-    assert (ga.repair, ga.indpb, ga.max_evaluations) == (False, 0.5, 100)  # repair None: seeded
+    assert (ga.repair, ga.indpb, ga.max_evaluations) == (None, 0.5, 100)  # stored as given

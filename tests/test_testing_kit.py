@@ -76,6 +76,30 @@ class NeverFits(SwapAll):
         return Solution(plan=None, info={"reason": "gives up"})
 
 
+class Resolving(SwapAll):
+    """Resolves an option in its constructor: ``keep`` defaults to the opposite of ``swap``."""
+
+    key = "kit-resolving"
+
+    def __init__(self, *, swap: bool = True, keep: bool | None = None) -> None:
+        self.swap = swap
+        self.keep = (not swap) if keep is None else keep
+
+
+class ResolvingInSolve(SwapAll):
+    """The same option, stored as given and resolved in ``solve``."""
+
+    key = "kit-resolving-in-solve"
+
+    def __init__(self, *, swap: bool = True, keep: bool | None = None) -> None:
+        self.swap = swap
+        self.keep = keep
+
+    def solve(self, instance: Instance, budget: Budget, **kw: Any) -> Plan | Solution:
+        keep = (not self.swap) if self.keep is None else self.keep
+        return Plan.keep_all(instance) if keep else super().solve(instance, budget, **kw)
+
+
 def gpt2() -> Instance:
     return kit.small_instances()[0]
 
@@ -113,3 +137,9 @@ def test_an_exception_or_no_smallest_budget_fails() -> None:
 def test_an_unknown_runtime_fails() -> None:
     with pytest.raises(AssertionError, match="runtime 'no-such-runtime' is not registered"):
         kit.check_runtime("no-such-runtime")
+
+
+def test_an_option_changed_in_the_constructor_fails() -> None:
+    kit.check_options_round_trip(ResolvingInSolve, gpt2())
+    with pytest.raises(AssertionError, match="option keep was given .*None but is stored as False"):
+        kit.check_options_round_trip(Resolving, gpt2())

@@ -9,10 +9,11 @@ The contract checked (see `slackswap.solvers.base`): a status that claims a plan
 plan of one action per saved tensor that the simulator finds feasible within the budget, and
 the record's figures are the simulator's; a lower bound never exceeds the simulated step, a
 claimed step never undercuts it (exact solvers) or equals it (others); the instance is left
-untouched; the same seed gives the same plan; the time limit is honoured; a budget below every
-plan's reach is an ``infeasible`` (or ``timeout``) record, never an exception, with the smallest
-budget that fits for deterministic non-search solvers; records pickle, and a fresh process
-repeats the run exactly.
+untouched; the same seed gives the same plan; options are stored as given, and the options a
+solver reports construct one that gives the same plan; the time limit is honoured; a budget
+below every plan's reach is an ``infeasible`` (or ``timeout``) record, never an exception, with
+the smallest budget that fits for deterministic non-search solvers; records pickle, and a fresh
+process repeats the run exactly.
 
 ``check_solver`` reruns the solver in a freshly spawned process: a script that calls it needs
 the ``if __name__ == "__main__":`` guard (pytest needs nothing).
@@ -282,6 +283,50 @@ def check_budget_below_reach(
         )
 
 
+def check_options_round_trip(
+    solver: str | type[Solver] | SolverUnderTest,
+    instance: Instance,
+    budget: float = 0.7,
+    *,
+    seed: int = 0,
+) -> None:
+    """Options are stored exactly as given (scikit-learn's ``clone`` check): the solver reports
+    (``get_params``) each option it was constructed with as that very value, of the same type,
+    and the default for every other; and a solver constructed with the options it reports gives
+    the same status and plan. Resolving an option (a default that depends on another, names
+    given as one text) belongs in ``solve``, where it cannot leak into the reported options."""
+    s = solver_under_test(solver)
+    if s.cls is not None:
+        cls, given = s.cls, dict(s.options)
+        made = cls(**given)
+    else:
+        entry = REGISTRY[s.name]
+        cls, given = entry.cls, {**entry.fixed, **s.options}
+        made = entry.make(**s.options)
+    reported = made.get_params()
+    where = f"solver {s.name!r}"
+    for key, value in {**cls.option_defaults(), **given}.items():
+        got = reported.get(key)
+        assert type(got) is type(value) and got == value, (
+            f"{where}: option {key} was given (or defaults to) {value!r} but is stored as {got!r}"
+        )
+    again = cls(**reported)
+    assert again.get_params() == reported, (
+        f"{where}: constructed with its own options {reported!r} it reports {again.get_params()!r}"
+    )
+    runs = [
+        run(instance, budget, obj, time_limit=s.time_limit, seed=seed, find_min_budget=False)
+        for obj in (made, again)
+    ]
+    at = f"{_where(s, instance, budget)}, seed {seed}"
+    assert runs[0].status == runs[1].status, (
+        f"{at}: status {runs[0].status}, with the options it reports {runs[1].status}"
+    )
+    assert runs[0].plan == runs[1].plan, (
+        f"{at}: constructed with the options it reports, it gives a different plan"
+    )
+
+
 def _rerun(payload: bytes) -> list[tuple[str, bytes | None, float | None]]:
     """In a fresh process: unpickle (solver, instance, record) cases and rerun each one."""
     cases: list[tuple[SolverUnderTest, Instance, RunRecord]] = pickle.loads(payload)
@@ -343,6 +388,8 @@ def check_solver(
     check_deterministic(s, insts[0])
     check_time_limit(s, insts[-1])
     check_budget_below_reach(s, insts[0])
+    if s.tags.deterministic:
+        check_options_round_trip(s, insts[0])
     if fresh_process:
         check_reruns_in_fresh_process([s], insts[0])
 

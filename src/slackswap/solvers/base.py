@@ -128,7 +128,8 @@ class RegisteredSolver:
 
     def make(self, **options: Any) -> Solver:
         """The solver with ``options``; an unknown option or a value of the wrong type (or a
-        value its constructor refuses) is a `UserError` naming solver, option and value."""
+        value its constructor refuses) is a `UserError` naming solver, option and value. A list
+        of names is passed as a tuple, whether given as a list or as one text."""
         defaults = self.cls.option_defaults()
         unknown = set(options) - set(defaults)
         if unknown:
@@ -139,8 +140,9 @@ class RegisteredSolver:
         types = option_types(self.cls)
         for key, value in options.items():
             check_option(self.name, key, value, *types[key])
+        given = {k: as_names(v) if types[k][0] == (tuple,) else v for k, v in options.items()}
         try:
-            return self.cls(**{**self.fixed, **options})
+            return self.cls(**{**self.fixed, **given})
         except (TypeError, ValueError) as exc:
             raise UserError(f"solver {self.name!r}: {exc}") from None
 
@@ -162,8 +164,7 @@ class RegisteredSolver:
 
     def label(self, options: dict[str, Any]) -> str:
         """``ga`` or ``ga(pop_size=50)``: the name plus the options given that differ from the
-        defaults. The given ones, not the solver's resolved parameters: a default that depends
-        on another option (``ga``'s ``repair``) would otherwise show as if it had been given."""
+        defaults."""
         defaults = self.defaults
         changed = {k: v for k, v in options.items() if defaults.get(k) != v}
         if not changed:
@@ -199,6 +200,17 @@ def option_types(cls: type[Solver]) -> dict[str, tuple[tuple[type, ...], bool]]:
             types = (type(default),)
         out[key] = (types, none_ok)
     return out
+
+
+def as_names(value: Any) -> Any:
+    """A list of names as a tuple: ``"a, b"`` or ``["a", "b"]`` -> ``("a", "b")`` (None and
+    other values unchanged). The form a list option is given in (one text on the command line,
+    a JSON list in a file) then never decides how the solver is constructed or recorded."""
+    if isinstance(value, str):
+        return tuple(n.strip() for n in value.split(",") if n.strip())
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    return value
 
 
 def check_option(solver: str, key: str, value: Any, types: tuple[type, ...], none_ok: bool) -> None:

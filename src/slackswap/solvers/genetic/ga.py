@@ -234,7 +234,7 @@ class GeneticSearch(Solver):
         result); ``processes`` (run the islands' workers as processes, forked or fresh, see
         above; False: all islands in turn in the calling thread)."""
         self.seeded = seeded
-        self.seed_solvers = solver_names(seed_solvers)
+        self.seed_solvers = seed_solvers
         self.pop_size = pop_size
         self.cxpb = cxpb
         self.mutpb = mutpb
@@ -242,7 +242,7 @@ class GeneticSearch(Solver):
         self.mutation_window = mutation_window
         self.elite = elite
         self.tournsize = tournsize
-        self.repair = (not seeded) if repair is None else repair
+        self.repair = repair
         self.rank_infeasible = rank_infeasible
         self.max_evaluations = max_evaluations
         self.max_generations = max_generations
@@ -258,7 +258,9 @@ class GeneticSearch(Solver):
         self._check()
 
     def _check(self) -> None:
-        check_solver_names(self.key, "seed_solvers", self.seed_solvers, static_only=True)
+        check_solver_names(
+            self.key, "seed_solvers", solver_names(self.seed_solvers), static_only=True
+        )
         if self.pop_size < 2:
             raise UserError(f"ga: pop_size must be at least 2, got {self.pop_size}")
         for name in ("cxpb", "mutpb"):
@@ -298,8 +300,9 @@ class GeneticSearch(Solver):
         t0 = time.perf_counter()
         self._check()
         n = instance.n_tensors
+        seed_names = solver_names(self.seed_solvers)
         seeds = (
-            seed_plans(instance, budget, time_limit=time_limit, seed=seed, names=self.seed_solvers)
+            seed_plans(instance, budget, time_limit=time_limit, seed=seed, names=seed_names)
             if self.seeded
             else []
         )
@@ -323,7 +326,8 @@ class GeneticSearch(Solver):
             # reaches it, to the simulator's rounding, the rest of the time limit buys nothing.
             target_step_s=instance.ideal_step_s * (1 + IDEAL_REL_TOL),
         )
-        repair = Repair(instance, budget.bytes_for(instance)) if self.repair else None
+        repaired = (not self.seeded) if self.repair is None else self.repair
+        repair = Repair(instance, budget.bytes_for(instance)) if repaired else None
         # Several islands take the workers themselves; a single one splits its population.
         split = self.n_jobs > 1 and self.islands == 1
         pool = ThreadPoolExecutor(self.n_jobs) if split else None
