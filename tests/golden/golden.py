@@ -17,13 +17,20 @@ seed plans and operators while their quality should not. Regenerate after a deli
     .venv/bin/python tests/golden/golden.py SOLVER [SOLVER ...]
 
 which writes the current values with the default tolerances below (say why in the commit).
+
+A new built-in solver needs no command: the first test run without ``CI`` in the environment
+records its file from `DEFAULT_CASES` (`record_missing`) and says so in a warning; check the
+values and commit the file. In CI (``CI`` set) a missing file fails the run instead, so no
+golden file is ever written unseen.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +109,8 @@ def mismatches(expect: dict[str, Any], row: dict[str, Any]) -> list[str]:
     return out
 
 
-def regenerate(solver: str) -> Path:
-    path = HERE / f"{solver}.json"
+def regenerate(solver: str, here: Path = HERE) -> Path:
+    path = here / f"{solver}.json"
     cases = json.loads(path.read_text())["cases"] if path.exists() else DEFAULT_CASES
     out_cases = []
     for case in cases:
@@ -126,6 +133,31 @@ def regenerate(solver: str) -> Path:
     )
     path.write_text(text + "\n")
     return path
+
+
+class GoldenMissing(Exception):
+    """A built-in solver has no golden file where none may be recorded (CI)."""
+
+
+def in_ci(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` is a CI run's (``CI`` set, and not to false or 0)."""
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def record_missing(
+    names: Iterable[str], *, here: Path = HERE, environ: Mapping[str, str] = os.environ
+) -> list[Path]:
+    """Record the golden file of each solver in ``names`` that has none, from the default cases,
+    and return the files written. In CI nothing is recorded: `GoldenMissing` names the solvers
+    and the command that records them, so a file is always one a person ran and committed."""
+    missing = [n for n in names if not (here / f"{n}.json").exists()]
+    if missing and in_ci(environ):
+        raise GoldenMissing(
+            f"no golden file for {', '.join(missing)} and CI records none: run "
+            f"`python tests/golden/golden.py {' '.join(missing)}` and commit "
+            + ", ".join(f"tests/golden/{n}.json" for n in missing)
+        )
+    return [regenerate(n, here) for n in missing]
 
 
 if __name__ == "__main__":
