@@ -27,6 +27,7 @@ import time
 
 import slackswap
 from slackswap.solvers import run
+from slackswap.solvers.deadline import Deadline
 
 # Table 3 of the paper: (SlackSwap, GA seeded, GA random) throughput in % of ideal; None = none.
 PAPER = {
@@ -138,7 +139,9 @@ def split(args: argparse.Namespace) -> int:
         arity = np.where(np.isfinite(inst.tensor_recompute_s), 3, 2).tolist()
         for frac in (float(b) for b in args.budgets.split(",")):
             budget = Budget.fraction(frac)
-            seeds = [a for _, a in seed_plans(inst, budget, time_limit=None, seed=args.seed)]
+            seeds = [
+                a for _, a in seed_plans(inst, budget, deadline=Deadline.never(), seed=args.seed)
+            ]
             repair = Repair(inst, budget.bytes_for(inst))
             kept: list[np.ndarray] = []
 

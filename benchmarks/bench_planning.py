@@ -27,6 +27,7 @@ def bench(solver_name: str, repeats: int) -> list[dict[str, object]]:
     from slackswap.instances.catalog import load
     from slackswap.plan import Budget
     from slackswap.solvers import REGISTRY, Solution
+    from slackswap.solvers.deadline import Deadline
     from slackswap.solvers.planner._memory import static_arrays
     from slackswap.solvers.planner._passes import plan_passes
 
@@ -35,12 +36,12 @@ def bench(solver_name: str, repeats: int) -> list[dict[str, object]]:
         inst = load(model)
         solver = REGISTRY[solver_name].make()
         budget = Budget.fraction(frac)
-        out = solver.solve(inst, budget, time_limit=None, seed=0)  # warm-up
+        out = solver.solve(inst, budget, deadline=Deadline.never(), seed=0)  # warm-up
         rounds = len(out.info["rounds"]) if isinstance(out, Solution) else 0
         times, cpu = [], []
         for _ in range(repeats):
             t0, c0 = time.perf_counter(), time.thread_time()
-            solver.solve(inst, budget, time_limit=None, seed=0)
+            solver.solve(inst, budget, deadline=Deadline.never(), seed=0)
             times.append(time.perf_counter() - t0)
             cpu.append(time.thread_time() - c0)
         sa = static_arrays(inst)

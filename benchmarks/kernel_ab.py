@@ -32,6 +32,7 @@ from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator.runtimes import get_runtime
 from slackswap.simulator.static import static_for
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic.ga import seed_plans
 
 RUNTIMES = ("barrier-free", "barriers", "layer-prefetch", "sync")
@@ -74,7 +75,9 @@ def plans_for(inst: Instance, budget: Budget, rng: np.random.Generator) -> np.nd
     """The static solvers' plans, 150 random plans (10 with recomp where nothing can rebuild)
     and 10 mutants of each solver plan (5% of the genes redrawn)."""
     rebuildable = np.isfinite(inst.tensor_recompute_s)
-    seeds = np.asarray([a for _, a in seed_plans(inst, budget, time_limit=None, seed=0)], np.int8)
+    seeds = np.asarray(
+        [a for _, a in seed_plans(inst, budget, deadline=Deadline.never(), seed=0)], np.int8
+    )
     rand = rng.integers(0, 3, size=(150, inst.n_tensors)).astype(np.int8)
     rand[10:, ~rebuildable] = np.minimum(rand[10:, ~rebuildable], 1)
     mut = np.repeat(seeds, 10, axis=0)
@@ -137,7 +140,7 @@ def check(a: ModuleType, b: ModuleType, models: list[str]) -> int:
 def ga_like_plans(n: int, rng: np.random.Generator) -> tuple[Instance, np.ndarray, int]:
     inst = slackswap.load("gpt2-xl")
     budget = Budget.fraction(0.2)
-    base = np.asarray(seed_plans(inst, budget, time_limit=None, seed=0)[0][1], np.int8)
+    base = np.asarray(seed_plans(inst, budget, deadline=Deadline.never(), seed=0)[0][1], np.int8)
     arity = np.where(np.isfinite(inst.tensor_recompute_s), 3, 2)
     acts = np.repeat(base[None], n, axis=0)
     for row in acts:

@@ -27,7 +27,7 @@ class ToyKeep(Solver):
     def __init__(self, *, delay_s: float = 0.0) -> None:
         self.delay_s = delay_s
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         log = os.environ.get("SLACKSWAP_TOY_LOG")
         if log:  # count solves across processes (the resume test)
             with open(log, "a") as fh:
@@ -45,7 +45,7 @@ class ToyRecompute(Solver):
     def __init__(self, *, share: float = 0.5) -> None:
         self.share = share
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         rng = np.random.default_rng(seed)
         finite = np.isfinite(instance.tensor_recompute_s)
         pick = finite & (rng.random(instance.n_tensors) < self.share)
@@ -55,7 +55,7 @@ class ToyRecompute(Solver):
 class ToyBoom(Solver):
     key = "toy-boom"
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         raise RuntimeError("toy solver failure")
 
 
@@ -67,7 +67,7 @@ class ToySleep(Solver):
     def __init__(self, *, seconds: float = 60.0) -> None:
         self.seconds = seconds
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         time.sleep(self.seconds)
         return Plan.keep_all(instance)
 
@@ -78,7 +78,7 @@ class ToyOutOfTime(Solver):
     key = "toy-out-of-time"
     tags = Tags(uses_time_limit=True)
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         return Solution(Plan.keep_all(instance), timed_out=True)
 
 

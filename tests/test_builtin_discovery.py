@@ -99,7 +99,7 @@ from slackswap.solvers.base import Solver, register
 
 @register("swap-all-toy", "swaps every tensor")
 class SwapAllToy(Solver):
-    def solve(self, instance, budget, *, time_limit, seed):
+    def solve(self, instance, budget, *, deadline, seed):
         return Plan(instance, np.full(instance.n_tensors, SWAP, dtype=np.int8))
 """
 

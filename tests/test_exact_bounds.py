@@ -18,6 +18,7 @@ from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers import Status, run
 from slackswap.solvers.base import Solution, Solver
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._lp import BoundProgram, BoundResult
 
 FAST_BUDGETS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -35,7 +36,7 @@ class _BoundAbovePlan(Solver):
     key = "bound-above-plan"
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
         plan = Plan.keep_all(instance)
         return Solution(plan, lower_bound_s=instance.ideal_step_s * 1.1, proven_optimal=True)

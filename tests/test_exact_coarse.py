@@ -18,6 +18,7 @@ from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
 from slackswap.solvers import Status, run
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._coarse import CoarseBound, select_ops
 from slackswap.solvers.exact._lp import BoundProgram
 
@@ -179,8 +180,6 @@ def test_runs_embed_where_a_tensor_skips_a_backward_operator() -> None:
 def test_scorer_starts_no_batch_past_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """milp's clock stops a neighbourhood between simulator batches (at 768 layers one
     neighbourhood is about 7 s): plans left unscored are inf and not counted."""
-    import time
-
     import slackswap.solvers.exact._plans as plans
 
     inst = build_model("gpt2-xl", layers=2, seq=256, batch=2)
@@ -190,12 +189,11 @@ def test_scorer_starts_no_batch_past_its_deadline(monkeypatch: pytest.MonkeyPatc
     free = plans.Scorer(inst, budget)
     expect = free.many(acts)
     assert np.all(np.isfinite(expect)) and free.evaluations == 5
-    late = plans.Scorer(inst, budget, deadline=time.perf_counter() - 1.0)
+    late = plans.Scorer(inst, budget, deadline=Deadline.begin(0.0))
     assert np.all(np.isinf(late.many(acts))) and late.evaluations == 0
     # a clock that passes the deadline after the first batch: two plans scored, three left
-    clock = iter([0.0, 10.0, 10.0, 10.0])
-    monkeypatch.setattr(plans.time, "perf_counter", lambda: next(clock))
-    cut = plans.Scorer(inst, budget, deadline=5.0)
+    clock = iter([0.0, 0.0, 10.0, 10.0, 10.0])
+    cut = plans.Scorer(inst, budget, deadline=Deadline.begin(5.0, clock=lambda: next(clock)))
     got = cut.many(acts)
     np.testing.assert_array_equal(got[:2], expect[:2])
     assert np.all(np.isinf(got[2:])) and cut.evaluations == 2

@@ -13,6 +13,7 @@ from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Status, run
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._lp import BoundProgram
 from slackswap.solvers.exact._plans import Scorer, local_search, repair
 
@@ -71,7 +72,11 @@ def test_a_plan_at_the_bound_ends_the_solve() -> None:
     # version, cpsat its CP-SAT loop, instead of spending the time limit on a proven optimum.
     inst = gpt2_6()
     for name in ("milp", "cpsat"):
-        sol = REGISTRY[name].make().solve(inst, Budget.fraction(1.0), time_limit=8.0, seed=0)
+        sol = (
+            REGISTRY[name]
+            .make()
+            .solve(inst, Budget.fraction(1.0), deadline=Deadline.begin(8.0), seed=0)
+        )
         assert sol.plan is not None and sol.proven_optimal, (name, sol.info)
         assert "guided_points" not in sol.info and "milp_status" not in sol.info, sol.info
         if name == "cpsat":
@@ -93,11 +98,11 @@ def test_repair_makes_a_plan_fit_and_local_search_only_improves() -> None:
     budget = int(0.4 * inst.peak_bytes)
     scorer = Scorer(inst, budget)
     keep_all = np.zeros(inst.n_tensors, dtype=np.int8)
-    fixed = repair(scorer, keep_all, deadline=math.inf)
+    fixed = repair(scorer, keep_all, deadline=Deadline.never())
     assert fixed is not None
     step = float(scorer.many(fixed[None, :])[0])
     assert math.isfinite(step)
-    better, best, _ = local_search(scorer, fixed, step, deadline=math.inf)
+    better, best, _ = local_search(scorer, fixed, step, deadline=Deadline.never())
     assert best <= step
     assert simulate(inst, better, Budget.bytes(budget)).step_s == pytest.approx(best)
 

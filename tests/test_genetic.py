@@ -14,6 +14,7 @@ from slackswap.problem import UserError
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Solution, Solver, Status, Tags, run
 from slackswap.solvers.base import Registry
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic import ga as ga_module
 from slackswap.solvers.genetic.ga import GeneticSearch, seed_plans
 
@@ -50,7 +51,7 @@ def test_seeded_never_worse_than_slackswap(small, frac: float) -> None:  # type:
     sol = (
         REGISTRY["ga"]
         .make(max_evaluations=100)
-        .solve(small, Budget.parse(frac), time_limit=None, seed=0)
+        .solve(small, Budget.parse(frac), deadline=Deadline.never(), seed=0)
     )
     assert isinstance(sol, Solution)
     assert sol.info["seed_step_s"]["slackswap"] == pytest.approx(base.step_s, rel=1e-12)
@@ -83,7 +84,9 @@ def test_random_start_with_repair_finds_a_plan_at_20_percent(small) -> None:  # 
 def test_no_feasible_plan_is_reported_not_raised(small) -> None:  # type: ignore[no-untyped-def]
     # Below the memory of the largest operator alone nothing can fit.
     tiny = Budget.bytes(int(small.op_transient_bytes.max() // 2))
-    sol = GeneticSearch(seeded=False, max_generations=2).solve(small, tiny, time_limit=None, seed=0)
+    sol = GeneticSearch(seeded=False, max_generations=2).solve(
+        small, tiny, deadline=Deadline.never(), seed=0
+    )
     assert isinstance(sol, Solution) and sol.plan is None
     assert "no feasible plan" in sol.info["reason"] and sol.evaluations
     assert sol.history[-1][2] == math.inf
@@ -103,7 +106,11 @@ def test_time_limit_is_honoured(small) -> None:  # type: ignore[no-untyped-def]
 def test_a_search_stops_once_a_plan_reaches_the_ideal_step(small) -> None:  # type: ignore[no-untyped-def]
     # At P SlackSwap's seed keeps everything and reaches the ideal step, which no plan beats:
     # the search stops after scoring its first population instead of spending its time limit.
-    sol = REGISTRY["ga"].make().solve(small, Budget.fraction(1.0), time_limit=5.0, seed=0)
+    sol = (
+        REGISTRY["ga"]
+        .make()
+        .solve(small, Budget.fraction(1.0), deadline=Deadline.begin(5.0), seed=0)
+    )
     assert sol.plan is not None and sol.info["stop"] == "target", sol.info
     assert sol.info["generations"] == 0
     assert simulate(small, sol.plan, 1.0).step_s <= small.ideal_step_s * (1 + 1e-9)
@@ -112,7 +119,7 @@ def test_a_search_stops_once_a_plan_reaches_the_ideal_step(small) -> None:  # ty
 
 def test_returned_plan_matches_the_claim(small) -> None:  # type: ignore[no-untyped-def]
     sol = GeneticSearch(max_evaluations=300).solve(
-        small, Budget.parse(0.4), time_limit=None, seed=1
+        small, Budget.parse(0.4), deadline=Deadline.never(), seed=1
     )
     assert isinstance(sol, Solution) and isinstance(sol.plan, Plan)
     assert sol.plan.runtime == "barrier-free"
@@ -140,21 +147,21 @@ def test_bad_options_are_user_errors(small, opts) -> None:  # type: ignore[no-un
 class _Keep(Solver):
     key = "t-keep"
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         return Plan.keep_all(instance)
 
 
 class _Raises(Solver):
     key = "t-raise"
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         raise RuntimeError("broken seed")
 
 
 class _NoPlan(Solver):
     key = "t-none"
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         return Solution(plan=None)
 
 
@@ -162,7 +169,7 @@ class _Search(Solver):
     key = "t-search"
     tags = Tags(uses_time_limit=True)
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         raise AssertionError("searches are not seeds")
 
 
@@ -170,7 +177,7 @@ class _Dynamic(Solver):
     key = "t-dyn"
     tags = Tags(static_plan=False)
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         raise AssertionError("run-time policies are not seeds")
 
 
@@ -183,7 +190,7 @@ def test_seed_plans_skip_failures_refuse_searches(small, monkeypatch) -> None:  
     monkeypatch.setattr("slackswap.solvers.base.REGISTRY", reg)
     monkeypatch.setattr("slackswap.solvers.base._load_all", lambda: None)
     names = ("slackswap", "t-raise", "t-none", "t-keep")
-    seeds = seed_plans(small, Budget.parse(0.5), time_limit=None, seed=0, names=names)
+    seeds = seed_plans(small, Budget.parse(0.5), deadline=Deadline.never(), seed=0, names=names)
     assert [name for name, _ in seeds] == ["slackswap", "t-keep"]
     assert np.array_equal(seeds[1][1], np.zeros(small.n_tensors, dtype=np.int8))
     assert all(a.dtype == np.int8 and a.shape == (small.n_tensors,) for _, a in seeds)
@@ -254,12 +261,14 @@ def test_seed_order_is_the_named_order() -> None:
     # The seeds steer the search, so their order is the option's, never the registry's (which
     # follows module import order: tests import solver modules directly).
     inst = build_model("gpt2-xl", layers=2, seq=256, batch=2)
-    names = [n for n, _ in seed_plans(inst, Budget.fraction(0.7), time_limit=None, seed=0)]
+    names = [
+        n for n, _ in seed_plans(inst, Budget.fraction(0.7), deadline=Deadline.never(), seed=0)
+    ]
     assert names[0] == "slackswap"
     assert names == [n for n in ga_module.DEFAULT_SEED_SOLVERS if n in names]
     assert len(names) >= 5
     chosen = ("vdnn", "slackswap")
-    names = seed_plans(inst, Budget.fraction(0.7), time_limit=None, seed=0, names=chosen)
+    names = seed_plans(inst, Budget.fraction(0.7), deadline=Deadline.never(), seed=0, names=chosen)
     assert [n for n, _ in names] == ["vdnn", "slackswap"]
 
 

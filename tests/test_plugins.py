@@ -43,7 +43,7 @@ class ToyGreedy(Solver):
     def __init__(self, *, runtime: str = "toy-sync") -> None:
         self.runtime = runtime
 
-    def solve(self, instance, budget, *, time_limit, seed):
+    def solve(self, instance, budget, *, deadline, seed):
         if budget.bytes_for(instance) >= instance.peak_bytes:
             return Plan.keep_all(instance, self.runtime)
         return Plan(instance, np.full(instance.n_tensors, SWAP, dtype=np.int8), self.runtime)

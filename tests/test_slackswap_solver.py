@@ -9,6 +9,7 @@ from slackswap.instances.catalog import build_model, load
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Solution, Status, run
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.planner.slackswap_planner import _swapped_sources, late_prefetches
 
 
@@ -60,7 +61,7 @@ def test_swaps_reach_below_the_recompute_floor(small) -> None:  # type: ignore[n
 
 def test_rounds_are_recorded_and_bounded(small) -> None:  # type: ignore[no-untyped-def]
     solver = REGISTRY["slackswap"].make(max_rounds=2)
-    out = solver.solve(small, Budget.fraction(0.3), time_limit=None, seed=0)
+    out = solver.solve(small, Budget.fraction(0.3), deadline=Deadline.never(), seed=0)
     assert isinstance(out, Solution)
     rounds = out.info["rounds"]
     assert 1 <= len(rounds) <= 2

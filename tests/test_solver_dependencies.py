@@ -15,6 +15,7 @@ from slackswap.instances.catalog import build_model
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import UserError
 from slackswap.solvers import REGISTRY, Solution, Solver, run
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic.ga import DEFAULT_SEED_SOLVERS
 
 #: A quick, deterministic search: one island in the calling thread, a fixed work budget.
@@ -32,7 +33,7 @@ class _SwapHalf(Solver):
     key = "t-swap-half"
     calls: list[str] = []
 
-    def solve(self, instance, budget, *, time_limit, seed):  # type: ignore[no-untyped-def]
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         type(self).calls.append(instance.name)
         acts = np.zeros(instance.n_tensors, dtype=np.int8)
         acts[::2] = SWAP
@@ -79,7 +80,7 @@ def test_chosen_seed_solvers_are_the_seeds(small, given) -> None:  # type: ignor
     with extra_solver():
         solver = REGISTRY["ga"].make(seed_solvers=given, **GA_OPTS)
         assert solver.seed_solvers == ("swap-first", "t-swap-half")
-        sol = solver.solve(small, Budget.parse(0.5), time_limit=None, seed=0)
+        sol = solver.solve(small, Budget.parse(0.5), deadline=Deadline.never(), seed=0)
         assert _SwapHalf.calls == [small.name]
     assert isinstance(sol, Solution)
     assert list(sol.info["seed_step_s"]) == ["swap-first", "t-swap-half"]

@@ -14,6 +14,7 @@ from slackswap import testing as kit
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers.base import Solution, Solver, Tags
+from slackswap.solvers.deadline import Deadline
 
 
 class SwapAll(Solver):
@@ -23,7 +24,7 @@ class SwapAll(Solver):
     tags = Tags()
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
         if budget.bytes_for(instance) >= instance.peak_bytes:
             return Plan.keep_all(instance)

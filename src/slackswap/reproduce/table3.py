@@ -85,15 +85,16 @@ def plan_ms(model: str, frac: float, repeats: int) -> float:
     from slackswap.instances.catalog import load
     from slackswap.plan import Budget
     from slackswap.solvers import REGISTRY
+    from slackswap.solvers.deadline import Deadline
 
     inst = load(model)
     solver = REGISTRY["slackswap"].make()
     budget = Budget.fraction(frac)
-    solver.solve(inst, budget, time_limit=None, seed=0)
+    solver.solve(inst, budget, deadline=Deadline.never(), seed=0)
     times = []
     for _ in range(max(1, repeats)):
         t0 = time.thread_time()
-        solver.solve(inst, budget, time_limit=None, seed=0)
+        solver.solve(inst, budget, deadline=Deadline.never(), seed=0)
         times.append(time.thread_time() - t0)
     return statistics.median(times) * 1e3
 

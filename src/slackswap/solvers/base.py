@@ -3,9 +3,11 @@
 A solver is a class with keyword-only constructor options (stored as attributes of the same
 name, nothing else) and one method::
 
-    solve(instance, budget, *, time_limit, seed) -> Plan | Solution
+    solve(instance, budget, *, deadline, seed) -> Plan | Solution
 
-It returns a `Plan` (whose ``runtime`` names the runtime it is meant for), or a `Solution` when
+``deadline`` is the `Deadline` `run` made from the time limit: the solver asks it what time
+is left and never times itself against a limit of its own; a class whose work needs room after
+its last step sets ``margin``, the share of the time limit its deadline keeps free. It returns a `Plan` (whose ``runtime`` names the runtime it is meant for), or a `Solution` when
 it has more to say: a proven lower bound, its own claimed step time, proof of optimality or
 infeasibility, a search history. Solvers never time or score themselves:
 `slackswap.solvers.running.run` does, and turns a solver's exception into an ``error`` record.
@@ -23,6 +25,7 @@ from typing import Any, ClassVar
 
 from slackswap.plan import DEFAULT_RUNTIME, Budget, Plan
 from slackswap.problem import Instance, UserError
+from slackswap.solvers.deadline import Deadline
 
 
 class Status(StrEnum):
@@ -66,9 +69,11 @@ class Solver:
 
     key: ClassVar[str] = ""
     tags: ClassVar[Tags] = Tags()
+    #: Share of the time limit that `run` keeps free in the deadline it hands to ``solve``.
+    margin: ClassVar[float] = 0.0
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
         raise NotImplementedError
 

@@ -1,7 +1,7 @@
 """`run`: solve one case, time it and score its plan in the simulator, as a flat `RunRecord`.
 
-Solvers never time or score themselves: `run` seeds, times the planning, calls the solver's
-``solve``, simulates the plan and returns one row with provenance. An exception inside a solver
+Solvers never time or score themselves: `run` starts the solve's `Deadline` from the time
+limit (less the solver's ``margin``), calls the solver's ``solve`` with it, simulates the plan and returns one row with provenance. An exception inside a solver
 becomes an ``error`` record, never a crash. `smallest_feasible_budget` bisects the budget of an
 infeasible case for the smallest one the solver fits.
 """
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import traceback
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,6 +20,7 @@ from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.simulator import SimResult, simulate
 from slackswap.solvers.base import REGISTRY, Solution, Solver, Status
+from slackswap.solvers.deadline import Deadline
 
 #: A solver that overruns its time limit by more than this share is reported as a timeout.
 TIME_LIMIT_SLACK = 0.10
@@ -99,17 +98,8 @@ def run(
     """Solve, time, and score one case in the simulator; never raises for a solver's failure.
 
     The arguments come in the order of `solve` and `simulate`: instance, budget, then the solver
-    (a registered name or a `Solver`). The order before, ``run(solver, instance, budget)``, still
-    works and warns (DeprecationWarning).
+    (a registered name or a `Solver`).
     """
-    if _solver_first(instance, solver):
-        warnings.warn(
-            "run(solver, instance, budget) is deprecated: use run(instance, budget, solver)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        instance, budget, solver = budget, solver, instance  # type: ignore[assignment]
-
     inst = load(instance) if isinstance(instance, str) else instance
     bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
     if isinstance(solver, str):
@@ -137,15 +127,15 @@ def run(
         evaluations=None, error=None, reason="", runtime=getattr(solver_obj, "runtime", ""),
     )  # fmt: skip
 
-    t0 = time.perf_counter()
+    deadline = Deadline.begin(time_limit, margin=getattr(solver_obj, "margin", 0.0))
     try:
-        out = solver_obj.solve(inst, bud, time_limit=time_limit, seed=seed)
+        out = solver_obj.solve(inst, bud, deadline=deadline, seed=seed)
     except Exception as exc:  # a solver's failure is a result, not a crash
-        plan_s = time.perf_counter() - t0
+        plan_s = deadline.elapsed()
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         msg = f"{type(exc).__name__}: {exc} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"
         return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
-    plan_s = time.perf_counter() - t0
+    plan_s = deadline.elapsed()
     sol = out if isinstance(out, Solution) else Solution(plan=out)
     bad: Exception | None = None
     sim: SimResult | None = None
@@ -242,12 +232,12 @@ def smallest_feasible_budget(
 
     if solver.tags.uses_time_limit or not solver.tags.deterministic:
         return None
-    t0 = time.perf_counter()
+    clock = Deadline.begin(max_seconds)
 
     def fits(nbytes: int) -> bool:
         b = Budget.bytes(nbytes)
         try:
-            out = solver.solve(instance, b, time_limit=None, seed=seed)
+            out = solver.solve(instance, b, deadline=Deadline.never(), seed=seed)
         except Exception:
             return False
         plan = out.plan if isinstance(out, Solution) else out
@@ -258,7 +248,7 @@ def smallest_feasible_budget(
         return None
     lo = 0
     while hi - lo > rel_tol * instance.peak_bytes:
-        if time.perf_counter() - t0 > max_seconds:
+        if clock.expired():
             break
         mid = (lo + hi) // 2
         if fits(mid):
@@ -266,15 +256,6 @@ def smallest_feasible_budget(
         else:
             lo = mid
     return hi
-
-
-def _solver_first(first: object, third: object) -> bool:
-    """Whether a `run` call uses the old order: a solver first and none third."""
-
-    def is_solver(x: object) -> bool:
-        return isinstance(x, Solver) or (isinstance(x, str) and x in REGISTRY)
-
-    return is_solver(first) and not is_solver(third)
 
 
 def solve(

@@ -7,6 +7,7 @@ from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 from slackswap.solvers.baselines._common import checkpoint_actions, checkpointable_blocks, probe
+from slackswap.solvers.deadline import Deadline
 
 
 @register(
@@ -50,7 +51,7 @@ class Checkpoint(Solver):
         pass
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
         m = budget.bytes_for(instance)
         blocks = checkpointable_blocks(instance)

@@ -12,6 +12,7 @@ from slackswap.solvers.baselines._common import (
     checkpoint_actions,
     checkpointable_blocks,
 )
+from slackswap.solvers.deadline import Deadline
 
 
 def offload_actions(instance: Instance, *, keep_last: int) -> np.ndarray:
@@ -34,9 +35,7 @@ class _CheckpointOffload(Solver):
     def __init__(self) -> None:
         pass
 
-    def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
-    ) -> Plan:
+    def solve(self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int) -> Plan:
         return Plan(
             instance, offload_actions(instance, keep_last=self.keep_last), runtime=self.runtime
         )

@@ -8,6 +8,7 @@ from slackswap.plan import RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers.base import Display, Solver, Tags, register
 from slackswap.solvers.baselines._common import category_mask
+from slackswap.solvers.deadline import Deadline
 
 #: Outputs of cheap layers (LayerNorm / RMSNorm, GeLU / SwiGLU, dropout masks): recomputed.
 RECOMPUTED = ("elementwise", "dropout_mask")
@@ -50,7 +51,5 @@ class SuperNeurons(Solver):
     def __init__(self) -> None:
         pass
 
-    def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
-    ) -> Plan:
+    def solve(self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int) -> Plan:
         return Plan(instance, superneurons_actions(instance), runtime=self.runtime)

@@ -8,6 +8,7 @@ from slackswap.console import format_bytes
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.deadline import Deadline
 
 
 def belady_swaps(instance: Instance, budget_bytes: int) -> tuple[np.ndarray, int]:
@@ -72,7 +73,7 @@ class SwapAdvisor(Solver):
         pass
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
         m = budget.bytes_for(instance)
         actions, floor = belady_swaps(instance, m)

@@ -8,6 +8,7 @@ from slackswap.plan import SWAP, Budget, Plan
 from slackswap.problem import Instance
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 from slackswap.solvers.baselines._common import check_choice, probe
+from slackswap.solvers.deadline import Deadline
 
 POLICIES = ("dynamic", "none", "conv", "all")
 
@@ -78,7 +79,7 @@ class VDNN(Solver):
         self.policy = check_choice("policy", policy, POLICIES)
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
         if self.policy != "dynamic":
             actions = vdnn_actions(instance, self.policy)

@@ -19,12 +19,11 @@ the simulator alone.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._lp import BoundProgram, BoundResult
 from slackswap.solvers.exact._plans import Scorer, local_search, repair, valid_actions
 
@@ -82,7 +81,7 @@ def guided_search(
     points: list[tuple[np.ndarray, np.ndarray]],
     acts: np.ndarray | None,
     step: float,
-    deadline: float,
+    deadline: Deadline,
     seed: int,
 ) -> tuple[np.ndarray | None, float, int, str]:
     """Round ``points`` at random in turn, repair, search locally; keep the fastest plan.
@@ -97,8 +96,8 @@ def guided_search(
     best_a, best, origin = acts, step, ""
     tries = 0
     last_s = 0.0  # seconds the last rounding took: one that cannot finish is not begun
-    while points and time.perf_counter() + last_s < deadline and not scorer.exhausted:
-        began = time.perf_counter()
+    while points and deadline.remaining() > last_s and not scorer.exhausted:
+        began = deadline.elapsed()
         s, r = points[tries % len(points)]
         tries += 1
         rounded = random_rounding(scorer.instance, s, r, rng=np.random.default_rng([seed, tries]))
@@ -107,7 +106,7 @@ def guided_search(
             continue
         first = float(scorer.many(fixed[None, :])[0])
         trial, st, _ = local_search(scorer, fixed, first, deadline)
-        last_s = time.perf_counter() - began
+        last_s = deadline.elapsed() - began
         if st < best * (1 - 1e-12):
             best_a, best = trial, st
             origin = ORIGIN + ("+repair" if not np.array_equal(rounded, fixed) else "")
@@ -121,7 +120,7 @@ def search_from_relaxation(
     scorer: Scorer,
     acts: np.ndarray | None,
     step: float,
-    deadline: float,
+    deadline: Deadline,
     seed: int,
 ) -> tuple[np.ndarray | None, float, dict[str, object]]:
     """`guided_search` from the fewest-swaps optimum and ``lp``'s own point until ``deadline``.
@@ -133,10 +132,10 @@ def search_from_relaxation(
     origin of a plan that beat ``acts``, else "") for the solver's info.
     """
     info: dict[str, object] = {"guided_points": 0, "guided_roundings": 0, "guided_found_by": ""}
-    if lp.bound_s is None or time.perf_counter() >= deadline or scorer.exhausted:
+    if lp.bound_s is None or deadline.expired() or scorer.exhausted:
         return acts, step, info
     points = []
-    left = deadline - time.perf_counter()
+    left = deadline.remaining()
     if lp.seconds / max(lp.rounds, 1) < 0.25 * left:
         face = fewest_swaps_point(model, lp, 0.5 * left)
         if face is not None:

@@ -8,13 +8,13 @@ while the simulated step improves.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget
 from slackswap.problem import Instance
 from slackswap.simulator import SimResult, simulate, simulate_many
+from slackswap.solvers.base import REGISTRY, Solution
+from slackswap.solvers.deadline import Deadline
 
 #: Instances with at most this many tensors get the whole pair neighbourhood in local search.
 FULL_PAIRS = 40
@@ -32,7 +32,7 @@ class Scorer:
 
     ``max_evaluations`` (None: unlimited) makes a search deterministic: it stops after that many
     plans whatever the clock says (the clock still stops it first on a slow machine).
-    ``deadline`` (a `time.perf_counter` time; None: none): past it `many` starts no further batch
+    ``deadline`` (None: none): once it has expired `many` starts no further batch
     and scores the plans left inf (a whole neighbourhood of a 7,684-tensor instance is 15k plans,
     about 7 s, which overran a 60 s limit by 2 s).
     """
@@ -42,7 +42,7 @@ class Scorer:
         instance: Instance,
         budget_bytes: int,
         max_evaluations: int | None = None,
-        deadline: float | None = None,
+        deadline: Deadline | None = None,
     ):
         self.instance = instance
         self.budget = Budget.bytes(budget_bytes)
@@ -66,7 +66,7 @@ class Scorer:
                 return out
         acts = np.ascontiguousarray(acts2d[:n], dtype=np.int8)
         for lo in range(0, n, BATCH):
-            if self.deadline is not None and time.perf_counter() > self.deadline:
+            if self.deadline is not None and self.deadline.expired():
                 break
             res = simulate_many(self.instance, acts[lo : lo + BATCH], self.budget)
             out[lo : min(n, lo + BATCH)] = np.where(res.feasible, res.step_s, np.inf)
@@ -100,7 +100,7 @@ def round_candidates(instance: Instance, s: np.ndarray, r: np.ndarray) -> np.nda
 
 
 def repair(
-    scorer: Scorer, acts: np.ndarray, deadline: float, max_steps: int = 10_000
+    scorer: Scorer, acts: np.ndarray, deadline: Deadline, max_steps: int = 10_000
 ) -> np.ndarray | None:
     """Recompute (else swap) the cheapest tensor that would free memory at the failing operator.
 
@@ -115,7 +115,7 @@ def repair(
         res = scorer.one(a)
         if res.feasible:
             return a
-        if time.perf_counter() > deadline or res.fail_op < 0 or scorer.exhausted:
+        if deadline.expired() or res.fail_op < 0 or scorer.exhausted:
             return None
         f = res.fail_op
         # tensors idle at f (last forward reader before it, first backward reader after it)
@@ -138,7 +138,7 @@ def repair(
 
 
 def local_search(
-    scorer: Scorer, acts: np.ndarray, step: float, deadline: float
+    scorer: Scorer, acts: np.ndarray, step: float, deadline: Deadline
 ) -> tuple[np.ndarray, float, bool]:
     """Best-improvement search over single-tensor moves, then pair exchanges, in the simulator.
 
@@ -150,7 +150,7 @@ def local_search(
     finite = np.isfinite(inst.tensor_recompute_s)
     a = acts.copy()
     best = step
-    while time.perf_counter() < deadline and not scorer.exhausted:
+    while not deadline.expired() and not scorer.exhausted:
         moves = []
         for t in range(n):
             for v in (KEEP, SWAP, RECOMP):
@@ -173,20 +173,20 @@ def local_search(
                 st = float(scorer.many(trial[None, :])[0])
                 if st < best * (1 - 1e-12):
                     a, best, applied = trial, st, True
-                if time.perf_counter() > deadline or scorer.exhausted:
+                if deadline.expired() or scorer.exhausted:
                     break
             if applied:
                 continue
         pair = _pair_exchange(scorer, a, best, deadline)
         if pair is None:
-            stopped = time.perf_counter() > deadline or scorer.exhausted
+            stopped = deadline.expired() or scorer.exhausted
             return a, best, not stopped
         a, best = pair
     return a, best, False
 
 
 def _pair_exchange(
-    scorer: Scorer, a: np.ndarray, best: float, deadline: float, width: int = 40
+    scorer: Scorer, a: np.ndarray, best: float, deadline: Deadline, width: int = 40
 ) -> tuple[np.ndarray, float] | None:
     """Move one tensor to a cheaper action and another to a dearer one, in one step."""
     inst = scorer.instance
@@ -209,7 +209,7 @@ def _pair_exchange(
         moves += [(t, KEEP, u, SWAP) for u in bur_s.tolist()]
         if a[t] == RECOMP:
             moves.append((t, SWAP, -1, KEEP))
-    if not moves or time.perf_counter() > deadline or scorer.exhausted:
+    if not moves or deadline.expired() or scorer.exhausted:
         return None
     cand = np.repeat(a[None, :], len(moves), axis=0)
     for k, (t, v, u, w) in enumerate(moves):
@@ -224,7 +224,7 @@ def _pair_exchange(
 
 
 def _all_pairs(
-    scorer: Scorer, a: np.ndarray, best: float, deadline: float, finite: np.ndarray
+    scorer: Scorer, a: np.ndarray, best: float, deadline: Deadline, finite: np.ndarray
 ) -> tuple[np.ndarray, float] | None:
     """The whole two-tensor neighbourhood (every pair, every other action of each)."""
     n = len(a)
@@ -240,7 +240,7 @@ def _all_pairs(
                     c = a.copy()
                     c[t], c[u] = v, w
                     cand.append(c)
-    if not cand or time.perf_counter() > deadline or scorer.exhausted:
+    if not cand or deadline.expired() or scorer.exhausted:
         return None
     plans = np.stack(cand)
     steps = scorer.many(plans)
@@ -253,9 +253,9 @@ def _all_pairs(
 def best_plan(
     scorer: Scorer,
     starts: list[tuple[str, np.ndarray]],
-    deadline: float,
+    deadline: Deadline,
     search: bool = True,
-    repair_deadline: float | None = None,
+    repair_deadline: Deadline | None = None,
 ) -> tuple[np.ndarray | None, float, bool, str]:
     """Repair each start, keep the fastest, then improve it by local search until ``deadline``.
 
@@ -297,21 +297,19 @@ def labelled(origin: str, plans: list[np.ndarray] | np.ndarray) -> list[tuple[st
 
 
 def hint_plans(
-    instance: Instance, budget: Budget, hint: str, seconds_left: float
+    instance: Instance, budget: Budget, hint: str, deadline: Deadline
 ) -> list[np.ndarray]:
     """Plans from another registered solver to start from (``hint="none"``: no hint).
 
-    The hint solver runs only with enough time left (its first call may compile).
+    The hint solver runs only with enough time left (its first call may compile), and gets half
+    of it.
     """
-    if hint in ("", "none") or seconds_left < 2.0:
-        return []
-    from slackswap.solvers.base import REGISTRY, Solution
-
-    if hint not in REGISTRY:
+    left = deadline.remaining()
+    if hint in ("", "none") or left < 2.0 or hint not in REGISTRY:
         return []
     entry = REGISTRY[hint]
     try:
-        out = entry.make().solve(instance, budget, time_limit=seconds_left / 2, seed=0)
+        out = entry.make().solve(instance, budget, deadline=deadline.within(left / 2), seed=0)
     except Exception:  # a failing hint is no plan, not a failed solve
         return []
     plan = out.plan if isinstance(out, Solution) else out
@@ -322,7 +320,7 @@ def iterated_local_search(
     scorer: Scorer,
     acts: np.ndarray,
     step: float,
-    deadline: float,
+    deadline: Deadline,
     seed: int,
     kick: int = 4,
 ) -> tuple[np.ndarray, float]:
@@ -336,7 +334,7 @@ def iterated_local_search(
     finite = np.isfinite(scorer.instance.tensor_recompute_s)
     n = len(acts)
     best_a, best = acts.copy(), step
-    while time.perf_counter() < deadline and not scorer.exhausted:
+    while not deadline.expired() and not scorer.exhausted:
         trial = best_a.copy()
         for t in rng.choice(n, size=min(kick, n), replace=False):
             options = [

@@ -37,14 +37,15 @@ budget was spent).
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
+from slackswap.simulator import simulate
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.deadline import MARGIN, Deadline
 from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers.exact._cp import CpPlanProgram
 from slackswap.solvers.exact._lp import BoundProgram
@@ -58,8 +59,6 @@ from slackswap.solvers.exact._plans import (
     round_candidates,
 )
 
-MARGIN = 0.08
-
 
 @register("cpsat", display=Display(colour="#17becf", marker="<", order=12))
 class CpSat(Solver):
@@ -67,6 +66,7 @@ class CpSat(Solver):
 
     key = "cpsat"
     tags = Tags(exact=True, deterministic=True, needs=("ortools",), uses_time_limit=True)
+    margin = MARGIN
 
     def __init__(
         self,
@@ -100,11 +100,10 @@ class CpSat(Solver):
         self.default_time_limit = default_time_limit
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
-        t0 = time.perf_counter()
-        limit = float(time_limit if time_limit is not None else self.default_time_limit)
-        stop = t0 + limit * (1.0 - MARGIN)
+        limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
+        deadline = deadline.or_limit(limit)
         M = budget.bytes_for(instance)
         scorer = Scorer(instance, M, self.max_evaluations)
         # the relaxation: a bound, an infeasibility proof, and rounded plans to start from
@@ -138,11 +137,11 @@ class CpSat(Solver):
         )
         starts.append(("keep-all", np.zeros(instance.n_tensors, dtype=np.int8)))  # then repair
         if self.hint not in ("", "none"):
-            hints = hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+            hints = hint_plans(instance, budget, self.hint, deadline)
             starts += labelled(f"hint:{self.hint}", hints)
         share = 0.3 if instance.n_tensors <= self.exact_tensors else 0.4
         acts, step, _, found_by = best_plan(
-            scorer, starts, t0 + share * limit, repair_deadline=stop
+            scorer, starts, deadline.share(share), repair_deadline=deadline
         )
         if acts is not None and step <= lp_bound * (1 + 1e-9):
             # A plan at the proven bound is optimal: CP-SAT could only spend the rest of the
@@ -157,10 +156,12 @@ class CpSat(Solver):
             )  # fmt: skip
         if instance.n_tensors <= self.exact_tensors:
             sol = self._exact(
-                instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit
+                instance, M, scorer, acts, step, found_by, lp_bound, deadline, seed, limit
             )
         else:
-            sol = self._lns(instance, M, scorer, acts, step, found_by, lp_bound, stop, seed, limit)
+            sol = self._lns(
+                instance, M, scorer, acts, step, found_by, lp_bound, deadline, seed, limit
+            )
         sol.info["lp_engine"] = "coarse" if coarse else "full"
         return sol
 
@@ -174,7 +175,7 @@ class CpSat(Solver):
         step: float,
         found_by: str,
         lp_bound: float,
-        stop: float,
+        deadline: Deadline,
         seed: int,
         limit: float,
     ) -> Solution:
@@ -198,11 +199,13 @@ class CpSat(Solver):
         # CP-SAT's work is metered in deterministic seconds, so the loop ends at the same
         # point on any machine (the wall clock is only a safety net)
         work = 0.35 * limit
-        cp_stop = stop - 0.3 * limit  # the wall-clock share of the loop: the rest polishes
-        while time.perf_counter() < cp_stop and not scorer.exhausted and work > 0.005:
+        cp_stop = deadline.before(
+            0.3 * limit
+        )  # the wall-clock share of the loop: the rest polishes
+        while not cp_stop.expired() and not scorer.exhausted and work > 0.005:
             cap = step * (1 - self.tolerance) if math.isfinite(step) else None
             res = cp.solve(
-                time_limit=cp_stop - time.perf_counter(),
+                time_limit=cp_stop.remaining(),
                 seed=seed,
                 workers=self.workers,
                 hint=None,  # the incumbent is excluded: its values would only mislead
@@ -225,7 +228,7 @@ class CpSat(Solver):
             st = float(scorer.many(cand[None, :])[0])
             origin = "cp-sat"
             if math.isfinite(st):
-                better, st_ls, _ = local_search(scorer, cand, st, stop)
+                better, st_ls, _ = local_search(scorer, cand, st, deadline)
                 exclude(better)
                 if st_ls < st:
                     cand, st, origin = better, st_ls, "cp-sat+local-search"
@@ -236,7 +239,7 @@ class CpSat(Solver):
         if acts is not None and not proven:
             # CP-SAT's proposals are relaxed plans: polish the incumbent in the simulator with
             # perturbation restarts for what time is left
-            polished, polished_step = iterated_local_search(scorer, acts, step, stop, seed)
+            polished, polished_step = iterated_local_search(scorer, acts, step, deadline, seed)
             if polished_step < step:
                 acts, step, claim = polished, polished_step, None
                 found_by += "+iterated-local-search"
@@ -268,8 +271,6 @@ class CpSat(Solver):
     @staticmethod
     def _hint_values(cp: CpPlanProgram, inst: Instance, M: int, acts: np.ndarray) -> dict:
         """The model's values for the simulated run of ``acts``: a complete, feasible hint."""
-        from slackswap.simulator import simulate
-
         sim = simulate(inst, acts, Budget.bytes(M), timeline=True)
         return cp.embed_run(acts, sim.timeline)
 
@@ -283,7 +284,7 @@ class CpSat(Solver):
         step: float,
         found_by: str,
         lp_bound: float,
-        stop: float,
+        deadline: Deadline,
         seed: int,
         limit: float,
     ) -> Solution:
@@ -293,7 +294,7 @@ class CpSat(Solver):
             return Solution(None, lower_bound_s=lp_bound, timed_out=True, info=info)
         # building the model costs about a millisecond per operator and tensor: skip the search
         # when that would not leave a neighbourhood's worth of time
-        if stop - time.perf_counter() < 2e-3 * (inst.n_ops + inst.n_tensors) + 0.5:
+        if deadline.remaining() < 2e-3 * (inst.n_ops + inst.n_tensors) + 0.5:
             info["reason"] = "no time left for the neighbourhood search"
             return Solution(
                 Plan(inst, acts),
@@ -310,7 +311,7 @@ class CpSat(Solver):
         claim = None
         converged = False
         work = 0.5 * limit  # deterministic seconds of CP-SAT, as in the exact loop
-        while time.perf_counter() < stop and not scorer.exhausted and work > 0.005:
+        while not deadline.expired() and not scorer.exhausted and work > 0.005:
             window = windows[tried % len(windows)]
             free = np.isin(inst.tensor_block, window)
             mdl = cp.model.clone()
@@ -321,7 +322,7 @@ class CpSat(Solver):
                 mdl.add(cp.start[i] == hint[cp.start[i]])
             per = min(work, self.lns_seconds)
             res = cp.solve(
-                time_limit=min(stop - time.perf_counter(), 0.8 * per),
+                time_limit=min(deadline.remaining(), 0.8 * per),
                 seed=seed,
                 workers=self.workers,
                 model=mdl,

@@ -31,7 +31,6 @@ simulated step equals the bound (within 1e-9, relative).
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
@@ -39,6 +38,7 @@ from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.deadline import MARGIN, Deadline
 from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers.exact._guided import search_from_relaxation
 from slackswap.solvers.exact._lp import BoundProgram
@@ -50,9 +50,6 @@ from slackswap.solvers.exact._plans import (
     round_candidates,
 )
 
-#: Share of the time limit kept free for the runner and the final bookkeeping.
-MARGIN = 0.08
-
 
 @register("milp", display=Display(colour="#393b79", marker=">", order=13))
 class Milp(Solver):
@@ -60,6 +57,7 @@ class Milp(Solver):
 
     key = "milp"
     tags = Tags(exact=True, deterministic=True, needs=("scipy",), uses_time_limit=True)
+    margin = MARGIN
 
     def __init__(
         self,
@@ -87,11 +85,10 @@ class Milp(Solver):
         self.default_time_limit = default_time_limit
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
-        t0 = time.perf_counter()
-        limit = float(time_limit if time_limit is not None else self.default_time_limit)
-        stop = t0 + limit * (1.0 - MARGIN)
+        limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
+        deadline = deadline.or_limit(limit)
         M = budget.bytes_for(instance)
         model = BoundProgram(instance, M)
         # past a few thousand operators the full LP does not finish (n^2.3): the coarse one,
@@ -111,19 +108,21 @@ class Milp(Solver):
             return Solution(None, lower_bound_s=math.inf, proven_infeasible=True, info=info)
         bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
         timed_out = lp.status == "timeout"
-        scorer = Scorer(instance, M, self.max_evaluations, deadline=stop)
+        scorer = Scorer(instance, M, self.max_evaluations, deadline=deadline)
         starts = (
             labelled("lp-rounding", round_candidates(instance, lp.s, lp.r))
             if lp.bound_s is not None
             else []
         )
         starts.append(("keep-all", np.zeros(instance.n_tensors, dtype=np.int8)))  # then repair
-        hints = hint_plans(instance, budget, self.hint, stop - time.perf_counter())
+        hints = hint_plans(instance, budget, self.hint, deadline)
         starts += labelled(f"hint:{self.hint}", hints)
         # leave room for the binary version and the claim on what is left
-        search_stop = stop - (0.25 * limit if self.integral and not coarse else 0.05 * limit)
+        search_stop = deadline.before(
+            0.25 * limit if self.integral and not coarse else 0.05 * limit
+        )
         acts, step, converged, found_by = best_plan(
-            scorer, starts, search_stop, self.search, repair_deadline=stop
+            scorer, starts, search_stop, self.search, repair_deadline=deadline
         )
         timed_out = timed_out or not (converged or scorer.exhausted)
         # A plan at the proven bound is optimal: the searches and the binary version after this
@@ -139,8 +138,8 @@ class Milp(Solver):
             if g_info["guided_found_by"]:
                 acts, step, found_by = guided, g_step, str(g_info["guided_found_by"])
         claim, claimed_for = None, None
-        if acts is not None and stop - time.perf_counter() > 0.02 * limit:
-            claim, claimed_for = model.plan_value(acts, time_limit=stop - time.perf_counter()), acts
+        if acts is not None and deadline.remaining() > 0.02 * limit:
+            claim, claimed_for = model.plan_value(acts, time_limit=deadline.remaining()), acts
         # the binary version is cut by the clock, so a run with a work budget skips it
         run_milp = self.integral and self.max_evaluations is None and not coarse
         # HiGHS checks its clock between phases, and the binary version's root relaxation (about
@@ -148,7 +147,7 @@ class Milp(Solver):
         # left overran a 4 s limit by up to 20%, so the binary version runs only when two LP
         # rounds fit.
         lp_round_s = lp.seconds / max(lp.rounds, 1)
-        milp_s = stop - time.perf_counter() - 0.05 * limit
+        milp_s = deadline.remaining() - 0.05 * limit
         if run_milp and not at_bound and milp_s > max(0.05 * limit, 2.0 * lp_round_s):
             mres = model._milp(milp_s)
             if mres is not None:
@@ -159,7 +158,7 @@ class Milp(Solver):
                     more = labelled("milp-rounding", round_candidates(instance, mres.s, mres.r))
                     if acts is not None:
                         more.append((found_by, acts))
-                    a2, st2, _, by2 = best_plan(scorer, more, stop, self.search)
+                    a2, st2, _, by2 = best_plan(scorer, more, deadline, self.search)
                     if a2 is not None and st2 < step:
                         acts, step, found_by = a2, st2, by2
         info["evaluations"] = scorer.evaluations
@@ -168,7 +167,7 @@ class Milp(Solver):
             info["reason"] = "no rounded or hinted plan could be repaired to fit the budget"
             return Solution(None, lower_bound_s=bound, timed_out=timed_out, info=info)
         if claimed_for is not acts:
-            left = stop - time.perf_counter()
+            left = deadline.remaining()
             claim = model.plan_value(acts, time_limit=left) if left > 0.02 * limit else None
         # the bound is reported as proved: one above the plan's simulated step is a defect the
         # runner reports as an error, never something to cap

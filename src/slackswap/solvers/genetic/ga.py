@@ -68,24 +68,23 @@ replay the run exactly).
 from __future__ import annotations
 
 import math
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance, UserError
+from slackswap.simulator import score_many
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import REGISTRY, Display, Solution, Solver, Tags, register
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic._repair import Repair
 from slackswap.solvers.genetic._search import SearchConfig, SearchResult, search
 
 #: How far (relative) above the ideal step a simulated step still counts as reaching it: the
 #: simulator sums the same operator times in another order.
 IDEAL_REL_TOL = 1e-9
-
-if TYPE_CHECKING:
-    from slackswap.plan import Budget
 
 
 class SimulatorFitness:
@@ -120,8 +119,6 @@ class SimulatorFitness:
         return self.__dict__ | {"pool": None}  # a worker process scores in its own thread
 
     def _simulate(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        from slackswap.simulator import score_many
-
         return score_many(self.instance, actions, self.budget, runtime=self.runtime)
 
     def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -166,16 +163,17 @@ def seed_plans(
     instance: Instance,
     budget: Budget,
     *,
-    time_limit: float | None,
+    deadline: Deadline,
     seed: int,
     names: tuple[str, ...] = DEFAULT_SEED_SOLVERS,
 ) -> list[tuple[str, np.ndarray]]:
-    """The plans of the solvers ``names``, in that order; a solver that raises or returns no
-    plan is skipped (it costs the search one seed, nothing more)."""
+    """The plans of the solvers ``names``, in that order, each solved within ``deadline``; a
+    solver that raises or returns no plan is skipped (it costs the search one seed, nothing
+    more)."""
     out: list[tuple[str, np.ndarray]] = []
     for name in names:
         try:
-            res = REGISTRY[name].make().solve(instance, budget, time_limit=time_limit, seed=seed)
+            res = REGISTRY[name].make().solve(instance, budget, deadline=deadline, seed=seed)
         except Exception:  # a failing seed solver costs the search one seed, nothing more
             continue
         plan = res.plan if isinstance(res, Solution) else res
@@ -293,20 +291,17 @@ class GeneticSearch(Solver):
             raise UserError(f"ga: n_jobs must be at least 1, got {self.n_jobs}")
 
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
-        from slackswap.plan import Plan
-
-        t0 = time.perf_counter()
         self._check()
         n = instance.n_tensors
         seed_names = solver_names(self.seed_solvers)
         seeds = (
-            seed_plans(instance, budget, time_limit=time_limit, seed=seed, names=seed_names)
+            seed_plans(instance, budget, deadline=deadline, seed=seed, names=seed_names)
             if self.seeded
             else []
         )
-        seeding_s = time.perf_counter() - t0
+        seeding_s = deadline.elapsed()
         config = SearchConfig(
             pop_size=self.pop_size,
             cxpb=self.cxpb,
@@ -317,7 +312,7 @@ class GeneticSearch(Solver):
             tournsize=self.tournsize,
             max_evaluations=self.max_evaluations,
             max_generations=self.max_generations,
-            time_limit_s=time_limit,
+            time_limit_s=deadline.usable_s if deadline.limited else None,
             islands=self.islands,
             migration_interval=self.migration_interval,
             migrants=self.migrants,
@@ -342,7 +337,8 @@ class GeneticSearch(Solver):
                 seeds=[a for _, a in seeds],
                 arity=np.where(np.isfinite(instance.tensor_recompute_s), 3, 2).tolist(),
                 repair=repair,
-                start=t0,
+                start=deadline.start,
+                clock=deadline.clock,
                 n_jobs=self.n_jobs,
                 processes=self.processes,
             )

@@ -58,7 +58,6 @@ benchmarks/README.md).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,10 +65,11 @@ import numpy as np
 
 from slackswap.console import format_bytes
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
-from slackswap.problem import Instance
+from slackswap.problem import BACKWARD, Instance
 from slackswap.simulator import simulate
 from slackswap.simulator.result import COMPUTE_KINDS
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.planner._memory import need_ops, static_arrays
 from slackswap.solvers.planner._passes import PassResult, plan_passes
 
@@ -145,14 +145,14 @@ class SlackSwap(Solver):
 
     # ---------------------------------------------------------------------------------------
     def solve(
-        self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
+        self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
         if self.order not in ("rho", "production"):
             raise ValueError(f"order={self.order!r}: expected 'rho' or 'production'")
         m_bytes = budget.bytes_for(instance)
         if m_bytes >= instance.peak_bytes:
             return Plan.keep_all(instance, self.runtime)
-        search = _RepairSearch(self, instance, budget, time_limit)
+        search = _RepairSearch(self, instance, budget, deadline)
         search.run()
         info: dict[str, Any] = {"rounds": [r.as_dict() for r in search.rounds]}
         if search.best is not None:
@@ -176,14 +176,16 @@ class _RepairSearch:
     """The Sec. 3.4 rounds for one (instance, budget): plan, replay, repair; keep the fastest."""
 
     def __init__(
-        self, solver: SlackSwap, instance: Instance, budget: Budget, time_limit: float | None
+        self, solver: SlackSwap, instance: Instance, budget: Budget, deadline: Deadline
     ) -> None:
         self.solver = solver
         self.instance = instance
         self.budget = budget
         self.m_bytes = budget.bytes_for(instance)
         self.sa = static_arrays(instance)
-        self.deadline = None if time_limit is None else time.perf_counter() + 0.5 * time_limit
+        # a round starts only in the first half of the time limit, so one begun late still ends
+        # within it
+        self.deadline = deadline.share(0.5)
         n_t = instance.n_tensors
         self.excluded = np.zeros(n_t, dtype=bool)
         self.forced = np.zeros(n_t, dtype=bool)
@@ -198,7 +200,7 @@ class _RepairSearch:
     def _room(self) -> bool:
         if len(self.rounds) >= max(1, self.solver.max_rounds):
             return False
-        return self.deadline is None or time.perf_counter() < self.deadline
+        return not self.deadline.expired()
 
     def _plan_budget(self) -> int:
         if self.shrink == 0:
@@ -326,15 +328,13 @@ class _RepairSearch:
         """Rounds left after a late prefetch the runtime held back for memory: the first round's
         plan (no tensor repaired) re-planned for a budget 1%, 2%, 4%, ... smaller.
 
-        Beyond Sec. 3.4's single path (a toolkit extension, issue 17). Such a prefetch waited for
+        Beyond Sec. 3.4's single path (a toolkit extension). Such a prefetch waited for
         the look-ahead's memory, not for the link, and the per-tensor repair (recompute it or
         un-swap it) pays for that wait in recompute; a smaller planning budget swaps a little
         more and leaves the look-ahead room. Budgets that give a plan already seen cost no
         replay; the branch ends at a replay with no stall, at a budget the passes cannot fit, or
         when the rounds run out, and the fastest plan of either path wins.
         """
-        from slackswap.simulator import simulate
-
         if self.best is not None and self.best[0] <= self.instance.ideal_step_s + STALL_TOL_S:
             return  # already ideal: nothing to gain
         no_repair = np.zeros(self.instance.n_tensors, dtype=bool)
@@ -453,8 +453,6 @@ def held_back_prefetches(instance: Instance, sim: SimResult, late: dict[int, flo
     the engine sat idle (past the backward start and the previous prefetch's end) waited for
     the memory look-ahead or a memory stall, not for the link. ``sim`` must carry its timeline.
     """
-    from slackswap.problem import BACKWARD
-    from slackswap.simulator.result import COMPUTE_KINDS
 
     tl = sim.timeline
     if tl is None or not late:
