@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from slackswap.problem import UserError
+from slackswap.solvers.base import REGISTRY
 
 
 def solver_names(value: str | Iterable[str]) -> tuple[str, ...]:
@@ -26,8 +27,6 @@ def check_solver_names(
     """A `UserError` unless every name is a registered solver other than ``owner``; with
     ``static_only``, one whose plan alone decides and that does not search (a seed must come
     back at once, without the time limit the search itself needs)."""
-    from slackswap.solvers.base import REGISTRY
-
     for name in names:
         where = f"solver {owner!r} option {option}"
         if name == owner:

@@ -40,6 +40,7 @@ from ortools.sat.python import cp_model
 
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance
+from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 from slackswap.solvers.exact._interrupt import call_interruptibly
 
 
@@ -220,7 +221,6 @@ class CpPlanProgram:
         Every time is rounded down to the tick. The validity test fixes these values and asks
         CP-SAT whether they satisfy the model (they must, for every feasible run).
         """
-        from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 
         inst = self.instance
         u = self.tick_s
@@ -399,7 +399,3 @@ class CpPlanProgram:
                 "offloaded": [t for t in range(len(acts)) if solver.boolean_value(self.off[t])],
             },
         )
-
-
-#: The name before 0.2 (it read as a workload model, like slackswap.models).
-CpPlanModel = CpPlanProgram

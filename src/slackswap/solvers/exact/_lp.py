@@ -65,7 +65,9 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from slackswap.console import format_bytes
+from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
+from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 from slackswap.solvers.exact._interrupt import call_interruptibly
 
 #: Relative violation below which a lazy row counts as satisfied.
@@ -480,8 +482,6 @@ class BoundProgram:
         starts, copy ends, prefetch starts, evictions), and `violations` of the result must be
         empty for every feasible run.
         """
-        from slackswap.plan import RECOMP, SWAP
-        from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 
         acts = np.asarray(actions)
         x = np.zeros(self.n_vars)
@@ -773,7 +773,6 @@ class BoundProgram:
         None when the LP does not finish in time; inf when it has no solution (the plan
         cannot fit).
         """
-        from slackswap.plan import RECOMP, SWAP
 
         acts = np.asarray(actions)
         lb, ub = self.var_lb.copy(), self.var_ub.copy()
@@ -868,7 +867,3 @@ class BoundProgram:
             seconds=time.perf_counter() - t0,
             info={"T": x[self.T] * self.time_unit},
         )
-
-
-#: The name before 0.2 (it read as a workload model, like slackswap.models).
-BoundModel = BoundProgram
