@@ -188,6 +188,7 @@ def test_seed_plans_skip_failures_refuse_searches(small, monkeypatch) -> None:  
     reg.register("slackswap", REGISTRY["slackswap"].cls)
     monkeypatch.setattr(ga_module, "REGISTRY", reg)
     monkeypatch.setattr("slackswap.solvers.base.REGISTRY", reg)
+    monkeypatch.setattr("slackswap.solvers._named_solvers.REGISTRY", reg)
     monkeypatch.setattr("slackswap.solvers.base._load_all", lambda: None)
     names = ("slackswap", "t-raise", "t-none", "t-keep")
     seeds = seed_plans(small, Budget.parse(0.5), deadline=Deadline.never(), seed=0, names=names)
