@@ -54,7 +54,6 @@ way has a subset of the rows, so its optimum is itself a valid bound.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -68,6 +67,7 @@ from slackswap.console import format_bytes
 from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
 from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._interrupt import call_interruptibly
 
 #: Relative violation below which a lazy row counts as satisfied.
@@ -697,8 +697,7 @@ class BoundProgram:
         With ``integral=True`` the LP rounds run first, then the binary version (HiGHS branch and
         bound) on the rows found, for what time is left; its dual bound is still valid.
         """
-        t0 = time.perf_counter()
-        deadline = t0 + time_limit
+        clock = Deadline.begin(time_limit)
         empty = np.zeros(self.nt)
         if self.infeasible_reason:
             return BoundResult(
@@ -717,11 +716,11 @@ class BoundProgram:
         x = None
         history: list[float] = []
         stalled = 0
-        clock = False
+        by_clock = False
         while rounds < max_rounds:
-            left = deadline - time.perf_counter()
+            left = clock.remaining()
             if left <= 0.05:
-                clock = True
+                by_clock = True
                 break
             res = self._lp(left)
             rounds += 1
@@ -734,16 +733,16 @@ class BoundProgram:
                     empty,
                     None,
                     rounds=rounds,
-                    seconds=time.perf_counter() - t0,
+                    seconds=clock.elapsed(),
                     info={"reason": "the relaxation has no solution at this budget"},
                 )
             if res.status != 0 or res.x is None:
-                clock = True
+                by_clock = True
                 break
             x = res.x
             gained = best is None or float(res.fun) > history[-1] + 1e-9 * (1 + abs(history[-1]))
             history.append(float(res.fun))
-            best = self._result(x, float(res.fun), "optimal", False, rounds, t0)
+            best = self._result(x, float(res.fun), "optimal", False, rounds, clock)
             new = self._violated(x, per_row)
             if not new:
                 break
@@ -754,10 +753,10 @@ class BoundProgram:
             self._add_lazy(new)
         if best is None:
             return BoundResult(None, "timeout", False, empty, empty, None, rounds=rounds)
-        if clock and best.status == "partial":
+        if by_clock and best.status == "partial":
             best.status = "timeout"  # the clock, not convergence, ended the rounds
-        if integral and deadline - time.perf_counter() > 0.2:
-            mres = self._milp(deadline - time.perf_counter())
+        if integral and clock.remaining() > 0.2:
+            mres = self._milp(clock.remaining())
             if mres is not None:
                 mres.rounds = rounds
                 if mres.bound_s is not None and mres.bound_s >= (best.bound_s or 0.0):
@@ -797,14 +796,13 @@ class BoundProgram:
     ) -> BoundResult | None:
         """The binary version, with the same lazy rows: solve, add the rows its point breaks,
         solve again. Every dual bound along the way is valid (it has a subset of the rows)."""
-        t0 = time.perf_counter()
-        deadline = t0 + time_limit
+        clock = Deadline.begin(time_limit)
         integrality = np.zeros(self.n_vars, dtype=np.int64)
         integrality[self.s] = 1
         integrality[self.r] = 1
         best: BoundResult | None = None
         for rounds in range(1, max_rounds + 1):
-            left = deadline - time.perf_counter()
+            left = clock.remaining()
             if left <= 0.05:
                 break
             a, lo, hi = self._matrices()
@@ -833,7 +831,12 @@ class BoundProgram:
                     best = BoundResult(bound, "timeout", True, empty, empty, None, rounds=rounds)
                 break
             out = self._result(
-                res.x, float(res.fun), "optimal" if res.status == 0 else "timeout", True, rounds, t0
+                res.x,
+                float(res.fun),
+                "optimal" if res.status == 0 else "timeout",
+                True,
+                rounds,
+                clock,
             )
             if res.status == 0:
                 out.bound_s = max(out.bound_s or 0.0, bound or 0.0)
@@ -851,7 +854,7 @@ class BoundProgram:
         return best
 
     def _result(
-        self, x: np.ndarray, fun: float, status: str, integral: bool, rounds: int, t0: float
+        self, x: np.ndarray, fun: float, status: str, integral: bool, rounds: int, clock: Deadline
     ) -> BoundResult:
         value = self.instance.ideal_step_s + fun * self.time_unit
         return BoundResult(
@@ -864,6 +867,6 @@ class BoundProgram:
             rounds=rounds,
             rows=self._static.n + self._lazy.n,
             lazy_rows=self._lazy.n,
-            seconds=time.perf_counter() - t0,
+            seconds=clock.elapsed(),
             info={"T": x[self.T] * self.time_unit},
         )
