@@ -8,9 +8,11 @@ autograd first unpacks a recomputed tensor, the chain of recorded operators that
 run again on its rebuild inputs: inputs that are themselves recomputed are rebuilt first, swapped
 ones fetched, and random operators run with their recorded RNG state, so dropout masks come out
 identical (``torch.utils.checkpoint`` recomputes whole regions, not single tensors, so only its
-idea of restoring the RNG state per random operator is borrowed). The operator's schema says
-which arguments it writes: a resident saved tensor or a buffer (batch-norm running statistics)
-it would write gets a scratch copy, so the model's state is that of one step.
+idea of restoring the RNG state per random operator is borrowed). What an operator writes is
+what its schema marks as written plus the arguments some operators update without a mark (the
+running statistics of ``native_batch_norm`` and its cuDNN and MIOpen variants,
+`UNMARKED_WRITES`): a resident saved tensor or a buffer a rebuild would write gets a scratch
+copy, so the model's state is that of one step.
 """
 
 from __future__ import annotations
@@ -29,12 +31,31 @@ from slackswap.profiling.recorder import Recorder, _bind
 from slackswap.profiling.trace import EXTERNAL
 from slackswap.runtime.entry import Entry
 
-__all__ = ["Rebuilder", "tensors_of", "view"]
+__all__ = ["Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
 
 
 def tensors_of(obj: Any) -> list[torch.Tensor]:
     """The tensors in a nest of lists, tuples and dicts (an operator's arguments or outputs)."""
     return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+#: Arguments operators update in place although their schema does not mark them as written:
+#: the running statistics of ``native_batch_norm``, ``cudnn_batch_norm`` and
+#: ``miopen_batch_norm`` in training mode (``_native_batch_norm_legit`` marks them).
+UNMARKED_WRITES = frozenset({"running_mean", "running_var"})
+
+
+def written_arguments(schema: Any, bound: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors a call writes: those its schema marks as written, and the unmarked ones
+    (`UNMARKED_WRITES`) unless the call says it is not training."""
+    training = bound.get("training", True) is not False
+    return [
+        t
+        for a in schema.arguments
+        if (a.alias_info is not None and a.alias_info.is_write)
+        or (training and a.name in UNMARKED_WRITES)
+        for t in tensors_of(bound.get(a.name))
+    ]
 
 
 def view(storage: Any, dtype: Any, offset: int, size: Any, stride: Any) -> torch.Tensor:
@@ -120,12 +141,7 @@ class Rebuilder:
         find it again, and the flat positions of the arguments the operator writes."""
         rec = self.recorder
         bound = _bind(func._schema, args, kwargs)
-        written = {
-            id(t)
-            for a in func._schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write
-            for t in tensors_of(bound.get(a.name))
-        }
+        written = {id(t) for t in written_arguments(func._schema, bound)}
         flat, spec = tree_flatten((args, kwargs))
         mutated = frozenset(i for i, x in enumerate(flat) if id(x) in written)
         out: list[Any] = []
