@@ -287,3 +287,47 @@ def plain_cnn():
     """(model, images): the runtime tests' CNN, batch 2 on 16x16 images."""
     torch.manual_seed(0)
     return PlainCNN(), torch.randn(2, 3, 16, 16)
+
+
+class BasicBlock(nn.Module):
+    """torchvision's ResNet basic block: conv-BN-ReLU(in place), conv-BN, residual add, ReLU(in
+    place)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + x)
+
+
+class TinyResNet(nn.Module):
+    """A torchvision-like ResNet (no torchvision): stem conv-BN-ReLU, basic blocks, pooling and a
+    linear head; its batch-norm layers update running statistics in every training step."""
+
+    def __init__(self, width: int = 8, blocks: int = 3, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = nn.Sequential(*(BasicBlock(width) for _ in range(blocks)))
+        self.fc = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layer1(self.relu(self.bn1(self.conv1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def resnet():
+    """(model, images, loss_fn): a tiny ResNet step with cross-entropy, batch 2 on 16x16."""
+    torch.manual_seed(0)
+    model = TinyResNet()
+    images = torch.randn(2, 3, 16, 16)
+    labels = torch.randint(0, 10, (2,))
+    return model, (images,), lambda logits: F.cross_entropy(logits, labels)
