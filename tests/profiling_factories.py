@@ -331,3 +331,96 @@ def resnet():
     images = torch.randn(2, 3, 16, 16)
     labels = torch.randint(0, 10, (2,))
     return model, (images,), lambda logits: F.cross_entropy(logits, labels)
+
+
+class TinyLSTM(nn.Module):
+    """An embedding, a recurrent layer (``nn.LSTM`` or ``nn.GRU``) and a linear head."""
+
+    def __init__(self, rnn: str = "lstm", layers: int = 1, bidirectional: bool = False):
+        super().__init__()
+        self.emb = nn.Embedding(32, 16)
+        cls = nn.LSTM if rnn == "lstm" else nn.GRU
+        self.rnn = cls(16, 16, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+        self.head = nn.Linear(16 * (2 if bidirectional else 1), 32)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.emb(ids))
+        return self.head(out)
+
+
+def _rnn(rnn: str, layers: int, bidirectional: bool):
+    torch.manual_seed(0)
+    model = TinyLSTM(rnn, layers, bidirectional)
+    ids = torch.randint(0, 32, (2, 8))
+    targets = torch.randint(0, 32, (2, 8))
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, 32), targets.reshape(-1))
+
+    return model, (ids,), loss_fn
+
+
+def lstm():
+    """(model, ids, loss_fn): a one-layer nn.LSTM language model step."""
+    return _rnn("lstm", 1, False)
+
+
+def lstm_deep():
+    """A two-layer bidirectional nn.LSTM."""
+    return _rnn("lstm", 2, True)
+
+
+def gru():
+    """A two-layer bidirectional nn.GRU."""
+    return _rnn("gru", 2, True)
+
+
+class CheckpointedMLP(nn.Module):
+    """Linear-GELU-Linear blocks, each run under ``torch.utils.checkpoint``."""
+
+    def __init__(self, reentrant: bool, blocks: int = 3, width: int = 32):
+        super().__init__()
+        self.reentrant = reentrant
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+            for _ in range(blocks)
+        )
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        for blk in self.blocks:
+            x = x + checkpoint(blk, x, use_reentrant=self.reentrant)
+        return self.head(x)
+
+
+def checkpoint_reentrant():
+    """(model, x): blocks under torch.utils.checkpoint(use_reentrant=True)."""
+    torch.manual_seed(0)
+    return CheckpointedMLP(True), torch.randn(4, 32, requires_grad=True)
+
+
+def checkpoint_nonreentrant():
+    """(model, x): blocks under torch.utils.checkpoint(use_reentrant=False)."""
+    torch.manual_seed(0)
+    return CheckpointedMLP(False), torch.randn(4, 32)
+
+
+class SparseEmbeddingModel(nn.Module):
+    """``nn.Embedding(sparse=True)`` (a sparse gradient), a hidden layer and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 16, sparse=True)
+        self.fc = nn.Linear(16, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.fc(self.emb(ids))).mean(dim=1))
+
+
+def sparse_embedding():
+    """(model, ids): a step whose embedding gets a sparse gradient."""
+    torch.manual_seed(0)
+    return SparseEmbeddingModel(), torch.randint(0, 64, (4, 6))

@@ -84,13 +84,16 @@ class _OpRecord:
     (parameters, buffers and model inputs as themselves), the RNG state it ran with, and where
     each value it wrote came from (output k or mutated argument k)."""
 
-    __slots__ = ("func", "args", "mutated", "rng", "writes")
+    __slots__ = ("func", "args", "mutated", "rng", "grad", "writes")
 
-    def __init__(self, func: Any, args: Any, mutated: Any, rng: Any, writes: dict[int, Any]):
+    def __init__(
+        self, func: Any, args: Any, mutated: Any, rng: Any, grad: bool, writes: dict[int, Any]
+    ):
         self.func = func
         self.args = args
         self.mutated = mutated
         self.rng = rng
+        self.grad = grad
         self.writes = writes
 
 
@@ -129,12 +132,13 @@ class Rebuilder:
         self._externals.clear()
 
     # ----- recording ---------------------------------------------------------------------------
-    def before_call(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
-        """Before a forward call runs: its template and, for a random operator, its RNG state."""
+    def before_call(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any, bool]:
+        """Before a forward call runs: its template, for a random operator its RNG state, and
+        the grad mode it runs in."""
         rng = None
         if torch.Tag.nondeterministic_seeded in func.tags:
             rng = _rng_state(tensors_of((args, kwargs)))
-        return self._template(func, args, kwargs), rng
+        return self._template(func, args, kwargs), rng, torch.is_grad_enabled()
 
     def _template(self, func: Any, args: Any, kwargs: Any) -> Any:
         """The call's flattened arguments with every tensor replaced by what a rebuild needs to
@@ -164,7 +168,7 @@ class Rebuilder:
         """Keep forward operator ``index``'s call (``before``, from `before_call`) and where
         each value it wrote is found in its outputs or mutated arguments."""
         rec = self.recorder
-        (spec, flat, mutated_set), rng = before
+        (spec, flat, mutated_set), rng, grad = before
         outs = tensors_of(out)
         mutated = [i for i in sorted(mutated_set) if isinstance(flat[i], _Ref)]
         writes: dict[int, Any] = {}
@@ -181,7 +185,7 @@ class Rebuilder:
                         where = ("arg", i)
                         break
             writes[v] = where
-        self._records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, writes)
+        self._records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, grad, writes)
 
     def note_allocations(self, out: Any, first_new_value: int) -> None:
         """A forward call the profile does not number as an operator made new values (a bare
@@ -251,13 +255,22 @@ class Rebuilder:
             else:
                 real.append(x)
         args, kwargs = tree_unflatten(real, spec)
-        with _rng_restored(rec.rng):
-            out = rec.func(*args, **kwargs)
+        # In the grad mode the forward call ran in (the backward pass runs with grad off): some
+        # kernels return more outputs when grad is on (the workspace of mkldnn_rnn_layer, which
+        # nn.LSTM runs on CPU). Autograd stays out of the replay, as it was below the mode.
+        with _rng_restored(rec.rng), torch.set_grad_enabled(rec.grad):
+            with torch._C._AutoDispatchBelowAutograd():
+                out = rec.func(*args, **kwargs)
         outs = tensors_of(out)
         for v, where in rec.writes.items():
             if where is None:
                 continue
             kind, k = where
+            if kind == "out" and k >= len(outs):
+                raise RuntimeError(
+                    f"rebuilding {rec.func}: it returned {len(outs)} tensors, its recorded "
+                    f"call {k + 1} or more"
+                )
             t = outs[k] if kind == "out" else real[k]
             cache[v] = t.untyped_storage()
 
