@@ -76,6 +76,8 @@ class PlanExecutor(Recorder):
         self._sig_dtypes = list(sig["dtypes"])
         self._sig_shapes = [tuple(s) for s in sig["shapes"]]
         self._entry_of_value = {int(v): i for i, v in enumerate(sig["values"])}
+        # Earlier values of a saved tensor's storage that autograd also saves: views of it.
+        self._earlier_value = {int(v): int(i) for v, i in sig.get("earlier_values", [])}
         self.entries = [
             Entry(i, int(a), int(b))
             for i, (a, b) in enumerate(zip(actions, instance.tensor_bytes, strict=True))
@@ -260,7 +262,14 @@ class PlanExecutor(Recorder):
         v = self.value_of(t)
         i = self._entry_of_value.get(v) if v is not None else None
         if i is None:
-            self.unplanned_packs += 1  # an earlier value of a storage saved again later
+            j = self._earlier_value.get(v) if v is not None else None
+            if j is not None:
+                # The storage is saved again later, as entry j: unplanned, autograd would read
+                # this view from the storage as the step leaves it, so it reads it from entry
+                # j's storage (kept, fetched back or rebuilt).
+                ej = self.entries[j]
+                return Handle(ej, t, keep=ej.action == KEEP, release=self.copies.release)
+            self.unplanned_packs += 1  # a value the profile did not save
             return t
         e = self.entries[i]
         if not e.packed:
