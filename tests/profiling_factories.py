@@ -376,11 +376,13 @@ def gru():
 
 
 class CheckpointedMLP(nn.Module):
-    """Linear-GELU-Linear blocks, each run under ``torch.utils.checkpoint``."""
+    """An input layer, then Linear-GELU-Linear blocks each run under ``torch.utils.checkpoint``
+    (the input layer makes a reentrant block's input require grad, as it must)."""
 
     def __init__(self, reentrant: bool, blocks: int = 3, width: int = 32):
         super().__init__()
         self.reentrant = reentrant
+        self.inp = nn.Linear(width, width)
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
             for _ in range(blocks)
@@ -390,6 +392,7 @@ class CheckpointedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch.utils.checkpoint import checkpoint
 
+        x = self.inp(x)
         for blk in self.blocks:
             x = x + checkpoint(blk, x, use_reentrant=self.reentrant)
         return self.head(x)
@@ -398,7 +401,7 @@ class CheckpointedMLP(nn.Module):
 def checkpoint_reentrant():
     """(model, x): blocks under torch.utils.checkpoint(use_reentrant=True)."""
     torch.manual_seed(0)
-    return CheckpointedMLP(True), torch.randn(4, 32, requires_grad=True)
+    return CheckpointedMLP(True), torch.randn(4, 32)
 
 
 def checkpoint_nonreentrant():

@@ -86,7 +86,14 @@ def build_instance(
     # action frees them, so they are not offered to the planner, and their bytes are not
     # counted (what `slackswap.runtime.measure` leaves out as memory held before the step).
     caller_held = trace.preexisting - trace.released_after.keys()
-    saved_values = {v for v in trace.saved if values[v].storage not in caller_held}
+    # Values the backward pass made and saved (a reentrant torch.utils.checkpoint re-runs its
+    # block's forward inside backward and saves that graph's tensors) live and die inside one
+    # backward node: no action applies to them, their bytes count as the node's transient ones.
+    saved_values = {
+        v
+        for v in trace.saved
+        if values[v].storage not in caller_held and values[v].producer < n_fwd
+    }
     by_storage: dict[int, int] = {}
     for v in trace.saved:
         if v in saved_values:
