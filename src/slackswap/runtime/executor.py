@@ -108,6 +108,7 @@ class PlanExecutor(Recorder):
         )
         self.error: BaseException | None = None
         self._global_hook: Any = None
+        self.closed = False
         if model is not None:
             self.adopt(model)
 
@@ -180,6 +181,7 @@ class PlanExecutor(Recorder):
 
     def close(self) -> None:
         """Drop every reference this runtime holds to the step's tensors."""
+        self.closed = True
         for e in self.entries:
             e.device = e.host = e.event = None
         self.rebuilder.clear()
@@ -230,9 +232,15 @@ class PlanExecutor(Recorder):
         where = f"operator #{index + self.shift}"
         ran = f"{'backward' if op.phase else 'forward'} {op.aten} (module {op.module or 'model'})"
         if index >= self.n_ops:
+            hint = ""
+            if op.phase == 1:
+                hint = (
+                    " (a second backward pass over a graph kept with retain_graph=True? a plan "
+                    "covers one forward and one backward pass: run the second one without it)"
+                )
             self._fail(
                 f"the step differs from {self.instance.name!r} at {where}: it ran {ran} after "
-                f"the profile's last operator"
+                f"the profile's last operator{hint}"
             )
         name = self.instance.op_name[index + self.shift]
         phase, aten = _aten_of(name)
@@ -304,6 +312,13 @@ class PlanExecutor(Recorder):
     def _unpack(self, h: Any) -> torch.Tensor:
         if not isinstance(h, Handle):
             return h  # type: ignore[no-any-return]
+        if self.closed and h.tensor is None:
+            raise UserError(
+                f"saved tensor {self.instance.tensor_name[h.entry.index]!r} was needed after the "
+                "slackswap.runtime.apply block ended (a backward pass over a graph kept with "
+                "retain_graph=True?): the plan swapped or recomputed it for one backward pass "
+                "inside the block; run further backward passes without the plan"
+            )
         if self.phase == 1:
             # Autograd unpacks a node's saved tensors before the node's first operator runs
             # (and before its rebuilds): the simulator's copies due before that operator start
