@@ -147,8 +147,8 @@ def train_steps(
                     loss = loss_of(model(*inputs))
                     loss.backward()
                 else:
-                    b = 1.0 if budget is None else budget
-                    with apply(plan, b, model=model, runtime=runtime, schedule=schedule):
+                    bud = 1.0 if budget is None else budget
+                    with apply(plan, bud, model=model, runtime=runtime, schedule=schedule):
                         loss = loss_of(model(*inputs))
                         loss.backward()
                 losses.append(loss.detach())
@@ -156,8 +156,8 @@ def train_steps(
         state: dict[str, torch.Tensor] = {}
         for n, p in named:
             state[f"parameter {n!r}"] = p.detach().clone()
-        for n, b in model.named_buffers():
-            state[f"buffer {n!r}"] = b.detach().clone()
+        for n, buf in model.named_buffers():
+            state[f"buffer {n!r}"] = buf.detach().clone()
         kind = type(opt).__name__
         for n, p in named:
             for key, v in opt.state.get(p, {}).items():
@@ -168,8 +168,8 @@ def train_steps(
             for p, saved, g in zip(params, saved_params, saved_grads, strict=True):
                 p.copy_(saved)
                 p.grad = g
-            for b, saved in zip(model.buffers(), saved_buffers, strict=True):
-                b.copy_(saved)
+            for buf, saved in zip(model.buffers(), saved_buffers, strict=True):
+                buf.copy_(saved)
     return TrainResult(type(opt).__name__, losses, state)
 
 

@@ -164,7 +164,7 @@ class Rebuilder:
                 out.append(x)
         return spec, out, mutated
 
-    def remember(self, index: int, func: Any, before: tuple[Any, Any], out: Any) -> None:
+    def remember(self, index: int, func: Any, before: tuple[Any, Any, bool], out: Any) -> None:
         """Keep forward operator ``index``'s call (``before``, from `before_call`) and where
         each value it wrote is found in its outputs or mutated arguments."""
         rec = self.recorder
