@@ -427,3 +427,25 @@ def sparse_embedding():
     """(model, ids): a step whose embedding gets a sparse gradient."""
     torch.manual_seed(0)
     return SparseEmbeddingModel(), torch.randint(0, 64, (4, 6))
+
+
+class FunctionalBatchNorm(nn.Module):
+    """Batch-norm through ``F.batch_norm`` with running statistics that are plain tensor
+    attributes, not registered buffers (as some hand-written layers keep them)."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 3, padding=1)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.stats_mean = torch.zeros(width)
+        self.stats_var = torch.ones(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.batch_norm(self.conv(x), self.stats_mean, self.stats_var, training=True)
+        return self.conv2(torch.relu(y)).mean(dim=(2, 3))
+
+
+def functional_batch_norm():
+    """(model, images): F.batch_norm updating statistics the module does not register."""
+    torch.manual_seed(0)
+    return FunctionalBatchNorm(), torch.randn(2, 3, 8, 8)

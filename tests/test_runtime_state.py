@@ -184,3 +184,26 @@ def test_five_adamw_steps_of_the_resnet_all_recompute(resnet) -> None:  # type: 
     ref = train_steps(model, inputs, loss_fn, steps=STEPS)
     got = train_steps(model, inputs, loss_fn, Plan(inst, _all_recompute(inst)), steps=STEPS)
     assert train_difference(got, ref) is None
+
+
+def test_statistics_that_are_no_buffer_are_updated_once() -> None:
+    """F.batch_norm on running statistics the module holds as plain attributes: the rebuild
+    found them as the caller's tensors and updated them a second time."""
+    model, inputs, loss_fn = _made("functional_batch_norm")
+    inst = profile_step(model, inputs, loss_fn)
+    acts = _all_recompute(inst)
+    assert _recomputes_batch_norm(inst, acts)
+    stats = (model.stats_mean, model.stats_var)
+    start = [t.clone() for t in stats]
+
+    def after(plan: Plan | None) -> list[torch.Tensor]:
+        for t, s in zip(stats, start, strict=True):
+            t.copy_(s)
+        out = run_step(model, inputs, loss_fn, plan)
+        assert out.stats is None or out.stats.rebuilds > 0
+        return [t.clone() for t in stats]
+
+    ref = after(None)
+    got = after(Plan(inst, acts))
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+    assert not torch.equal(ref[0], start[0])  # the step does update them

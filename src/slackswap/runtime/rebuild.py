@@ -246,8 +246,10 @@ class Rebuilder:
         for i, x in enumerate(flat):
             if isinstance(x, _Ref):
                 storage = self._resolve(x.value, cache)
-                if i in rec.mutated and x.value in self.entry_of_value:
-                    # Never write into a resident saved tensor: work on a copy.
+                if i in rec.mutated and x.value not in cache:
+                    # Write only into what this rebuild made: a resident saved tensor or a
+                    # tensor of the caller's (running statistics that are no buffer) gets a
+                    # scratch copy.
                     storage = storage.clone()
                 real.append(view(storage, x.dtype, x.offset, x.size, x.stride))
             elif isinstance(x, torch.Tensor) and i in rec.mutated:
