@@ -22,6 +22,7 @@ from slackswap.plan import KEEP, RECOMP, Budget, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import rebuild  # noqa: E402
 from slackswap.runtime.measure import (  # noqa: E402
+    has_sparse_gradients,
     run_step,
     step_difference,
     train_difference,
@@ -135,7 +136,18 @@ def test_a_difference_in_optimizer_state_is_named(resnet) -> None:  # type: igno
 # Every test model (the runtime tests' four, and the ResNet with its batch-norm statistics):
 # 5 AdamW steps under every static solver's plan at 50% and 30% of P, or at the smallest budget
 # that fits above that, end bitwise identical to 5 unplanned steps.
-STATE_MODELS = ("resnet", "plain_cnn", "gpt_dropout", "bert", "torch_encoder")
+STATE_MODELS = (
+    "resnet",
+    "plain_cnn",
+    "gpt_dropout",
+    "bert",
+    "torch_encoder",
+    "lstm_deep",
+    "gru",
+    "checkpoint_reentrant",
+    "checkpoint_nonreentrant",
+    "sparse_embedding",
+)
 STEPS = 5
 
 
@@ -166,12 +178,13 @@ def _solver_plans(inst) -> dict[str, tuple[np.ndarray, Budget]]:  # type: ignore
 def test_five_adamw_steps_under_every_solver_plan(name: str) -> None:
     model, inputs, loss_fn = _made(name)
     inst = profile_step(model, inputs, loss_fn)
-    ref = train_steps(model, inputs, loss_fn, steps=STEPS)
+    sparse = has_sparse_gradients(run_step(model, inputs, loss_fn))  # SGD: AdamW takes none
+    ref = train_steps(model, inputs, loss_fn, steps=STEPS, sparse=sparse)
     plans = _solver_plans(inst)
     assert plans, f"{name}: no solver plan fits"
     errors = []
     for label, (acts, b) in plans.items():
-        got = train_steps(model, inputs, loss_fn, Plan(inst, acts), b, steps=STEPS)
+        got = train_steps(model, inputs, loss_fn, Plan(inst, acts), b, steps=STEPS, sparse=sparse)
         diff = train_difference(got, ref)
         if diff is not None:
             errors.append(f"{label}: {diff}")
