@@ -209,3 +209,17 @@ def test_a_kept_graph_runs_again_after_the_block_when_the_plan_kept_everything()
     loss.backward()
     for p in case.model.parameters():
         p.grad = None
+
+
+@pytest.mark.parametrize(
+    "name,budget", [("lstm_deep", "50%"), ("gru", "50%"), ("checkpoint_reentrant", "90%")]
+)
+def test_run_check_passes_on_the_layers(capsys, name: str, budget: str) -> None:
+    """`slackswap run --check` end to end: planned, run, compared, trained; exit 0."""
+    rc = main(["run", f"{FACTORIES}:{name}", "--budget", budget, "--solver", "slackswap",
+               "--check", "--steps", "2", "--time-limit", "1", "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    r = json.loads(captured.out)
+    assert r["bitwise_identical"] is True and r["first_difference"] is None
+    assert r["swapped_bytes"] + r["recomputed_bytes"] > 0
