@@ -40,9 +40,9 @@ The step must be the profiled one: the same operators in the same order (checked
 operator, the first difference named in a `StepMismatchError`), forward and backward inside
 the ``with`` block. One backward pass: a second one over a graph kept with
 ``retain_graph=True``, inside the block or after it, is refused in one line naming
-``retain_graph`` (the plan dropped what the first one needed). A plan for another instance (``instance=``) or one that does not fit the
-budget in the simulator is refused before anything is installed; every hook is removed on
-exit, also when the step raises. `StorageTracker` measures the step's memory independently.
+``retain_graph`` (the plan dropped what the first one needed). A plan for another instance
+(``instance=``) or one that does not fit the budget in the simulator is refused before
+anything is installed; every hook is removed on exit, also when the step raises. `StorageTracker` measures the step's memory independently.
 
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
 (recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
