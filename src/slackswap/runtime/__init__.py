@@ -42,7 +42,8 @@ the ``with`` block. One backward pass: a second one over a graph kept with
 ``retain_graph=True``, inside the block or after it, is refused in one line naming
 ``retain_graph`` (the plan dropped what the first one needed). A plan for another instance
 (``instance=``) or one that does not fit the budget in the simulator is refused before
-anything is installed; every hook is removed on exit, also when the step raises. `StorageTracker` measures the step's memory independently.
+anything is installed; every hook is removed on exit, also when the step raises.
+`StorageTracker` measures the step's memory independently.
 
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
 (recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
