@@ -287,3 +287,165 @@ def plain_cnn():
     """(model, images): the runtime tests' CNN, batch 2 on 16x16 images."""
     torch.manual_seed(0)
     return PlainCNN(), torch.randn(2, 3, 16, 16)
+
+
+class BasicBlock(nn.Module):
+    """torchvision's ResNet basic block: conv-BN-ReLU(in place), conv-BN, residual add, ReLU(in
+    place)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + x)
+
+
+class TinyResNet(nn.Module):
+    """A torchvision-like ResNet (no torchvision): stem conv-BN-ReLU, basic blocks, pooling and a
+    linear head; its batch-norm layers update running statistics in every training step."""
+
+    def __init__(self, width: int = 8, blocks: int = 3, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = nn.Sequential(*(BasicBlock(width) for _ in range(blocks)))
+        self.fc = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layer1(self.relu(self.bn1(self.conv1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def resnet():
+    """(model, images, loss_fn): a tiny ResNet step with cross-entropy, batch 2 on 16x16."""
+    torch.manual_seed(0)
+    model = TinyResNet()
+    images = torch.randn(2, 3, 16, 16)
+    labels = torch.randint(0, 10, (2,))
+    return model, (images,), lambda logits: F.cross_entropy(logits, labels)
+
+
+class TinyLSTM(nn.Module):
+    """An embedding, a recurrent layer (``nn.LSTM`` or ``nn.GRU``) and a linear head."""
+
+    def __init__(self, rnn: str = "lstm", layers: int = 1, bidirectional: bool = False):
+        super().__init__()
+        self.emb = nn.Embedding(32, 16)
+        cls = nn.LSTM if rnn == "lstm" else nn.GRU
+        self.rnn = cls(16, 16, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+        self.head = nn.Linear(16 * (2 if bidirectional else 1), 32)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.emb(ids))
+        return self.head(out)
+
+
+def _rnn(rnn: str, layers: int, bidirectional: bool):
+    torch.manual_seed(0)
+    model = TinyLSTM(rnn, layers, bidirectional)
+    ids = torch.randint(0, 32, (2, 8))
+    targets = torch.randint(0, 32, (2, 8))
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, 32), targets.reshape(-1))
+
+    return model, (ids,), loss_fn
+
+
+def lstm():
+    """(model, ids, loss_fn): a one-layer nn.LSTM language model step."""
+    return _rnn("lstm", 1, False)
+
+
+def lstm_deep():
+    """A two-layer bidirectional nn.LSTM."""
+    return _rnn("lstm", 2, True)
+
+
+def gru():
+    """A two-layer bidirectional nn.GRU."""
+    return _rnn("gru", 2, True)
+
+
+class CheckpointedMLP(nn.Module):
+    """An input layer, then Linear-GELU-Linear blocks each run under ``torch.utils.checkpoint``
+    (the input layer makes a reentrant block's input require grad, as it must)."""
+
+    def __init__(self, reentrant: bool, blocks: int = 3, width: int = 32):
+        super().__init__()
+        self.reentrant = reentrant
+        self.inp = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+            for _ in range(blocks)
+        )
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        x = self.inp(x)
+        for blk in self.blocks:
+            x = x + checkpoint(blk, x, use_reentrant=self.reentrant)
+        return self.head(x)
+
+
+def checkpoint_reentrant():
+    """(model, x): blocks under torch.utils.checkpoint(use_reentrant=True)."""
+    torch.manual_seed(0)
+    return CheckpointedMLP(True), torch.randn(4, 32)
+
+
+def checkpoint_nonreentrant():
+    """(model, x): blocks under torch.utils.checkpoint(use_reentrant=False)."""
+    torch.manual_seed(0)
+    return CheckpointedMLP(False), torch.randn(4, 32)
+
+
+class SparseEmbeddingModel(nn.Module):
+    """``nn.Embedding(sparse=True)`` (a sparse gradient), a hidden layer and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 16, sparse=True)
+        self.fc = nn.Linear(16, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.fc(self.emb(ids))).mean(dim=1))
+
+
+def sparse_embedding():
+    """(model, ids): a step whose embedding gets a sparse gradient."""
+    torch.manual_seed(0)
+    return SparseEmbeddingModel(), torch.randint(0, 64, (4, 6))
+
+
+class FunctionalBatchNorm(nn.Module):
+    """Batch-norm through ``F.batch_norm`` with running statistics that are plain tensor
+    attributes, not registered buffers (as some hand-written layers keep them)."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 3, padding=1)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.stats_mean = torch.zeros(width)
+        self.stats_var = torch.ones(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.batch_norm(self.conv(x), self.stats_mean, self.stats_var, training=True)
+        return self.conv2(torch.relu(y)).mean(dim=(2, 3))
+
+
+def functional_batch_norm():
+    """(model, images): F.batch_norm updating statistics the module does not register."""
+    torch.manual_seed(0)
+    return FunctionalBatchNorm(), torch.randn(2, 3, 8, 8)

@@ -29,8 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Profile the step a factory returns (or read --instance), plan it with a solver "
             "(or read --plan), run the step under the plan with slackswap.runtime and print "
             "the measured peak activation memory and step time beside the simulated ones. "
-            "--check also runs the step without a plan (same seed) and compares the loss and "
-            "every parameter gradient."
+            "--check also runs the step without a plan (same seed) and compares the loss, "
+            "every parameter gradient and every buffer (batch-norm statistics), then trains "
+            "--steps optimizer steps (AdamW; SGD when the model has sparse gradients) with and "
+            "without the plan and compares every parameter, buffer and optimizer state tensor, "
+            "bit for bit; any difference exits 1, naming the first."
         ),
     )
     p.add_argument("factory", metavar="SCRIPT_OR_MODULE:FACTORY", help="e.g. train.py:make")
@@ -43,8 +46,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the plan's actions under this runtime: barrier-free, layer-prefetch or sync "
         "(default: the plan's)",
     )
-    p.add_argument("--steps", type=int, default=1, help="planned steps to run (default 1)")
-    p.add_argument("--check", action="store_true", help="compare with the unplanned step")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="planned steps to run (default 1); with --check, also the optimizer steps compared",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with unplanned steps: loss, gradients, buffers, then --steps optimizer steps",
+    )
     p.add_argument("--seed", type=int, default=0, help="torch seed for the factory and steps")
     p.add_argument("--time-limit", type=_seconds, default=10.0, help="solver seconds")
     p.add_argument("--gpu", default="a100", help="GPU whose roofline times the profile")
@@ -68,7 +80,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
     from slackswap.runtime import RUNTIME_MODES, check_plan
-    from slackswap.runtime.measure import bitwise_equal, max_abs_diff, run_step
+    from slackswap.runtime.measure import (
+        has_sparse_gradients,
+        max_abs_diff,
+        run_step,
+        step_difference,
+        train_difference,
+        train_steps,
+    )
     from slackswap.solvers import REGISTRY, run
 
     if args.steps < 1:
@@ -131,9 +150,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     stats = runs[0].stats
     loss_diff = grad_diff = None
     identical = None
+    difference: str | None = None
+    optimizer = None
     if args.check:
         loss_diff, grad_diff = max_abs_diff(runs[0], baseline)
-        identical = all(bitwise_equal(r, baseline) for r in runs)
+        for r in runs:
+            difference = difference or step_difference(r, baseline)
+        if difference is None:
+            phase("run", f"training {args.steps} optimizer step(s) without the plan, then under it",
+                  args.progress)  # fmt: skip
+
+            def train(planned: bool) -> Any:
+                return train_steps(model, inputs, loss_fn, plan if planned else None, budget,
+                                   steps=args.steps, sparse=has_sparse_gradients(baseline),
+                                   seed=args.seed, runtime=runtime)  # fmt: skip
+
+            reference = train(False)
+            optimizer = reference.optimizer
+            found = train_difference(train(True), reference)
+            if found is not None:
+                difference = f"{found} after {args.steps} {optimizer} step(s)"
+        identical = difference is None
     device = str(next(iter(model.parameters())).device)
     out = {
         "instance": inst.name,
@@ -155,6 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "loss_abs_diff": loss_diff,
         "grad_max_abs_diff": grad_diff,
         "bitwise_identical": identical,
+        "first_difference": difference,
+        "check_optimizer": optimizer,
         "cuda_peak_bytes": runs[0].cuda_peak_bytes,
     }
     if args.json:
@@ -189,6 +228,13 @@ def _print_table(r: dict[str, Any], timing: str) -> None:
     if r["bitwise_identical"] is not None:
         verdict = "bitwise identical" if r["bitwise_identical"] else "DIFFERENT"
         print(
-            f"check against the unplanned step: loss and gradients {verdict} "
+            f"check against the unplanned step: loss, gradients and buffers {verdict} "
             f"(|loss diff| {r['loss_abs_diff']:.3g}, max |grad diff| {r['grad_max_abs_diff']:.3g})"
         )
+        if r["check_optimizer"] is not None and r["bitwise_identical"]:
+            print(
+                f"after {r['steps']} {r['check_optimizer']} step(s): parameters, buffers and "
+                "optimizer state bitwise identical"
+            )
+        if r["first_difference"] is not None:
+            print(f"first difference: {r['first_difference']}")

@@ -86,7 +86,14 @@ def build_instance(
     # action frees them, so they are not offered to the planner, and their bytes are not
     # counted (what `slackswap.runtime.measure` leaves out as memory held before the step).
     caller_held = trace.preexisting - trace.released_after.keys()
-    saved_values = {v for v in trace.saved if values[v].storage not in caller_held}
+    # Values the backward pass made and saved (a reentrant torch.utils.checkpoint re-runs its
+    # block's forward inside backward and saves that graph's tensors) live and die inside one
+    # backward node: no action applies to them, their bytes count as the node's transient ones.
+    saved_values = {
+        v
+        for v in trace.saved
+        if values[v].storage not in caller_held and values[v].producer < n_fwd
+    }
     by_storage: dict[int, int] = {}
     for v in trace.saved:
         if v in saved_values:
@@ -102,12 +109,17 @@ def build_instance(
         return i + shift
 
     # ---- readers ------------------------------------------------------------------------------
+    # A storage saved at several values (nn.GRU's CPU cell fills its gate buffer in place and
+    # autograd saves views of it after each stage) is one saved tensor, its last saved value;
+    # the forward reads of its earlier values before that value's producer build it.
     fwd_readers: list[set[int]] = [set() for _ in range(n_t)]
     bwd_readers: list[set[int]] = [set() for _ in range(n_t)]
     for i, op in enumerate(ops):
         for v in op.reads:
             t = t_index.get(values[v].storage)
             if t is None or v not in saved_values:
+                continue
+            if op.phase == 0 and i < _producer(trace, tensor_values[t]):
                 continue
             (fwd_readers if op.phase == 0 else bwd_readers)[t].add(op_of(i))
     last_op = op_of(len(ops) - 1)
@@ -234,6 +246,13 @@ def build_instance(
         "values": list(tensor_values),
         "dtypes": [values[v].dtype for v in tensor_values],
         "shapes": [list(values[v].shape) for v in tensor_values],
+        # Earlier values of a saved tensor's storage that autograd saved too (value, tensor):
+        # the runtime hands autograd views of the tensor for them.
+        "earlier_values": sorted(
+            [v, t_index[values[v].storage]]
+            for v in saved_values
+            if values[v].storage in t_index and by_storage[values[v].storage] != v
+        ),
     }
     cols: dict[str, Any] = dict(
         op_name=names,
@@ -358,7 +377,8 @@ def _rebuild_chain(
         if len(chain) > MAX_CHAIN_OPS:
             return None, inputs
         for u in ops[o].reads:
-            if u in saved and u != v:
+            # An earlier value of the rebuilt tensor's own storage is rebuilt with it.
+            if u in saved and values[u].storage != values[v].storage:
                 inputs.add(t_index[values[u].storage])
             elif values[u].producer != EXTERNAL:
                 stack.append(values[u].producer)

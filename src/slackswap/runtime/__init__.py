@@ -21,8 +21,10 @@ with the simulator's barrier-free semantics (`slackswap.simulator`):
   that produced it are run again on its rebuild inputs (inputs that are themselves recomputed
   are rebuilt first and stay until their own last reader; swapped ones are fetched), random
   operators with the RNG state they first ran with, so dropout masks come out identical.
-  Buffers an operator updates in place (batch-norm running statistics) get a scratch copy, so
-  the model's state is that of one step.
+  Each operator is replayed in the grad mode it first ran in (nn.LSTM's CPU kernel returns
+  more outputs with grad on). Buffers and other tensors of the caller's an operator updates in
+  place (batch-norm running statistics, which ``native_batch_norm``'s schema does not mark as
+  written) get a scratch copy, so the model's state is that of one step.
 
 PyTorch pieces used and why: ``torch.autograd.graph.saved_tensors_hooks`` (what
 ``save_on_cpu`` and torchtune's offloading use) to hand autograd a handle instead of each
@@ -36,9 +38,12 @@ restoring the RNG state per random operator is borrowed); CUDA streams, events,
 
 The step must be the profiled one: the same operators in the same order (checked operator by
 operator, the first difference named in a `StepMismatchError`), forward and backward inside
-the ``with`` block. A plan for another instance (``instance=``) or one that does not fit the
-budget in the simulator is refused before anything is installed; every hook is removed on
-exit, also when the step raises. `StorageTracker` measures the step's memory independently.
+the ``with`` block. One backward pass: a second one over a graph kept with
+``retain_graph=True``, inside the block or after it, is refused in one line naming
+``retain_graph`` (the plan dropped what the first one needed). A plan for another instance
+(``instance=``) or one that does not fit the budget in the simulator is refused before
+anything is installed; every hook is removed on exit, also when the step raises.
+`StorageTracker` measures the step's memory independently.
 
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
 (recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),

@@ -76,6 +76,8 @@ class PlanExecutor(Recorder):
         self._sig_dtypes = list(sig["dtypes"])
         self._sig_shapes = [tuple(s) for s in sig["shapes"]]
         self._entry_of_value = {int(v): i for i, v in enumerate(sig["values"])}
+        # Earlier values of a saved tensor's storage that autograd also saves: views of it.
+        self._earlier_value = {int(v): int(i) for v, i in sig.get("earlier_values", [])}
         self.entries = [
             Entry(i, int(a), int(b))
             for i, (a, b) in enumerate(zip(actions, instance.tensor_bytes, strict=True))
@@ -106,6 +108,7 @@ class PlanExecutor(Recorder):
         )
         self.error: BaseException | None = None
         self._global_hook: Any = None
+        self.closed = False
         if model is not None:
             self.adopt(model)
 
@@ -178,6 +181,7 @@ class PlanExecutor(Recorder):
 
     def close(self) -> None:
         """Drop every reference this runtime holds to the step's tensors."""
+        self.closed = True
         for e in self.entries:
             e.device = e.host = e.event = None
         self.rebuilder.clear()
@@ -228,9 +232,15 @@ class PlanExecutor(Recorder):
         where = f"operator #{index + self.shift}"
         ran = f"{'backward' if op.phase else 'forward'} {op.aten} (module {op.module or 'model'})"
         if index >= self.n_ops:
+            hint = ""
+            if op.phase == 1:
+                hint = (
+                    " (a second backward pass over a graph kept with retain_graph=True? a plan "
+                    "covers one forward and one backward pass: run the second one without it)"
+                )
             self._fail(
                 f"the step differs from {self.instance.name!r} at {where}: it ran {ran} after "
-                f"the profile's last operator"
+                f"the profile's last operator{hint}"
             )
         name = self.instance.op_name[index + self.shift]
         phase, aten = _aten_of(name)
@@ -260,7 +270,14 @@ class PlanExecutor(Recorder):
         v = self.value_of(t)
         i = self._entry_of_value.get(v) if v is not None else None
         if i is None:
-            self.unplanned_packs += 1  # an earlier value of a storage saved again later
+            j = self._earlier_value.get(v) if v is not None else None
+            if j is not None:
+                # The storage is saved again later, as entry j: unplanned, autograd would read
+                # this view from the storage as the step leaves it, so it reads it from entry
+                # j's storage (kept, fetched back or rebuilt).
+                ej = self.entries[j]
+                return Handle(ej, t, keep=ej.action == KEEP, release=self.copies.release)
+            self.unplanned_packs += 1  # a value the profile did not save
             return t
         e = self.entries[i]
         if not e.packed:
@@ -295,6 +312,13 @@ class PlanExecutor(Recorder):
     def _unpack(self, h: Any) -> torch.Tensor:
         if not isinstance(h, Handle):
             return h  # type: ignore[no-any-return]
+        if self.closed and h.tensor is None:
+            raise UserError(
+                f"saved tensor {self.instance.tensor_name[h.entry.index]!r} was needed after the "
+                "slackswap.runtime.apply block ended (a backward pass over a graph kept with "
+                "retain_graph=True?): the plan swapped or recomputed it for one backward pass "
+                "inside the block; run further backward passes without the plan"
+            )
         if self.phase == 1:
             # Autograd unpacks a node's saved tensors before the node's first operator runs
             # (and before its rebuilds): the simulator's copies due before that operator start

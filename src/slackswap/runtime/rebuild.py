@@ -8,9 +8,11 @@ autograd first unpacks a recomputed tensor, the chain of recorded operators that
 run again on its rebuild inputs: inputs that are themselves recomputed are rebuilt first, swapped
 ones fetched, and random operators run with their recorded RNG state, so dropout masks come out
 identical (``torch.utils.checkpoint`` recomputes whole regions, not single tensors, so only its
-idea of restoring the RNG state per random operator is borrowed). The operator's schema says
-which arguments it writes: a resident saved tensor or a buffer (batch-norm running statistics)
-it would write gets a scratch copy, so the model's state is that of one step.
+idea of restoring the RNG state per random operator is borrowed). What an operator writes is
+what its schema marks as written plus the arguments some operators update without a mark (the
+running statistics of ``native_batch_norm`` and its cuDNN and MIOpen variants,
+`UNMARKED_WRITES`): a resident saved tensor or a buffer a rebuild would write gets a scratch
+copy, so the model's state is that of one step.
 """
 
 from __future__ import annotations
@@ -29,12 +31,31 @@ from slackswap.profiling.recorder import Recorder, _bind
 from slackswap.profiling.trace import EXTERNAL
 from slackswap.runtime.entry import Entry
 
-__all__ = ["Rebuilder", "tensors_of", "view"]
+__all__ = ["Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
 
 
 def tensors_of(obj: Any) -> list[torch.Tensor]:
     """The tensors in a nest of lists, tuples and dicts (an operator's arguments or outputs)."""
     return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+#: Arguments operators update in place although their schema does not mark them as written:
+#: the running statistics of ``native_batch_norm``, ``cudnn_batch_norm`` and
+#: ``miopen_batch_norm`` in training mode (``_native_batch_norm_legit`` marks them).
+UNMARKED_WRITES = frozenset({"running_mean", "running_var"})
+
+
+def written_arguments(schema: Any, bound: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors a call writes: those its schema marks as written, and the unmarked ones
+    (`UNMARKED_WRITES`) unless the call says it is not training."""
+    training = bound.get("training", True) is not False
+    return [
+        t
+        for a in schema.arguments
+        if (a.alias_info is not None and a.alias_info.is_write)
+        or (training and a.name in UNMARKED_WRITES)
+        for t in tensors_of(bound.get(a.name))
+    ]
 
 
 def view(storage: Any, dtype: Any, offset: int, size: Any, stride: Any) -> torch.Tensor:
@@ -63,13 +84,16 @@ class _OpRecord:
     (parameters, buffers and model inputs as themselves), the RNG state it ran with, and where
     each value it wrote came from (output k or mutated argument k)."""
 
-    __slots__ = ("func", "args", "mutated", "rng", "writes")
+    __slots__ = ("func", "args", "mutated", "rng", "grad", "writes")
 
-    def __init__(self, func: Any, args: Any, mutated: Any, rng: Any, writes: dict[int, Any]):
+    def __init__(
+        self, func: Any, args: Any, mutated: Any, rng: Any, grad: bool, writes: dict[int, Any]
+    ):
         self.func = func
         self.args = args
         self.mutated = mutated
         self.rng = rng
+        self.grad = grad
         self.writes = writes
 
 
@@ -108,24 +132,20 @@ class Rebuilder:
         self._externals.clear()
 
     # ----- recording ---------------------------------------------------------------------------
-    def before_call(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
-        """Before a forward call runs: its template and, for a random operator, its RNG state."""
+    def before_call(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any, bool]:
+        """Before a forward call runs: its template, for a random operator its RNG state, and
+        the grad mode it runs in."""
         rng = None
         if torch.Tag.nondeterministic_seeded in func.tags:
             rng = _rng_state(tensors_of((args, kwargs)))
-        return self._template(func, args, kwargs), rng
+        return self._template(func, args, kwargs), rng, torch.is_grad_enabled()
 
     def _template(self, func: Any, args: Any, kwargs: Any) -> Any:
         """The call's flattened arguments with every tensor replaced by what a rebuild needs to
         find it again, and the flat positions of the arguments the operator writes."""
         rec = self.recorder
         bound = _bind(func._schema, args, kwargs)
-        written = {
-            id(t)
-            for a in func._schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write
-            for t in tensors_of(bound.get(a.name))
-        }
+        written = {id(t) for t in written_arguments(func._schema, bound)}
         flat, spec = tree_flatten((args, kwargs))
         mutated = frozenset(i for i, x in enumerate(flat) if id(x) in written)
         out: list[Any] = []
@@ -144,11 +164,11 @@ class Rebuilder:
                 out.append(x)
         return spec, out, mutated
 
-    def remember(self, index: int, func: Any, before: tuple[Any, Any], out: Any) -> None:
+    def remember(self, index: int, func: Any, before: tuple[Any, Any, bool], out: Any) -> None:
         """Keep forward operator ``index``'s call (``before``, from `before_call`) and where
         each value it wrote is found in its outputs or mutated arguments."""
         rec = self.recorder
-        (spec, flat, mutated_set), rng = before
+        (spec, flat, mutated_set), rng, grad = before
         outs = tensors_of(out)
         mutated = [i for i in sorted(mutated_set) if isinstance(flat[i], _Ref)]
         writes: dict[int, Any] = {}
@@ -165,7 +185,7 @@ class Rebuilder:
                         where = ("arg", i)
                         break
             writes[v] = where
-        self._records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, writes)
+        self._records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, grad, writes)
 
     def note_allocations(self, out: Any, first_new_value: int) -> None:
         """A forward call the profile does not number as an operator made new values (a bare
@@ -226,8 +246,10 @@ class Rebuilder:
         for i, x in enumerate(flat):
             if isinstance(x, _Ref):
                 storage = self._resolve(x.value, cache)
-                if i in rec.mutated and x.value in self.entry_of_value:
-                    # Never write into a resident saved tensor: work on a copy.
+                if i in rec.mutated and x.value not in cache:
+                    # Write only into what this rebuild made: a resident saved tensor or a
+                    # tensor of the caller's (running statistics that are no buffer) gets a
+                    # scratch copy.
                     storage = storage.clone()
                 real.append(view(storage, x.dtype, x.offset, x.size, x.stride))
             elif isinstance(x, torch.Tensor) and i in rec.mutated:
@@ -235,13 +257,22 @@ class Rebuilder:
             else:
                 real.append(x)
         args, kwargs = tree_unflatten(real, spec)
-        with _rng_restored(rec.rng):
-            out = rec.func(*args, **kwargs)
+        # In the grad mode the forward call ran in (the backward pass runs with grad off): some
+        # kernels return more outputs when grad is on (the workspace of mkldnn_rnn_layer, which
+        # nn.LSTM runs on CPU). Autograd stays out of the replay, as it was below the mode.
+        with _rng_restored(rec.rng), torch.set_grad_enabled(rec.grad):
+            with torch._C._AutoDispatchBelowAutograd():
+                out = rec.func(*args, **kwargs)
         outs = tensors_of(out)
         for v, where in rec.writes.items():
             if where is None:
                 continue
             kind, k = where
+            if kind == "out" and k >= len(outs):
+                raise RuntimeError(
+                    f"rebuilding {rec.func}: it returned {len(outs)} tensors, its recorded "
+                    f"call {k + 1} or more"
+                )
             t = outs[k] if kind == "out" else real[k]
             cache[v] = t.untyped_storage()
 
