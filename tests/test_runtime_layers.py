@@ -25,7 +25,7 @@ from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import StepMismatchError, apply  # noqa: E402
 from slackswap.runtime.measure import max_abs_diff, run_step, step_difference  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
-from slackswap.solvers.base import REGISTRY, run  # noqa: E402
+from slackswap.solvers import REGISTRY, run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
