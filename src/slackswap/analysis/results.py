@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from slackswap import rowschema
+from slackswap.analysis.resultslock import ResultsLock
 from slackswap.problem import UserError
 from slackswap.textfile import check_output_path, node_kind, read_user_text, replace_target
 from slackswap.userdoc import parse_json
@@ -90,9 +91,9 @@ class ResultsWriter:
     """Appends finished rows to a results file; ``done_ids`` lists jobs already there.
 
     An existing results file is continued (``resume``), replaced (``overwrite``) or refused:
-    nothing already written is lost by default. The writer holds a lock on the file
-    (``.NAME.lock`` beside it) while it is open, so a second writer is refused at once and rows
-    of two processes never interleave. Columns a user added to a CSV file are kept on resume.
+    nothing already written is lost by default. The writer holds a lock on the file while it is
+    open (`ResultsLock`: by the file, not the name, so links and ``..`` meet it too), so a
+    second writer is refused at once and rows of two processes never interleave. Columns a user added to a CSV file are kept on resume.
     """
 
     def __init__(
@@ -106,9 +107,12 @@ class ResultsWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"{self.path}: cannot create its directory ({exc.strerror})") from None
-        self._lock = _lock(self.path)
+        self._lock = ResultsLock(self.path)
+        self._lock.acquire()
         try:
             self._open(resume, overwrite)
+            # A rewrite made a new file (inode): the lock follows the data.
+            self._lock.hold(self.path)
         except BaseException:
             self._lock.release()
             raise
@@ -201,6 +205,7 @@ class ResultsWriter:
         tmp = target.with_name(target.name + ".tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, target)
+        self._lock.hold(target)
         self._flush_cost = time.perf_counter() - t0
         self._last_flush = time.monotonic()
 
@@ -216,28 +221,6 @@ def _refuse_node(path: Path) -> None:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     if not stat.S_ISREG(mode):
         raise UserError(f"{path}: is {node_kind(mode)}, not a results file (a regular file)")
-
-
-def lock_path(path: str | os.PathLike[str]) -> Path:
-    """The lock file a writer of results file ``path`` holds."""
-    p = Path(path)
-    return p.with_name(f".{p.name}.lock")
-
-
-def _lock(path: Path) -> Any:
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(lock_path(path)), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise UserError(
-            f"{path}: another slackswap process is writing this results file (it holds "
-            f"{lock_path(path)}); wait for it to finish or write to another file"
-        ) from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write beside it ({exc.strerror})") from None
-    return lock
 
 
 def _holds_data(p: Path) -> bool:
