@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--steps", type=int, default=1, help="planned steps to run (default 1)")
     p.add_argument("--check", action="store_true", help="compare with the unplanned step")
-    p.add_argument("--seed", type=int, default=0, help="torch seed for the factory and steps")
+    p.add_argument("--seed", type=_seed, default=0, help="torch seed for the factory and steps")
     p.add_argument("--time-limit", type=_seconds, default=10.0, help="solver seconds")
     p.add_argument("--gpu", default="a100", help="GPU whose roofline times the profile")
     p.add_argument("--link", default=None, help="host link (default: the GPU's)")
@@ -192,3 +192,10 @@ def _print_table(r: dict[str, Any], timing: str) -> None:
             f"check against the unplanned step: loss and gradients {verdict} "
             f"(|loss diff| {r['loss_abs_diff']:.3g}, max |grad diff| {r['grad_max_abs_diff']:.3g})"
         )
+
+
+def _seed(text: str) -> int:
+    """A seed as ``solve`` takes it: a torch seed beyond 64 bits failed inside torch."""
+    from slackswap.analysis import checks
+
+    return checks.seed(text, "--seed")

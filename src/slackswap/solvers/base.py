@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import numbers
 import time
 import traceback
 import typing
@@ -27,6 +28,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from slackswap import __version__, rowschema
+from slackswap.errors import MAX_SECONDS, MAX_SEED, ArgumentError, ArgumentTypeError
 from slackswap.instances.catalog import load
 from slackswap.plan import DEFAULT_RUNTIME, Budget, Plan
 from slackswap.problem import Instance, UserError
@@ -397,6 +399,7 @@ def run(
         )
         instance, budget, solver = budget, solver, instance  # type: ignore[assignment]
 
+    _check_arguments(instance, solver, time_limit, seed)
     inst = load(instance) if isinstance(instance, str) else instance
     bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
     if isinstance(solver, str):
@@ -562,6 +565,33 @@ def _solver_first(first: object, third: object) -> bool:
         return isinstance(x, Solver) or (isinstance(x, str) and x in REGISTRY)
 
     return is_solver(first) and not is_solver(third)
+
+
+def _check_arguments(instance: Any, solver: Any, time_limit: Any, seed: Any) -> None:
+    """Refuse, before any work, what would fail later or be recorded wrongly: the CLI's
+    wording, as a `ValueError` (out of range) or `TypeError` (wrong type) that is a UserError."""
+    if not isinstance(instance, Instance | str):
+        raise ArgumentTypeError(
+            f"instance: expected an Instance or a catalog name or file, got {instance!r}"
+        )
+    if not isinstance(solver, str) and not callable(getattr(solver, "solve", None)):
+        raise ArgumentTypeError(f"solver: expected a solver name or a Solver, got {solver!r}")
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
+            raise ArgumentTypeError(
+                f"time_limit: expected a positive number of seconds, got {time_limit!r}"
+            )
+        if not (math.isfinite(time_limit) and 0 < time_limit <= MAX_SECONDS):
+            raise ArgumentError(
+                f"time_limit: expected a positive number of seconds (at most {MAX_SECONDS:g}), "
+                f"got {time_limit!r}"
+            )
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ArgumentTypeError(
+            f"seed: expected an integer seed from 0 to {MAX_SEED}, got {seed!r}"
+        )
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ArgumentError(f"seed: expected an integer seed from 0 to {MAX_SEED}, got {seed!r}")
 
 
 def solve(

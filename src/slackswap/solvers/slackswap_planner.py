@@ -66,7 +66,7 @@ import numpy as np
 
 from slackswap.console import format_bytes
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
-from slackswap.problem import Instance
+from slackswap.problem import Instance, UserError
 from slackswap.simulator import simulate
 from slackswap.simulator.result import COMPUTE_KINDS
 from slackswap.solvers._memory import need_ops, static_arrays
@@ -103,6 +103,10 @@ class Round:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
+
+
+#: The candidate orders of the repair passes (the ``order`` option).
+ORDERS = ("rho", "production")
 
 
 class SlackSwap(Solver):
@@ -142,12 +146,16 @@ class SlackSwap(Solver):
         self.oversubscribe = oversubscribe
         self.op_waits = op_waits
         self.memory_branch = memory_branch
+        # Checked here too, so a bad option is refused before any run (CLI: one line, exit 2),
+        # not an error row after it.
+        if order not in ORDERS:
+            raise UserError(f"{self.key}: order must be 'rho' or 'production', got {order!r}")
 
     # ---------------------------------------------------------------------------------------
     def solve(
         self, instance: Instance, budget: Budget, *, time_limit: float | None, seed: int
     ) -> Plan | Solution:
-        if self.order not in ("rho", "production"):
+        if self.order not in ORDERS:
             raise ValueError(f"order={self.order!r}: expected 'rho' or 'production'")
         m_bytes = budget.bytes_for(instance)
         if m_bytes >= instance.peak_bytes:
