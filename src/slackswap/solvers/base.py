@@ -581,7 +581,8 @@ def _check_arguments(instance: Any, solver: Any, time_limit: Any, seed: Any) -> 
             raise ArgumentTypeError(
                 f"time_limit: expected a positive number of seconds, got {time_limit!r}"
             )
-        if not (math.isfinite(time_limit) and 0 < time_limit <= MAX_SECONDS):
+        seconds = float(time_limit)
+        if not (math.isfinite(seconds) and 0 < seconds <= MAX_SECONDS):
             raise ArgumentError(
                 f"time_limit: expected a positive number of seconds (at most {MAX_SECONDS:g}), "
                 f"got {time_limit!r}"
