@@ -149,7 +149,7 @@ class RegisteredSolver:
         defaults = self.cls.option_defaults()
         unknown = set(options) - set(defaults)
         if unknown:
-            raise UserError(
+            raise ArgumentError(
                 f"solver {self.name!r} has no option {sorted(unknown)[0]!r} "
                 f"(options: {', '.join(defaults) or 'none'})"
             )
@@ -158,8 +158,10 @@ class RegisteredSolver:
             check_option(self.name, key, value, *types[key])
         try:
             return self.cls(**{**self.fixed, **options})
-        except (TypeError, ValueError) as exc:
-            raise UserError(f"solver {self.name!r}: {exc}") from None
+        except TypeError as exc:  # the family kept: Python callers catch TypeError / ValueError
+            raise ArgumentTypeError(f"solver {self.name!r}: {exc}") from None
+        except ValueError as exc:
+            raise ArgumentError(f"solver {self.name!r}: {exc}") from None
 
     @property
     def tags(self) -> Tags:

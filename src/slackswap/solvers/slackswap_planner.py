@@ -65,8 +65,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slackswap.console import format_bytes
+from slackswap.errors import ArgumentError
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
-from slackswap.problem import Instance, UserError
+from slackswap.problem import Instance
 from slackswap.simulator import simulate
 from slackswap.simulator.result import COMPUTE_KINDS
 from slackswap.solvers._memory import need_ops, static_arrays
@@ -149,7 +150,7 @@ class SlackSwap(Solver):
         # Checked here too, so a bad option is refused before any run (CLI: one line, exit 2),
         # not an error row after it.
         if order not in ORDERS:
-            raise UserError(f"{self.key}: order must be 'rho' or 'production', got {order!r}")
+            raise ArgumentError(f"order must be 'rho' or 'production', got {order!r}")
 
     # ---------------------------------------------------------------------------------------
     def solve(
