@@ -123,18 +123,21 @@ def test_ctrl_c_into_compare_jobs_2_at_several_moments(tmp_path, offset) -> None
 
 
 @LINUX
-@pytest.mark.parametrize("what", ["compare", "ga"])
+@pytest.mark.parametrize("what", ["compare", "dask", "ga"])
 def test_kill_9_leaves_no_worker_behind(tmp_path, what) -> None:
     out = tmp_path / "r.csv"
     argv = (
         ["compare", "gpt2-xl", "--budgets", "0.5,0.6,0.7,0.8", "--solvers", "ga",
          "--time-limit", "30", "--jobs", "2", "-o", str(out), "--no-progress"]
-        if what == "compare"
+        if what != "ga"
         else GA
     )  # fmt: skip
+    if what == "dask":
+        pytest.importorskip("dask.distributed")
+        argv += ["--backend", "dask"]
     proc = _start(argv, tmp_path)
     # Workers started (the loky ones may still be starting or idle: tied at start-up).
-    _wait_for(lambda: len(_alive(proc.pid)) >= (3 if what == "compare" else 2))
+    _wait_for(lambda: len(_alive(proc.pid)) >= (2 if what == "ga" else 3))
     proc.kill()
     proc.communicate()
     time.sleep(5.0)
