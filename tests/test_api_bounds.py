@@ -136,3 +136,8 @@ def test_a_bad_option_value_is_refused_before_the_job(tmp_path, capsys) -> None:
     )  # fmt: skip
     assert "order" in line
     assert not out.exists()
+
+
+def test_a_catalog_name_with_too_many_layers_is_refused(capsys) -> None:
+    line = _refused(["instance", "info", "gpt2-xl,layers=100000"], capsys)
+    assert str(MAX_LAYERS) in line
