@@ -82,10 +82,13 @@ def say_interrupted() -> None:
     if _state["said"]:
         return
     _state["said"] = True
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    if threading.current_thread() is threading.main_thread():
+        # What the command wrote first goes first. Not from the watchdog's thread: the main
+        # thread may hold the stream's lock, blocked on a full pipe.
+        try:
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - inside a signal handler: a reentrant flush
+            pass
     try:
         os.write(2, (LINE + "\n").encode())
     except OSError:
@@ -95,10 +98,6 @@ def say_interrupted() -> None:
 def exit_now() -> NoReturn:
     """The line and exit status 130, now: no interpreter shutdown (nothing it would wait for)."""
     say_interrupted()
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
     os._exit(EXIT_INTERRUPTED)
 
 
