@@ -77,7 +77,7 @@ def _interrupted(proc: subprocess.Popen, *, group: bool = True) -> None:
 
 @LINUX
 @pytest.mark.parametrize("offset", [0.0, 0.2])
-@pytest.mark.parametrize("window", ["start", "imports", "registry", "command", "exit"])
+@pytest.mark.parametrize("window", ["start", "imports", "registry", "command", "exit", "shutdown"])
 def test_ctrl_c_in_each_window_of_solve_is_one_line_and_130(tmp_path, window, offset) -> None:
     proc = _start(SOLVE, tmp_path, window)
     _wait_for((tmp_path / "flag").exists)

@@ -18,7 +18,9 @@ def main() -> int:
     interrupts.window("start")
     from slackswap.cli import main as cli_main
 
-    return cli_main()
+    status = cli_main()
+    interrupts.window("shutdown")  # then the interpreter's own: atexit hooks, workers joined
+    return status
 
 
 if __name__ == "__main__":

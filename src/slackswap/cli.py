@@ -86,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupts.command_starts()
         interrupts.window("command")
         status = int(args.func(args) or 0)
+        interrupts.command_ends()
         interrupts.window("exit")
     except KeyboardInterrupt:
         interrupts.say_interrupted()

@@ -11,7 +11,10 @@ the processes it starts never outlive it.
   workers stopped, and arms a watchdog: should the exception be swallowed (Python ignores one
   raised in an at-fork hook or a ``__del__``) or the clean-up hang, the process still ends,
   ``GRACE_S`` seconds later;
-* inside ``os.fork`` (its at-fork hooks) a Ctrl-C is held and ends the process just after.
+* inside ``os.fork`` (its at-fork hooks) a Ctrl-C is held and ends the process just after;
+* once the command has returned (its output written; the interpreter shutting down, exit hooks
+  joining workers) a Ctrl-C ends the process at once again: raised there it would be a
+  traceback from an exit hook, or an exit by the signal itself.
 
 Worker processes (loky, Dask, the genetic search's islands) call `tie_to_parent` first: they
 ignore SIGINT (a terminal sends it to the whole process group; the parent stops them) and die
@@ -21,7 +24,8 @@ with the parent, even one killed with ``kill -9``.
 can send SIGINT inside each one at will. The windows: ``start`` (before the command line's
 modules are imported), ``imports`` (before the parser and its commands), ``registry`` (before the
 solver modules and OR-Tools), ``command`` (the command runs), ``fork`` (inside ``os.fork``, in
-its at-fork hooks), ``exit`` (the command has returned).
+its at-fork hooks), ``exit`` (the command has returned), ``shutdown`` (the entry point is about to
+return to the interpreter, whose shutdown runs exit hooks and joins workers).
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ def command_starts() -> None:
     """From now on a Ctrl-C raises `KeyboardInterrupt` (with the watchdog) so clean-up runs."""
     if _state["installed"]:
         _state["soft"] = True
+
+
+def command_ends() -> None:
+    """The command has returned: a Ctrl-C now (the interpreter shutting down, workers being
+    joined) ends the process at once, as during start-up."""
+    _state["soft"] = False
 
 
 def was_interrupted() -> bool:
