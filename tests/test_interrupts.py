@@ -89,10 +89,11 @@ def test_ctrl_c_in_each_window_of_solve_is_one_line_and_130(tmp_path, window, of
 
 @LINUX
 @pytest.mark.parametrize("offset", [0.0, 0.7])
-def test_ctrl_c_inside_a_fork_is_held_then_ends_the_solve(tmp_path, offset) -> None:
+@pytest.mark.parametrize("window", ["fork", "after-fork"])
+def test_ctrl_c_inside_a_fork_is_held_then_ends_the_solve(tmp_path, window, offset) -> None:
     # Raised in an at-fork hook, KeyboardInterrupt would be "Exception ignored" and the search
     # would go on for its 20 s; held, it ends the process as the fork returns.
-    env = {**os.environ, "PYTHONPATH": str(SRC), "SLACKSWAP_TEST_SLEEP_IN": "fork:1.5",
+    env = {**os.environ, "PYTHONPATH": str(SRC), "SLACKSWAP_TEST_SLEEP_IN": f"{window}:1.5",
            "SLACKSWAP_TEST_SLEEP_FLAG": str(tmp_path / "flag")}  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "slackswap", *GA], env=env, cwd=tmp_path, start_new_session=True,

@@ -11,7 +11,8 @@ the processes it starts never outlive it.
   workers stopped, and arms a watchdog: should the exception be swallowed (Python ignores one
   raised in an at-fork hook or a ``__del__``) or the clean-up hang, the process still ends,
   ``GRACE_S`` seconds later;
-* inside ``os.fork`` (its at-fork hooks) a Ctrl-C is held and ends the process just after;
+* inside ``os.fork`` (the fork and every at-fork hook) a Ctrl-C is held and ends the process
+  as the call returns;
 * once the command has returned (its output written; the interpreter shutting down, exit hooks
   joining workers) a Ctrl-C ends the process at once again: raised there it would be a
   traceback from an exit hook, or an exit by the signal itself.
@@ -22,10 +23,11 @@ with the parent, even one killed with ``kill -9``.
 
 ``SLACKSWAP_TEST_SLEEP_IN=WINDOW[:SECONDS]`` makes `window` sleep in the named window, so tests
 can send SIGINT inside each one at will. The windows: ``start`` (before the command line's
-modules are imported), ``imports`` (before the parser and its commands), ``registry`` (before the
-solver modules and OR-Tools), ``command`` (the command runs), ``fork`` (inside ``os.fork``, in
-its at-fork hooks), ``exit`` (the command has returned), ``shutdown`` (the entry point is about to
-return to the interpreter, whose shutdown runs exit hooks and joins workers).
+modules are imported), ``imports`` (before the parser and its commands), ``registry`` (before
+the solver modules and OR-Tools), ``command`` (the command runs), ``fork`` (inside ``os.fork``,
+in its at-fork hooks), ``after-fork`` (in an at-fork hook registered after ours, in the parent),
+``exit`` (the command has returned), ``shutdown`` (the entry point is about to return to the
+interpreter, whose shutdown runs exit hooks and joins workers).
 """
 
 from __future__ import annotations
@@ -65,15 +67,17 @@ def install() -> None:
     _state.update(installed=True, soft=False, pid=os.getpid())
     signal.signal(signal.SIGINT, _on_sigint)
     if first and hasattr(os, "register_at_fork"):
-        os.register_at_fork(
-            before=_fork_before, after_in_parent=_fork_after_parent, after_in_child=_fork_child
-        )
+        os.register_at_fork(before=_fork_before, after_in_child=_fork_child)
+        os.fork = _forking()
 
 
 def command_starts() -> None:
     """From now on a Ctrl-C raises `KeyboardInterrupt` (with the watchdog) so clean-up runs."""
     if _state["installed"]:
         _state["soft"] = True
+        if os.environ.get("SLACKSWAP_TEST_SLEEP_IN", "").startswith("after-fork"):
+            # A hook registered after ours, as logging's lock release or a thread pool's is.
+            os.register_at_fork(after_in_parent=lambda: window("after-fork"))
 
 
 def command_ends() -> None:
@@ -130,19 +134,33 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 def _fork_before() -> None:
-    _state["in_fork"] += 1
-    window("fork")
+    window("fork")  # inside os.fork, among the other at-fork hooks
 
 
-def _fork_after_parent() -> None:
-    _state["in_fork"] -= 1
-    if _state["held"] and not _state["in_fork"]:
-        # Raising here would be "Exception ignored"; the child ties itself to this process.
-        exit_now()
+def _forking() -> Any:
+    """`os.fork` with every at-fork hook inside the held window: hooks run in registration
+    order after the fork (logging's lock release, the thread pools' ...), and a
+    KeyboardInterrupt raised in any of them would be "Exception ignored" and the command would
+    go on. So the whole call is the window, not a hook of it."""
+    real = os.fork
+
+    def fork() -> int:
+        _state["in_fork"] += 1
+        try:
+            pid = real()
+        finally:
+            _state["in_fork"] -= 1
+        if pid and _state["held"] and not _state["in_fork"]:
+            exit_now()  # the child ties itself to this process and dies with it
+        return pid
+
+    fork.__wrapped__ = real  # type: ignore[attr-defined]
+    return fork
 
 
 def _fork_child() -> None:
     _state["in_fork"] = 0
+    _state["held"] = False
     if _state["installed"] and _state["pid"] and os.getpid() != _state["pid"]:
         tie_to_parent(_state["pid"])
 
