@@ -14,8 +14,9 @@ the processes it starts never outlive it.
 * inside ``os.fork`` (the fork and every at-fork hook) a Ctrl-C is held and ends the process
   as the call returns;
 * once the command has returned (its output written; the interpreter shutting down, exit hooks
-  joining workers) a Ctrl-C ends the process at once again: raised there it would be a
-  traceback from an exit hook, or an exit by the signal itself.
+  stopping workers and removing their temporary folders) a Ctrl-C is ignored: the work is done,
+  and neither a traceback from an exit hook nor skipped clean-up is better (see
+  `command_ends`). A Ctrl-C that came before and was swallowed still makes the status 130.
 
 Worker processes (loky, Dask, the genetic search's islands) call `tie_to_parent` first: they
 ignore SIGINT (a terminal sends it to the whole process group; the parent stops them) and die
@@ -81,9 +82,13 @@ def command_starts() -> None:
 
 
 def command_ends() -> None:
-    """The command has returned: a Ctrl-C now (the interpreter shutting down, workers being
-    joined) ends the process at once, as during start-up."""
-    _state["soft"] = False
+    """The command has returned, its output written: a Ctrl-C from now on is ignored. Raised in
+    the interpreter's shutdown it was a traceback from an exit hook (or, once Python has put
+    back the default action, an exit by the signal), and ending at once would skip the exit
+    hooks that stop the workers and remove their temporary folders and semaphores (loky's
+    resource tracker then warns of them)."""
+    if _state["installed"] and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def was_interrupted() -> bool:
@@ -127,10 +132,14 @@ def _on_sigint(signum: int, frame: Any) -> None:
         exit_now()
     if not first:  # the watchdog is armed: the process ends within GRACE_S whatever happens
         return
+    _arm_watchdog()
+    raise KeyboardInterrupt
+
+
+def _arm_watchdog() -> None:
     watchdog = threading.Timer(GRACE_S, exit_now)
     watchdog.daemon = True
     watchdog.start()
-    raise KeyboardInterrupt
 
 
 def _fork_before() -> None:
