@@ -115,9 +115,9 @@ def ctrl_c_solve(rng: random.Random, work: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def ctrl_c_compare(rng: random.Random, work: Path, i: int) -> dict[str, Any]:
+def ctrl_c_compare(rng: random.Random, work: Path, i: int, longest: float = 20.0) -> dict[str, Any]:
     out = work / f"c{i}.csv"
-    offset = rng.uniform(0.5, 20.0)
+    offset = rng.uniform(0.3, longest)
     proc = _start([*COMPARE, "-o", str(out)], work)
     time.sleep(offset)
     finished_first = proc.poll() is not None
@@ -195,6 +195,10 @@ def main() -> int:
     ap.add_argument("--compare", type=int, default=20)
     ap.add_argument("--kill", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--compare-within", type=float, default=20.0,
+        help="latest Ctrl-C into compare (s); a sweep done before it is not signalled",
+    )  # fmt: skip
     ap.add_argument("--out", default="fault_campaign.json", help="every run, as JSON")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -205,7 +209,7 @@ def main() -> int:
             runs.append(kill_compare(rng, work, i))
             print(json.dumps(runs[-1]), flush=True)
         for i in range(args.compare):
-            runs.append(ctrl_c_compare(rng, work, i))
+            runs.append(ctrl_c_compare(rng, work, i, args.compare_within))
             print(json.dumps(runs[-1]), flush=True)
         for _ in range(args.solve):
             runs.append(ctrl_c_solve(rng, work))
