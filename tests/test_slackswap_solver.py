@@ -85,9 +85,10 @@ def test_deterministic(small) -> None:  # type: ignore[no-untyped-def]
     assert a.plan == b.plan
 
 
-def test_bad_order_is_an_error_record(small) -> None:  # type: ignore[no-untyped-def]
-    rec = run(small, 0.5, "slackswap", options={"order": "random"})
-    assert rec.status is Status.ERROR and "order" in (rec.error or "")
+def test_bad_order_is_refused_before_the_run(small) -> None:  # type: ignore[no-untyped-def]
+    # Up front, as every option check: an error row after the job would waste the job.
+    with pytest.raises(ValueError, match="order must be 'rho' or 'production', got 'random'"):
+        run(small, 0.5, "slackswap", options={"order": "random"})
 
 
 def test_swapped_sources_follow_rebuild_chains() -> None:

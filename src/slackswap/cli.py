@@ -68,28 +68,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (2 for bad input, with a one-line message)."""
+    """Entry point; returns the exit status (2 for bad input, with a one-line message; 130 after
+    a Ctrl-C, whatever it interrupted)."""
+    from slackswap import interrupts
     from slackswap.problem import UserError
     from slackswap.textfile import one_line
 
     try:
         # Inside the try: an argument's type check or a bad plug-in may raise UserError (one
         # line, exit 2).
+        interrupts.window("imports")
         parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"slackswap: error: {one_line(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+        interrupts.command_starts()
+        interrupts.window("command")
+        status = int(args.func(args) or 0)
+        interrupts.command_ends()
+        interrupts.window("exit")
     except KeyboardInterrupt:
-        print("slackswap: interrupted", file=sys.stderr)
+        interrupts.say_interrupted()
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        # After a Ctrl-C, whatever failed (an import cut short: "ImportError: initialization
+        # failed"; a worker stopped mid-job) failed because of it.
+        if interrupts.was_interrupted():
+            interrupts.say_interrupted()
+            return 130
+        if isinstance(exc, UserError):
+            print(f"slackswap: error: {one_line(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    if interrupts.was_interrupted():  # a Ctrl-C that the code it hit swallowed
+        interrupts.say_interrupted()
+        return 130
+    return status
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the console script's entry is slackswap.__main__:main
+    from slackswap import interrupts
+
+    interrupts.install()
     sys.exit(main())

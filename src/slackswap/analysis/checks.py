@@ -16,14 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from slackswap.errors import MAX_SECONDS as MAX_SECONDS
+from slackswap.errors import MAX_SEED as MAX_SEED
 from slackswap.problem import UserError
 from slackswap.textfile import check_output_path, is_stream, refuse_unwritable_node
 
-#: Longest time limit or job timeout accepted (seconds): one day. A search honours its time
-#: limit even when its first plan is already ideal, so a larger one would run for days.
-MAX_SECONDS = 86_400.0
-#: Seeds are 32-bit (what every random generator here takes as is, and a results column holds).
-MAX_SEED = 2**32 - 1
 #: Most budgets one ``--budgets`` range may expand to, and most jobs one sweep may hold.
 MAX_BUDGETS = 10_000
 MAX_JOBS = 200_000

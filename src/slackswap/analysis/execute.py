@@ -24,10 +24,7 @@ warms its own process before handing out jobs, so workers find the cache filled.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -38,15 +35,13 @@ from typing import Any
 from slackswap import __version__
 from slackswap.analysis.jobs import InstanceRef, Job
 from slackswap.analysis.warmup import warm_up
+from slackswap.interrupts import tie_to_parent
 from slackswap.plan import Budget
 from slackswap.problem import Instance
 from slackswap.solvers import RunRecord, run
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.
 _INSTANCES: dict[tuple[str, str], Instance] = {}
-# The parent process this worker dies with (see `die_with_parent`).
-_TIED_TO: int | None = None
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 class JobTimeout(BaseException):
@@ -95,25 +90,9 @@ def execute_in_worker(job: Job, instance: Instance | None, parent_pid: int) -> d
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Have the kernel kill this worker process when the process that started it dies.
-
-    A sweep killed hard (``kill -9``, an out-of-memory kill) cannot stop its loky workers; they
-    would finish their job and then idle for loky's five minutes, holding memory and cores.
-    On Linux ``PR_SET_PDEATHSIG`` ends them at once; elsewhere they end after their job and
-    loky's idle timeout. Once per process; a worker whose parent is already gone exits now.
-    """
-    global _TIED_TO
-    if _TIED_TO == parent_pid:
-        return
-    _TIED_TO = parent_pid
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # no prctl (an unusual libc): the idle timeout stays
-            pass
-    if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os._exit(1)
+    """Have this worker process end when the process that started it dies (see
+    `slackswap.interrupts.tie_to_parent`; the loky initializer has usually done it already)."""
+    tie_to_parent(parent_pid)
 
 
 def execute(job: Job, instance: Instance | None = None) -> dict[str, Any]:

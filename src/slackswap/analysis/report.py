@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from slackswap.analysis.jobs import resolve_spec
 from slackswap.analysis.results import read_results
 from slackswap.console import format_percent
 from slackswap.plan import Budget
+from slackswap.problem import UserError
 from slackswap.simulator import simulate
 from slackswap.simulator.chrome_trace import write_chrome_trace
 from slackswap.solvers import run
@@ -78,7 +80,8 @@ def write_report(
         _check_rebuildable(df, instance)
 
     def emit(fig: Any, name: str) -> None:
-        rep.files.extend(F.save(fig, d, name, formats))
+        with _counting_failure(rep):
+            rep.files.extend(F.save(fig, d, name, formats))
 
     emit(F.throughput_vs_budget(df), "throughput_vs_budget")
     if df["step_s"].notna().any():
@@ -95,6 +98,15 @@ def write_report(
     if rerun:
         _rerun_figures(df, rep, d, emit, plan_budget, timeline_budget, instance, progress)
     return rep
+
+
+@contextmanager
+def _counting_failure(rep: Report) -> Iterator[None]:
+    """A file that cannot be written (a full disk) is one line that says what was written."""
+    try:
+        yield
+    except UserError as exc:
+        raise UserError(f"{exc}; {len(rep.files)} files written before it (kept)") from None
 
 
 def _check_rebuildable(df: pd.DataFrame, wanted: str | None) -> None:
@@ -230,7 +242,8 @@ def _rerun_figures(
              "timeline")  # fmt: skip
         for label, sim in runs:
             path = Path(rep_dir) / f"timeline_{_safe(label)}.trace.json"
-            write_chrome_trace(path, inst, sim)
+            with _counting_failure(rep):
+                write_chrome_trace(path, inst, sim)
             rep.files.append(path)
     else:
         rep.notes.append(f"timeline: no feasible run on {name}")

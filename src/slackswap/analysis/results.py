@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from slackswap import rowschema
+from slackswap.analysis.resultslock import ResultsLock
 from slackswap.problem import UserError
 from slackswap.textfile import check_output_path, node_kind, read_user_text, replace_target
 from slackswap.userdoc import parse_json
@@ -86,13 +87,17 @@ def _fits_int64(v: Any) -> bool:
     return isinstance(v, int) and -(2**63) <= v < 2**63
 
 
+class ResultsWriteError(UserError):
+    """The results file could not be written (a full disk): one line, the rows written kept."""
+
+
 class ResultsWriter:
     """Appends finished rows to a results file; ``done_ids`` lists jobs already there.
 
     An existing results file is continued (``resume``), replaced (``overwrite``) or refused:
-    nothing already written is lost by default. The writer holds a lock on the file
-    (``.NAME.lock`` beside it) while it is open, so a second writer is refused at once and rows
-    of two processes never interleave. Columns a user added to a CSV file are kept on resume.
+    nothing already written is lost by default. The writer holds a lock on the file while it is
+    open (`ResultsLock`: by the file, not the name, so links and ``..`` meet it too), so a
+    second writer is refused at once and rows of two processes never interleave. Columns a user added to a CSV file are kept on resume.
     """
 
     def __init__(
@@ -106,15 +111,22 @@ class ResultsWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"{self.path}: cannot create its directory ({exc.strerror})") from None
-        self._lock = _lock(self.path)
+        self._lock: ResultsLock | None = ResultsLock(self.path)
+        self._lock.acquire()
+        self.rows: list[dict[str, Any]] = []  # rows already in the file (and the journal)
+        self._found = 0  # of them, those there before this writer opened the file
         try:
-            self._open(resume, overwrite)
+            try:
+                self._open(resume, overwrite)
+            except OSError as exc:  # a full disk on the first rewrite: the file is as it was
+                raise self._write_error(exc, opening=True) from None
+            # A rewrite made a new file (inode): the lock follows the data.
+            self._lock.hold(self.path)
         except BaseException:
             self._lock.release()
             raise
 
     def _open(self, resume: bool, overwrite: bool) -> None:
-        self.rows: list[dict[str, Any]] = []  # rows already in the file (and the journal)
         self.columns: tuple[str, ...] = COLUMNS  # COLUMNS, then any a user added
         self._last_flush = time.monotonic()
         self._flush_cost = 0.0
@@ -128,6 +140,7 @@ class ResultsWriter:
         fresh = overwrite or not holds
         if not fresh:
             self.rows, extra, intact = _read_for_resume(self.path)
+            self._found = len(self.rows)
             self.columns = (*COLUMNS, *extra)
         if self.kind == "csv":
             if fresh or not intact:
@@ -147,17 +160,24 @@ class ResultsWriter:
         return {r["job_id"] for r in self.rows if r.get("job_id")}
 
     def append(self, row: dict[str, Any]) -> None:
-        """Add one finished job's row durably (flushed before returning)."""
+        """Add one finished job's row durably (flushed before returning).
+
+        A write that fails (a full disk) raises `ResultsWriteError`, one line saying how many
+        rows the file holds; those stay, and ``--resume`` continues from them."""
         clean = _clean(row, self.columns)
+        try:
+            if self.kind == "csv":
+                buf = io.StringIO()
+                csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n").writerow(clean)
+                self._fh.write(buf.getvalue())
+                self._fh.flush()
+            else:
+                self._journal.write(json.dumps(clean, default=str) + "\n")
+                self._journal.flush()
+        except OSError as exc:
+            raise self._write_error(exc) from None
         self.rows.append(clean)
-        if self.kind == "csv":
-            buf = io.StringIO()
-            csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n").writerow(clean)
-            self._fh.write(buf.getvalue())
-            self._fh.flush()
-        else:
-            self._journal.write(json.dumps(clean, default=str) + "\n")
-            self._journal.flush()
+        if self.kind == "parquet":
             self._dirty = True
             # Rewrite at most every 2 s, and never spend more than ~5% of the time rewriting.
             if time.monotonic() - self._last_flush >= max(2.0, 20.0 * self._flush_cost):
@@ -165,22 +185,56 @@ class ResultsWriter:
 
     def flush(self) -> None:
         if self.kind == "parquet" and self._dirty:
-            self._write_parquet()
-            self._journal.seek(0)
-            self._journal.truncate()
-            self._journal.flush()
+            try:
+                self._write_parquet()
+                self._journal.seek(0)
+                self._journal.truncate()
+                self._journal.flush()
+            except OSError as exc:  # the journal still holds every row
+                raise self._write_error(exc) from None
             self._dirty = False
 
     def close(self) -> None:
+        """Finish the file; a failure (a full disk) is a `ResultsWriteError`, the lock let go
+        and the rows already reported kept."""
+        if self._lock is None:
+            return
         try:
             if self.kind == "csv":
-                self._fh.close()
+                self._close_quietly(self._fh)
             else:
-                self.flush()
-                self._journal.close()
+                try:
+                    self.flush()
+                finally:
+                    self._close_quietly(self._journal)
                 self._journal_path().unlink(missing_ok=True)
         finally:
             self._lock.release()
+            self._lock = None
+
+    def _close_quietly(self, fh: Any) -> None:
+        """Close ``fh``; what it still buffers could not be written (the write failed and was
+        said), so a second failure is not a new one."""
+        try:
+            fh.close()
+        except OSError as exc:
+            try:
+                os.close(fh.fileno())
+            except (OSError, ValueError):
+                pass
+            raise self._write_error(exc) from None
+
+    def _write_error(self, exc: OSError, *, opening: bool = False) -> ResultsWriteError:
+        what = exc.strerror or str(exc)
+        if opening:
+            done = "nothing written, the file is as it was"
+        else:
+            new = len(self.rows) - self._found
+            done = (
+                f"{len(self.rows)} rows written ({new} by this run, {self._found} found); "
+                "they are kept: make room and rerun with --resume"
+            )
+        return ResultsWriteError(f"{self.path}: cannot write results ({what}); {done}")
 
     def __enter__(self) -> ResultsWriter:
         return self
@@ -199,8 +253,14 @@ class ResultsWriter:
 
         target = replace_target(self.path)  # a symbolic link's target is rewritten, not the link
         tmp = target.with_name(target.name + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, target)
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if self._lock is not None:
+            self._lock.hold(target)
         self._flush_cost = time.perf_counter() - t0
         self._last_flush = time.monotonic()
 
@@ -216,28 +276,6 @@ def _refuse_node(path: Path) -> None:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     if not stat.S_ISREG(mode):
         raise UserError(f"{path}: is {node_kind(mode)}, not a results file (a regular file)")
-
-
-def lock_path(path: str | os.PathLike[str]) -> Path:
-    """The lock file a writer of results file ``path`` holds."""
-    p = Path(path)
-    return p.with_name(f".{p.name}.lock")
-
-
-def _lock(path: Path) -> Any:
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(lock_path(path)), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise UserError(
-            f"{path}: another slackswap process is writing this results file (it holds "
-            f"{lock_path(path)}); wait for it to finish or write to another file"
-        ) from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write beside it ({exc.strerror})") from None
-    return lock
 
 
 def _holds_data(p: Path) -> bool:

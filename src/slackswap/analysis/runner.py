@@ -27,6 +27,7 @@ from slackswap.analysis.jobs import Job, Sweep
 from slackswap.analysis.progress import JobProgress, failed
 from slackswap.analysis.results import ResultsWriter, rows_to_frame
 from slackswap.analysis.warmup import warm_up
+from slackswap.interrupts import spawning, tie_to_parent
 from slackswap.problem import UserError
 
 BACKENDS = ("joblib", "dask")
@@ -84,10 +85,12 @@ def run_sweep(
         warm_up(_solvers(pending))
     bar = JobProgress(len(all_jobs), desc=desc, mode=progress, done=len(found))
     bar.failures = sum(1 for r in found.values() if failed(r))
+    dispatched: Iterator[dict[str, Any]] = iter(())
     try:
         if pending:
             bar.start(f"{len(pending)} jobs" + (f" ({len(found)} already done)" if found else ""))
-        for row in _dispatch(pending, jobs, backend, scheduler, client):
+        dispatched = _dispatch(pending, jobs, backend, scheduler, client)
+        for row in dispatched:
             rows[row["job_id"]] = row
             if writer is not None:
                 writer.append(row)
@@ -95,9 +98,15 @@ def run_sweep(
                 on_row(row)
             bar.finished(row)
     finally:
-        bar.close()
-        if writer is not None:
-            writer.close()
+        # Stop the workers now (a Ctrl-C, a full disk), not when the generator is collected.
+        close = getattr(dispatched, "close", None)
+        try:
+            if close is not None:
+                close()
+        finally:
+            bar.close()
+            if writer is not None:
+                writer.close()
     ordered = [rows[j.job_id] for j in all_jobs if j.job_id in rows]
     return rows_to_frame(ordered)
 
@@ -129,10 +138,20 @@ def _payload(job: Job) -> Any:
 
 def _joblib(pending: list[Job], jobs: int) -> Iterator[dict[str, Any]]:
     from joblib import Parallel, delayed
+    from joblib._parallel_backends import LokyBackend
 
-    par = Parallel(n_jobs=min(jobs, len(pending)), backend="loky", return_as="generator_unordered")
     parent = os.getpid()
-    yield from par(delayed(execute_in_worker)(j, _payload(j), parent) for j in pending)
+    # Each worker ties itself to this process as it starts (not at its first job): a sweep
+    # killed with kill -9 while workers start or idle leaves none behind.
+    backend = LokyBackend(initializer=tie_to_parent, initargs=(parent,))
+    par = Parallel(n_jobs=min(jobs, len(pending)), backend=backend, return_as="generator_unordered")
+    with spawning():
+        rows = par(delayed(execute_in_worker)(j, _payload(j), parent) for j in pending)
+        # Start every worker now, inside `spawning` (loky would start some at a later submit).
+        start = getattr(getattr(par._backend, "_workers", None), "_ensure_executor_running", None)
+        if start is not None:
+            start()
+    yield from rows
 
 
 def _dask(
@@ -152,11 +171,14 @@ def _dask(
             except (OSError, TimeoutError) as exc:
                 raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
         else:
-            cluster = LocalCluster(
-                n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
-            )
-            client = Client(cluster)
+            with spawning():
+                cluster = LocalCluster(
+                    n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
+                )
+                client = Client(cluster)
             own.append(cluster)
+            # Local workers are this process's children: tie them to it (kill -9, Ctrl-C).
+            client.run(tie_to_parent)
         own.insert(0, client)
     futures: dict[Any, Job] = {}
     try:

@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="compare with unplanned steps: loss, gradients, buffers, then --steps optimizer steps",
     )
-    p.add_argument("--seed", type=int, default=0, help="torch seed for the factory and steps")
+    p.add_argument("--seed", type=_seed, default=0, help="torch seed for the factory and steps")
     p.add_argument("--time-limit", type=_seconds, default=10.0, help="solver seconds")
     p.add_argument("--gpu", default="a100", help="GPU whose roofline times the profile")
     p.add_argument("--link", default=None, help="host link (default: the GPU's)")
@@ -238,3 +238,10 @@ def _print_table(r: dict[str, Any], timing: str) -> None:
             )
         if r["first_difference"] is not None:
             print(f"first difference: {r['first_difference']}")
+
+
+def _seed(text: str) -> int:
+    """A seed as ``solve`` takes it: a torch seed beyond 64 bits failed inside torch."""
+    from slackswap.analysis import checks
+
+    return checks.seed(text, "--seed")

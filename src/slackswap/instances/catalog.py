@@ -49,7 +49,15 @@ __all__ = [
 ]
 
 BUNDLED = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
+#: Most layers a catalog model is built with: each layer adds operators and tensors (gpt2-xl at
+#: 1,850 layers is a 16 MB instance, 40,710 operators), and a size past this would exhaust memory
+#: before any check of the result could refuse it. Checked before anything is built.
+MAX_LAYERS = 4096
 DEFAULT_GPU, DEFAULT_LINK = "a100", "pcie4"
+
+
+class LayersError(ValueError, UserError):
+    """A model asked for with more layers than `MAX_LAYERS`."""
 
 
 class UnknownInstanceError(KeyError, UserError):
@@ -75,6 +83,10 @@ def build_model(
     entry = models.get(model.lower())
     if entry is None:
         raise UnknownInstanceError(f"unknown model {model!r} (one of {', '.join(models)})")
+    if layers is not None and not isinstance(layers, bool) and layers > MAX_LAYERS:
+        raise LayersError(
+            f"layers = {layers} is more than the {MAX_LAYERS} layers a model may have"
+        )
     return entry.build(
         gpu, link, seq=seq, batch=batch, layers=layers, link_bw_Bps=link_bw_Bps, name=name
     )

@@ -50,11 +50,27 @@ def simulate(
 
 def check_population(instance: Instance, actions_2d: Any) -> np.ndarray:
     """A population as a C-contiguous int8 (n_plans, n_tensors) array with values 0..2."""
-    a = np.asarray(actions_2d)
+    try:
+        a = np.asarray(actions_2d)
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"actions_2d: not an integer array ({exc})") from None
     if a.ndim != 2 or a.shape[1] != instance.n_tensors:
         raise PlanError(
             f"actions_2d: expected shape (n_plans, {instance.n_tensors}), got {a.shape}"
         )
+    # As a single plan's actions (`check_actions`): NaN would cast to 0 (keep), 1.7 to 1 and
+    # True to 1, each a plan nobody wrote.
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        whole = np.issubdtype(a.dtype, np.floating) and bool(np.all(a == np.round(a)))
+        if not whole:
+            at = np.argwhere(a != np.round(a))[0] if np.issubdtype(a.dtype, np.floating) else None
+            where = (
+                "" if at is None else f" (actions_2d[{at[0]}, {at[1]}] = {a[tuple(at)].item()!r})"
+            )
+            raise PlanError(
+                "actions_2d: expected integers 0 (keep), 1 (swap), 2 (recomp), got "
+                f"{a.dtype}{where}"
+            )
     if a.size and (a.min() < 0 or a.max() > 2):
         bad = np.argwhere((a < 0) | (a > 2))[0]
         raise PlanError(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-from slackswap import plugins
+from slackswap import interrupts, plugins
 from slackswap.solvers.base import (
     REGISTRY,
     Solution,
@@ -53,6 +53,7 @@ def load_solver_modules() -> None:
     silently went missing would shrink every comparison without a word."""
     global _loaded
     if not _loaded:
+        interrupts.window("registry")  # the OR-Tools import comes next (a test may sleep here)
         for name in SOLVER_MODULES:
             importlib.import_module(name)
         plugins.import_modules(__name__, skip={"base", "running"}, recurse=True)

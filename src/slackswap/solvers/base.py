@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from slackswap.errors import ArgumentError, ArgumentTypeError
 from slackswap.plan import DEFAULT_RUNTIME, Budget, Plan
 from slackswap.problem import Instance, UserError
 from slackswap.solvers.deadline import Deadline
@@ -138,7 +139,7 @@ class RegisteredSolver:
         defaults = self.cls.option_defaults()
         unknown = set(options) - set(defaults)
         if unknown:
-            raise UserError(
+            raise ArgumentError(
                 f"solver {self.name!r} has no option {sorted(unknown)[0]!r} "
                 f"(options: {', '.join(defaults) or 'none'})"
             )
@@ -148,8 +149,10 @@ class RegisteredSolver:
         given = {k: as_names(v) if types[k][0] == (tuple,) else v for k, v in options.items()}
         try:
             return self.cls(**{**self.fixed, **given})
-        except (TypeError, ValueError) as exc:
-            raise UserError(f"solver {self.name!r}: {exc}") from None
+        except TypeError as exc:  # the family kept: Python callers catch TypeError / ValueError
+            raise ArgumentTypeError(f"solver {self.name!r}: {exc}") from None
+        except ValueError as exc:
+            raise ArgumentError(f"solver {self.name!r}: {exc}") from None
 
     @property
     def tags(self) -> Tags:

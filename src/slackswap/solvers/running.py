@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from slackswap import __version__, rowschema
+from slackswap.errors import MAX_SECONDS, MAX_SEED, ArgumentError, ArgumentTypeError
 from slackswap.instances.catalog import load
 from slackswap.plan import Budget, Plan
 from slackswap.problem import Instance
@@ -100,6 +102,7 @@ def run(
     The arguments come in the order of `solve` and `simulate`: instance, budget, then the solver
     (a registered name or a `Solver`).
     """
+    _check_arguments(instance, solver, time_limit, seed)
     inst = load(instance) if isinstance(instance, str) else instance
     bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
     if isinstance(solver, str):
@@ -256,6 +259,34 @@ def smallest_feasible_budget(
         else:
             lo = mid
     return hi
+
+
+def _check_arguments(instance: Any, solver: Any, time_limit: Any, seed: Any) -> None:
+    """Refuse, before any work, what would fail later or be recorded wrongly: the CLI's
+    wording, as a `ValueError` (out of range) or `TypeError` (wrong type) that is a UserError."""
+    if not isinstance(instance, Instance | str):
+        raise ArgumentTypeError(
+            f"instance: expected an Instance or a catalog name or file, got {instance!r}"
+        )
+    if not isinstance(solver, str) and not callable(getattr(solver, "solve", None)):
+        raise ArgumentTypeError(f"solver: expected a solver name or a Solver, got {solver!r}")
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
+            raise ArgumentTypeError(
+                f"time_limit: expected a positive number of seconds, got {time_limit!r}"
+            )
+        seconds = float(time_limit)
+        if not (math.isfinite(seconds) and 0 < seconds <= MAX_SECONDS):
+            raise ArgumentError(
+                f"time_limit: expected a positive number of seconds (at most {MAX_SECONDS:g}), "
+                f"got {time_limit!r}"
+            )
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ArgumentTypeError(
+            f"seed: expected an integer seed from 0 to {MAX_SEED}, got {seed!r}"
+        )
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ArgumentError(f"seed: expected an integer seed from 0 to {MAX_SEED}, got {seed!r}")
 
 
 def solve(

@@ -48,6 +48,8 @@ from functools import partial
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from slackswap.interrupts import spawning, tie_to_parent
+
 #: Genomes in transit: each one's genes and its DEAP fitness ``wvalues``.
 Snapshot = list[tuple[bytes, tuple[float, ...]]]
 
@@ -387,6 +389,7 @@ def _worker(
     ``inherited``: the calling thread's ends of the links made before this worker's, which a
     forked worker holds copies of; it closes them, or a worker that exits would not be seen to
     (its link would stay open here)."""
+    tie_to_parent()  # a search killed with kill -9 leaves no island running
     for other in inherited:
         other.close()
     post = _WorkerPost(group, workers, conn)
@@ -461,6 +464,7 @@ def _fresh_worker(
 
     The genomes' classes are made by DEAP's ``creator`` when the search module is imported, so
     the caller names that module in ``preload`` and its import comes first."""
+    tie_to_parent()
     try:
         for module in preload:
             importlib.import_module(module)
@@ -535,7 +539,7 @@ def run_islands(
                     args=(payloads[g], theirs, board, tuple(preload)),
                     daemon=True,
                 )
-                with _without_main():
+                with _without_main(), spawning():
                     runner.start()
             theirs.close()  # the child holds its end; EOF then means it exited
             links[g] = mine

@@ -622,14 +622,20 @@ def search(
     scored = {bytes(ind): ind.fitness.values for ind in unique}
     nan = (math.nan, math.nan)
     initial = [scored.get(np.asarray(s, dtype=np.int8).tobytes(), nan) for s in seeds]
-    for isl in islands:
+    for k, isl in enumerate(islands):
+        # Each island scores a whole population before its first generation: with many
+        # islands on a large instance that alone can pass the time limit, so the clock is
+        # looked at here too; islands not populated in time are left out of the run.
+        if k and config.time_limit_s is not None and clock() - t0 >= config.time_limit_s:
+            islands = islands[:k]
+            break
         isl.populate([_clone(ind) for ind in unique], clock)
 
     share = None
     if config.max_evaluations is not None:
         share = -(-config.max_evaluations // config.islands)
     rules = Rules(max_gen, share, config.time_limit_s, t0, clock, config.target_step_s)
-    workers = max(1, min(n_jobs, config.islands))
+    workers = max(1, min(n_jobs, len(islands)))
     reports, timed_out = run_islands(
         islands,
         rules,

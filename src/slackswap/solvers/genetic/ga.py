@@ -182,6 +182,13 @@ def seed_plans(
     return out
 
 
+#: Largest values of the options that multiply the work (each island scores a population of
+#: ``pop_size`` before its first generation, each offspring ``local_mutants`` more): larger ones
+#: ran for minutes past a one-second time limit. The search also looks at the clock as it sets
+#: the islands up.
+BOUNDS = {"pop_size": 100_000, "islands": 256, "local_mutants": 1_000, "n_jobs": 1_024}
+
+
 class GeneticSearch(Solver):
     """Genetic search (DEAP) over per-tensor keep/swap/recomp plans, the simulator as fitness."""
 
@@ -259,6 +266,12 @@ class GeneticSearch(Solver):
         check_solver_names(
             self.key, "seed_solvers", solver_names(self.seed_solvers), static_only=True
         )
+        for name, most in BOUNDS.items():
+            v = getattr(self, name)
+            if isinstance(v, int) and v > most:
+                raise UserError(
+                    f"ga: {name} must be at most {most:,} (it multiplies the work), got {v}"
+                )
         if self.pop_size < 2:
             raise UserError(f"ga: pop_size must be at least 2, got {self.pop_size}")
         for name in ("cxpb", "mutpb"):

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slackswap.console import format_bytes
+from slackswap.errors import ArgumentError
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import BACKWARD, Instance
 from slackswap.simulator import simulate
@@ -105,6 +106,10 @@ class Round:
         return dict(vars(self))
 
 
+#: The candidate orders of the repair passes (the ``order`` option).
+ORDERS = ("rho", "production")
+
+
 class SlackSwap(Solver):
     """SlackSwap: spend the link budget on the costliest-to-recompute tensors, recompute the rest.
 
@@ -142,12 +147,16 @@ class SlackSwap(Solver):
         self.oversubscribe = oversubscribe
         self.op_waits = op_waits
         self.memory_branch = memory_branch
+        # Checked here too, so a bad option is refused before any run (CLI: one line, exit 2),
+        # not an error row after it.
+        if order not in ORDERS:
+            raise ArgumentError(f"order must be 'rho' or 'production', got {order!r}")
 
     # ---------------------------------------------------------------------------------------
     def solve(
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
-        if self.order not in ("rho", "production"):
+        if self.order not in ORDERS:
             raise ValueError(f"order={self.order!r}: expected 'rho' or 'production'")
         m_bytes = budget.bytes_for(instance)
         if m_bytes >= instance.peak_bytes:

@@ -1,0 +1,250 @@
+"""Ctrl-C at any moment ends the ``slackswap`` command with one line and exit status 130, and
+the processes it starts never outlive it.
+
+`install` (the entry point's first statement, before any heavy import) takes SIGINT:
+
+* until the command itself runs (interpreter start, the imports of numpy, OR-Tools and the
+  solver registry, building the parser) a Ctrl-C ends the process at once: a
+  `KeyboardInterrupt` raised inside an extension module's initialisation would come out as
+  ``ImportError: initialization failed``, and nothing needs cleaning yet;
+* while the command runs, a Ctrl-C raises `KeyboardInterrupt` so that files are closed and
+  workers stopped, and arms a watchdog: should the exception be swallowed (Python ignores one
+  raised in an at-fork hook or a ``__del__``) or the clean-up hang, the process still ends,
+  ``GRACE_S`` seconds later;
+* inside ``os.fork`` (the fork and every at-fork hook) a Ctrl-C is held and ends the process
+  as the call returns;
+* once the command has returned (its output written; the interpreter shutting down, exit hooks
+  stopping workers and removing their temporary folders) a Ctrl-C is ignored: the work is done,
+  and neither a traceback from an exit hook nor skipped clean-up is better (see
+  `command_ends`). A Ctrl-C that came before and was swallowed still makes the status 130.
+
+Worker processes (loky, Dask, the genetic search's islands) call `tie_to_parent` first: they
+ignore SIGINT (a terminal sends it to the whole process group; the parent stops them) and die
+with the parent, even one killed with ``kill -9``.
+
+``SLACKSWAP_TEST_SLEEP_IN=WINDOW[:SECONDS]`` makes `window` sleep in the named window, so tests
+can send SIGINT inside each one at will. The windows: ``start`` (before the command line's
+modules are imported), ``imports`` (before the parser and its commands), ``registry`` (before
+the solver modules and OR-Tools), ``command`` (the command runs), ``fork`` (inside ``os.fork``,
+in its at-fork hooks), ``after-fork`` (in an at-fork hook registered after ours, in the parent),
+``exit`` (the command has returned), ``shutdown`` (the entry point is about to return to the
+interpreter, whose shutdown runs exit hooks and joins workers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+EXIT_INTERRUPTED = 130
+LINE = "slackswap: interrupted"
+#: Seconds a Ctrl-C leaves the command to clean up before the process is ended regardless.
+GRACE_S = 2.0
+#: Seconds between a worker's looks at its parent (where the kernel cannot be asked to tell).
+PARENT_POLL_S = 0.5
+
+_PR_SET_PDEATHSIG = 1
+_state: dict[str, Any] = {
+    "installed": False,  # the handler is ours (the command line, not a library caller)
+    "soft": False,  # the command runs: raise KeyboardInterrupt rather than end at once
+    "in_fork": 0,  # inside os.fork's hooks: hold the signal
+    "held": False,  # a signal came inside os.fork
+    "interrupted": False,
+    "said": False,
+    "pid": 0,
+}
+
+
+def install() -> None:
+    """Take SIGINT for the ``slackswap`` command (see the module docstring)."""
+    first = not _state["installed"]
+    _state.update(installed=True, soft=False, pid=os.getpid())
+    signal.signal(signal.SIGINT, _on_sigint)
+    if first and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_fork_before, after_in_child=_fork_child)
+        os.fork = _forking()
+
+
+def command_starts() -> None:
+    """From now on a Ctrl-C raises `KeyboardInterrupt` (with the watchdog) so clean-up runs."""
+    if _state["installed"]:
+        _state["soft"] = True
+        if os.environ.get("SLACKSWAP_TEST_SLEEP_IN", "").startswith("after-fork"):
+            # A hook registered after ours, as logging's lock release or a thread pool's is.
+            os.register_at_fork(after_in_parent=lambda: window("after-fork"))
+
+
+def command_ends() -> None:
+    """The command has returned, its output written: a Ctrl-C from now on is ignored. Raised in
+    the interpreter's shutdown it was a traceback from an exit hook (or, once Python has put
+    back the default action, an exit by the signal), and ending at once would skip the exit
+    hooks that stop the workers and remove their temporary folders and semaphores (loky's
+    resource tracker then warns of them)."""
+    if _state["installed"] and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def was_interrupted() -> bool:
+    """Whether a Ctrl-C came (any exception after one is its consequence, not a new error)."""
+    return bool(_state["interrupted"])
+
+
+def say_interrupted() -> None:
+    """Write the one line, once, whoever comes first (the command or the watchdog)."""
+    if _state["said"]:
+        return
+    _state["said"] = True
+    if threading.current_thread() is threading.main_thread():
+        # What the command wrote first goes first. Not from the watchdog's thread: the main
+        # thread may hold the stream's lock, blocked on a full pipe.
+        try:
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - inside a signal handler: a reentrant flush
+            pass
+    try:
+        os.write(2, (LINE + "\n").encode())
+    except OSError:
+        pass
+
+
+def exit_now() -> NoReturn:
+    """The line and exit status 130, now: no interpreter shutdown (nothing it would wait for)."""
+    say_interrupted()
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    if os.getpid() != _state["pid"]:  # a forked child that kept the handler: not our command
+        return
+    first = not _state["interrupted"]
+    _state["interrupted"] = True
+    if _state["in_fork"]:
+        _state["held"] = True
+        return
+    if not _state["soft"]:
+        exit_now()
+    if not first:  # the watchdog is armed: the process ends within GRACE_S whatever happens
+        return
+    _arm_watchdog()
+    raise KeyboardInterrupt
+
+
+def _arm_watchdog() -> None:
+    watchdog = threading.Timer(GRACE_S, exit_now)
+    watchdog.daemon = True
+    watchdog.start()
+
+
+def _fork_before() -> None:
+    window("fork")  # inside os.fork, among the other at-fork hooks
+
+
+def _forking() -> Any:
+    """`os.fork` with every at-fork hook inside the held window: hooks run in registration
+    order after the fork (logging's lock release, the thread pools' ...), and a
+    KeyboardInterrupt raised in any of them would be "Exception ignored" and the command would
+    go on. So the whole call is the window, not a hook of it."""
+    real = os.fork
+
+    def fork() -> int:
+        _state["in_fork"] += 1
+        try:
+            pid = real()
+        finally:
+            _state["in_fork"] -= 1
+        if pid and _state["held"] and not _state["in_fork"]:
+            exit_now()  # the child ties itself to this process and dies with it
+        return pid
+
+    fork.__wrapped__ = real  # type: ignore[attr-defined]
+    return fork
+
+
+def _fork_child() -> None:
+    _state["in_fork"] = 0
+    _state["held"] = False
+    if _state["installed"] and _state["pid"] and os.getpid() != _state["pid"]:
+        tie_to_parent(_state["pid"])
+
+
+_TIED_TO = 0
+
+
+def tie_to_parent(parent_pid: int | None = None) -> None:
+    """Make this worker process ignore SIGINT and end when ``parent_pid`` (its parent; None:
+    whichever process is its parent now) dies.
+
+    On Linux the kernel sends SIGKILL at the parent's death (``PR_SET_PDEATHSIG``); elsewhere a
+    daemon thread polls the parent's pid. A worker whose parent is already gone exits now.
+    Once per process."""
+    global _TIED_TO
+    if parent_pid is None:
+        parent_pid = os.getppid()
+    if _TIED_TO == parent_pid:
+        return
+    _TIED_TO = parent_pid
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        except (OSError, AttributeError):  # no prctl (an unusual libc): the watcher instead
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the worker was tied
+        os._exit(1)
+    if not armed:
+        # Only where the kernel cannot do it: a thread would make the genetic search's
+        # islands start fresh interpreters instead of forking (see `fork_available`).
+        watcher = threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True)
+        watcher.start()
+
+
+@contextmanager
+def spawning() -> Iterator[None]:
+    """Start worker processes inside this: they begin life ignoring SIGINT (an ignored signal
+    stays ignored through fork and exec, and Python keeps it so), so a terminal's Ctrl-C, sent
+    to the whole process group, cannot print a traceback from a worker still importing; the
+    parent stops them. SIGINT is blocked meanwhile: a Ctrl-C waits for the end of the block
+    (Linux keeps a blocked signal pending even while it is ignored)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "pthread_sigmask"
+    ):
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def window(name: str) -> None:
+    """Sleep here when ``SLACKSWAP_TEST_SLEEP_IN`` names this window (tests only); first write
+    the file ``SLACKSWAP_TEST_SLEEP_FLAG`` names, if any, so a test knows the sleep began."""
+    wanted = os.environ.get("SLACKSWAP_TEST_SLEEP_IN")
+    if not wanted:
+        return
+    which, _, seconds = wanted.partition(":")
+    if which == name:
+        flag = os.environ.get("SLACKSWAP_TEST_SLEEP_FLAG")
+        if flag:
+            with open(flag, "w") as fh:
+                fh.write(name)
+        time.sleep(float(seconds or 3.0))

@@ -1,0 +1,207 @@
+"""Ctrl-C at any moment ends the command with one line and exit status 130, and no process it
+started outlives it (Ctrl-C or ``kill -9``).
+
+The windows are reached with ``SLACKSWAP_TEST_SLEEP_IN`` (see `slackswap.interrupts`): the
+command sleeps inside one, writes a flag file when it gets there, and the test sends SIGINT at
+several offsets into the sleep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import slackswap
+from slackswap import interrupts
+from slackswap.cli import main
+
+SRC = Path(slackswap.__file__).resolve().parents[1]
+SOLVE = ["solve", "gpt2-xl", "--budget", "0.5", "--solver", "vdnn"]
+# Islands in forked worker processes: the fork window, and workers to leave behind.
+GA = ["solve", "gpt2-xl", "--budget", "0.5", "--solver", "ga", "--time-limit", "20",
+      "--option", "islands=2", "--option", "n_jobs=2"]  # fmt: skip
+LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process checks")
+
+
+def _start(
+    argv: list[str], tmp_path: Path, window: str | None = None, seconds: float = 60
+) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop("SLACKSWAP_TEST_SLEEP_IN", None)
+    if window:
+        env["SLACKSWAP_TEST_SLEEP_IN"] = f"{window}:{seconds}"
+        env["SLACKSWAP_TEST_SLEEP_FLAG"] = str(tmp_path / "flag")
+    return subprocess.Popen(
+        [sys.executable, "-m", "slackswap", *argv], env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for(check, timeout: float = 120.0) -> None:
+    t0 = time.monotonic()
+    while not check():
+        assert time.monotonic() - t0 < timeout, "never got there"
+        time.sleep(0.02)
+
+
+def _alive(pgid: int) -> list[str]:
+    """Processes of the group ``pgid`` still running (zombies waiting to be reaped are not)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(f"{d.name} {(d / 'cmdline').read_bytes()[:120]!r}")
+    return out
+
+
+def _interrupted(proc: subprocess.Popen, *, group: bool = True) -> None:
+    """Send SIGINT (to the whole group, as a terminal does) and check the ending."""
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)  # far less than the window's 60 s sleep
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.strip().splitlines()[-1] == interrupts.LINE, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert [ln for ln in err.splitlines() if "..." not in ln] == [interrupts.LINE], err
+
+
+@LINUX
+@pytest.mark.parametrize("offset", [0.0, 0.2])
+@pytest.mark.parametrize("window", ["start", "imports", "registry", "command"])
+def test_ctrl_c_in_each_window_of_solve_is_one_line_and_130(tmp_path, window, offset) -> None:
+    proc = _start(SOLVE, tmp_path, window)
+    _wait_for((tmp_path / "flag").exists)
+    time.sleep(offset)
+    _interrupted(proc)
+    time.sleep(0.5)
+    assert _alive(proc.pid) == []
+
+
+@LINUX
+@pytest.mark.parametrize("offset", [0.0, 0.7])
+@pytest.mark.parametrize("window", ["fork", "after-fork"])
+def test_ctrl_c_inside_a_fork_is_held_then_ends_the_solve(tmp_path, window, offset) -> None:
+    # Raised in an at-fork hook, KeyboardInterrupt would be "Exception ignored" and the search
+    # would go on for its 20 s; held, it ends the process as the fork returns.
+    env = {**os.environ, "PYTHONPATH": str(SRC), "SLACKSWAP_TEST_SLEEP_IN": f"{window}:1.5",
+           "SLACKSWAP_TEST_SLEEP_FLAG": str(tmp_path / "flag")}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slackswap", *GA], env=env, cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _wait_for((tmp_path / "flag").exists)
+    time.sleep(offset)
+    t0 = time.monotonic()
+    _interrupted(proc)
+    assert time.monotonic() - t0 < 15  # not the 20 s search
+    time.sleep(1.0)
+    assert _alive(proc.pid) == []
+
+
+@LINUX
+@pytest.mark.parametrize("offset", [0.5, 2.0, 4.0, 6.0])
+def test_ctrl_c_into_compare_jobs_2_at_several_moments(tmp_path, offset) -> None:
+    out = tmp_path / "r.csv"
+    proc = _start(
+        ["compare", "gpt2-xl", "--budgets", "0.5,0.6,0.7", "--solvers", "ga,vdnn",
+         "--time-limit", "2", "--jobs", "2", "-o", str(out), "--no-progress"],
+        tmp_path,
+    )  # fmt: skip
+    time.sleep(offset)
+    _interrupted(proc)
+    time.sleep(5.0)
+    assert _alive(proc.pid) == []
+
+
+@LINUX
+@pytest.mark.parametrize("what", ["compare", "dask", "ga"])
+def test_kill_9_leaves_no_worker_behind(tmp_path, what) -> None:
+    out = tmp_path / "r.csv"
+    argv = (
+        ["compare", "gpt2-xl", "--budgets", "0.5,0.6,0.7,0.8", "--solvers", "ga",
+         "--time-limit", "30", "--jobs", "2", "-o", str(out), "--no-progress"]
+        if what != "ga"
+        else GA
+    )  # fmt: skip
+    if what == "dask":
+        pytest.importorskip("dask.distributed")
+        argv += ["--backend", "dask"]
+    proc = _start(argv, tmp_path)
+    # Workers started (the loky ones may still be starting or idle: tied at start-up).
+    _wait_for(lambda: len(_alive(proc.pid)) >= (2 if what == "ga" else 3))
+    proc.kill()
+    proc.communicate()
+    time.sleep(5.0)
+    assert _alive(proc.pid) == []
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    for key in ("interrupted", "said"):
+        monkeypatch.setitem(interrupts._state, key, False)
+
+
+def _solve_func() -> str:
+    from slackswap.cli import build_parser
+
+    return build_parser().parse_args(SOLVE).func.__name__
+
+
+def test_whatever_fails_after_a_ctrl_c_is_the_interrupt(monkeypatch, capfd, fresh_state):
+    # An extension's import cut short by KeyboardInterrupt says "ImportError: initialization
+    # failed"; after a Ctrl-C that is the interrupt, not a crash.
+    import slackswap.commands.solve as solve_cmd
+
+    def cut_short(args):
+        interrupts._state["interrupted"] = True
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(solve_cmd, _solve_func(), cut_short)
+    assert main(SOLVE) == 130
+    assert capfd.readouterr().err.strip() == interrupts.LINE
+
+
+def test_a_swallowed_ctrl_c_still_ends_with_130(monkeypatch, capfd, fresh_state) -> None:
+    import slackswap.commands.solve as solve_cmd
+
+    def swallowed(args):
+        interrupts._state["interrupted"] = True
+        return 0  # the code it hit went on and finished
+
+    monkeypatch.setattr(solve_cmd, _solve_func(), swallowed)
+    assert main(SOLVE) == 130
+    assert capfd.readouterr().err.strip() == interrupts.LINE
+
+
+@LINUX
+@pytest.mark.parametrize("window", ["exit", "shutdown"])
+def test_ctrl_c_after_compare_jobs_2_returned_is_ignored(tmp_path, window) -> None:
+    # The results are written: ending at once there left the workers' temporary folders for
+    # loky's resource tracker to warn about; raised, it was an exit hook's traceback or an exit
+    # by SIGINT itself.
+    out = tmp_path / "r.csv"
+    proc = _start(
+        ["compare", "gpt2-xl", "--budgets", "0.5,0.6", "--solvers", "vdnn", "--jobs", "2",
+         "-o", str(out), "--no-progress"],
+        tmp_path, window, seconds=2,
+    )  # fmt: skip
+    _wait_for((tmp_path / "flag").exists)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err and "Warning" not in err and interrupts.LINE not in err, err
+    assert err.strip().splitlines()[-1].startswith("results: "), err
+    time.sleep(1.0)
+    assert _alive(proc.pid) == []
