@@ -118,12 +118,13 @@ def build_instance(
             continue  # held by the caller
         bwd_readers[t].add(op_of(nxt) if nxt < len(ops) else last_op)
         # The node that unpacked it holds it until its last operator (e.g. a linear layer's
-        # backward reads its input for the weight gradient, then sums the bias gradient).
+        # backward reads its input for the weight gradient, then sums the bias gradient), so
+        # every operator of the node from the unpack on uses it: none of them may run without it.
         end = nxt
         while node >= 0 and end + 1 < len(ops) and ops[end + 1].node == node:
             end += 1
         if node >= 0 and nxt < len(ops) and ops[nxt].node == node:
-            bwd_readers[t].add(op_of(end))
+            bwd_readers[t].update(op_of(o) for o in range(nxt, end + 1))
     for t in range(n_t):
         if not bwd_readers[t]:
             bwd_readers[t].add(last_op)
@@ -214,7 +215,15 @@ def build_instance(
     for t in range(n_t):
         for o in sorted(fwd_readers[t] | bwd_readers[t]):
             op_reads[o].append(t)
-    transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held)
+    # A saved storage written before the value that is saved (a CPU dropout mask: bernoulli_,
+    # then div_ in place; a convolution's output, then an in-place ReLU) occupies memory from
+    # its first writer on, before its producer: those operators count it as transient.
+    early = {
+        values[v].storage: (values[v].producer, values[v].nbytes)
+        for v in tensor_values
+        if values[v].producer != EXTERNAL
+    }
+    transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held, early)
     blocks_col = [-1] * shift + op_block
     lfr = [max([producer[t], *fwd_readers[t]]) for t in range(n_t)]
     meta = dict(meta or {})
@@ -260,14 +269,22 @@ def build_instance(
     return Instance(name=name, hardware=hardware, meta=meta, **cols)
 
 
-def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
-    """Per operator, the bytes of unsaved storages live from their first to their last use."""
+def _transient_bytes(
+    trace: Trace, saved_storages: set[int], early: dict[int, tuple[int, int]] | None = None
+) -> list[int]:
+    """Per operator, the bytes of unsaved storages live from their first to their last use,
+    and of each saved storage in ``early`` (storage -> (producer of its saved value, bytes))
+    from its first use to the operator before that producer."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     size: dict[int, int] = {}
+    before: dict[int, int] = {}  # saved storage -> its first use, when before its producer
+    early = early or {}
     for i, op in enumerate(trace.ops):
         for k, nb in op.touched:
             if k in saved_storages:
+                if k in early and i < early[k][0]:
+                    before.setdefault(k, i)
                 continue
             first.setdefault(k, i)
             last[k] = i
@@ -282,6 +299,10 @@ def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
     for k, lo in first.items():
         delta[lo] += size[k]
         delta[last[k] + 1] -= size[k]
+    for k, lo in before.items():
+        producer, nbytes = early[k]
+        delta[lo] += nbytes
+        delta[producer] -= nbytes
     out, run = [], 0
     for d in delta[:-1]:
         run += d

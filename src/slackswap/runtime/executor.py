@@ -203,6 +203,7 @@ class PlanExecutor(Recorder):
         self.copies.poll_offloads(backward_starts)
         if backward_starts:
             self.start_backward()
+        self.copies.let_go_due()
         # Copies start right before the next profiled operator itself (or its autograd node's
         # first unpack, see `_unpack`), not before the calls that precede it without a kernel
         # (views; the detach of an AccumulateGrad node, while the previous node's gradient
