@@ -84,6 +84,24 @@ def gpt(dropout: float = 0.0, **overrides: int):
 TINY_GPT = dict(layers=2, hidden=64, heads=4, mlp=256, vocab=128, seq=32, batch=2)
 
 
+def gpt_hooked():
+    """The tiny GPT with a forward hook on each MLP's first projection keeping its output
+    (``activations[name] = output``, as feature-extraction code does): a reference outside
+    autograd that no plan can free."""
+    model, inputs, loss_fn = gpt(**TINY_GPT)
+    model.activations = {}  # type: ignore[assignment]
+
+    def keep(name: str):  # type: ignore[no-untyped-def]
+        def hook(module: nn.Module, args: object, output: torch.Tensor) -> None:
+            model.activations[name] = output  # type: ignore[index, operator]
+
+        return hook
+
+    for i, blk in enumerate(model.blocks):
+        blk.fc1.register_forward_hook(keep(f"blocks.{i}.fc1"))  # type: ignore[union-attr]
+    return model, inputs, loss_fn
+
+
 def gpt_dropout():
     """The GPT with dropout (p = 0.1) after attention and MLP, at tiny sizes."""
     return gpt(dropout=0.1, **TINY_GPT)
@@ -314,7 +332,9 @@ class Conv1D(nn.Module):
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    return (
+        0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    )
 
 
 class GPT2Attention(nn.Module):

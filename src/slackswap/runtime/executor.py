@@ -173,6 +173,7 @@ class PlanExecutor(Recorder):
         """Check the step ran to its end (called when the step returned without raising)."""
         if self.error is not None:
             raise self.error
+        self.held = sorted({*self.held, *self._held_outside()})
         ran = len(self.trace.ops)
         if ran != self.n_ops:
             raise StepMismatchError(
@@ -291,10 +292,11 @@ class PlanExecutor(Recorder):
         return Handle(e, t, keep=e.action == KEEP, release=self.copies.release)
 
     def _held_outside(self) -> list[int]:
-        """When backward begins: the swapped and recomputed entries whose original storage is
-        still alive although neither autograd (it holds handles) nor this runtime holds it, i.e.
-        a reference kept outside autograd (a forward hook storing the activation, a variable):
-        their memory was never freed, and fetching or rebuilding them adds a second copy."""
+        """The swapped and recomputed entries whose original storage is still alive although
+        neither autograd (it holds handles) nor this runtime holds it, i.e. a reference kept
+        outside autograd (a forward hook storing the activation, a variable): their memory was
+        never freed, and fetching or rebuilding them adds a second copy. Asked when backward
+        begins (the step's own forward references are gone) and when the step ends."""
         held = []
         for i, k in self._origin.items():
             e = self.entries[i]
