@@ -38,7 +38,10 @@ The step must be the profiled one: the same operators in the same order (checked
 operator, the first difference named in a `StepMismatchError`), forward and backward inside
 the ``with`` block. A plan for another instance (``instance=``) or one that does not fit the
 budget in the simulator is refused before anything is installed; every hook is removed on
-exit, also when the step raises. `StorageTracker` measures the step's memory independently.
+exit, also when the step raises. `StorageTracker` measures the step's memory independently:
+`RunStats` carries its peak and how far it ended above the budget, with a `BudgetWarning`
+when it did; saved tensors planned to swap or recompute that a reference outside autograd kept
+alive are named (`HeldTensorWarning`) and not counted as swapped or recomputed.
 
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
 (recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
