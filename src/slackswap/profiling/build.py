@@ -224,6 +224,27 @@ def build_instance(
         if values[v].producer != EXTERNAL
     }
     transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held, early)
+    # A rebuild runs between two operators, where gradient buffers the backward pass carries
+    # from one node to a later one stay allocated: the rebuild's workspace includes those
+    # carried into the operator it runs before (its first backward reader, or that of a
+    # recomputed consumer it is rebuilt for, whichever carries most).
+    carried = [0] * shift + _carried_bytes(trace, saved_storages | caller_held)
+    fbr = [min(r) for r in bwd_readers]
+    consumers: list[list[int]] = [[] for _ in range(n_t)]
+    for v in range(n_t):
+        for u in rebuild[v]:
+            consumers[u].append(v)
+    for i in range(n_t):
+        if not math.isfinite(recompute[i]) or category[i] == "block_input":
+            continue
+        points, todo, seen = {fbr[i]}, list(consumers[i]), set()
+        while todo:
+            v = todo.pop()
+            if v not in seen:
+                seen.add(v)
+                points.add(fbr[v])
+                todo.extend(consumers[v])
+        workspace[i] += max(carried[o] for o in points)
     blocks_col = [-1] * shift + op_block
     lfr = [max([producer[t], *fwd_readers[t]]) for t in range(n_t)]
     meta = dict(meta or {})
@@ -269,22 +290,18 @@ def build_instance(
     return Instance(name=name, hardware=hardware, meta=meta, **cols)
 
 
-def _transient_bytes(
-    trace: Trace, saved_storages: set[int], early: dict[int, tuple[int, int]] | None = None
-) -> list[int]:
-    """Per operator, the bytes of unsaved storages live from their first to their last use,
-    and of each saved storage in ``early`` (storage -> (producer of its saved value, bytes))
-    from its first use to the operator before that producer."""
+def _lifetimes(
+    trace: Trace, saved_storages: set[int]
+) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """First and last operator of each unsaved storage, and its bytes: from its first use to
+    its last (a gradient until autograd accumulates it, a buffer a Python local held until it
+    was freed, when later)."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     size: dict[int, int] = {}
-    before: dict[int, int] = {}  # saved storage -> its first use, when before its producer
-    early = early or {}
     for i, op in enumerate(trace.ops):
         for k, nb in op.touched:
             if k in saved_storages:
-                if k in early and i < early[k][0]:
-                    before.setdefault(k, i)
                 continue
             first.setdefault(k, i)
             last[k] = i
@@ -295,6 +312,30 @@ def _transient_bytes(
     for k, at in trace.freed_after.items():
         if k in last and at < len(trace.ops):
             last[k] = max(last[k], at)  # a Python local held it past its last reader
+    return first, last, size
+
+
+def _running_sum(delta: list[int]) -> list[int]:
+    out, run = [], 0
+    for d in delta[:-1]:
+        run += d
+        out.append(run)
+    return out
+
+
+def _transient_bytes(
+    trace: Trace, saved_storages: set[int], early: dict[int, tuple[int, int]] | None = None
+) -> list[int]:
+    """Per operator, the bytes of unsaved storages live from their first to their last use,
+    and of each saved storage in ``early`` (storage -> (producer of its saved value, bytes))
+    from its first use to the operator before that producer."""
+    first, last, size = _lifetimes(trace, saved_storages)
+    before: dict[int, int] = {}  # saved storage -> its first use, when before its producer
+    early = early or {}
+    for i, op in enumerate(trace.ops):
+        for k, _ in op.touched:
+            if k in early and k in saved_storages and i < early[k][0]:
+                before.setdefault(k, i)
     delta = [0] * (len(trace.ops) + 1)
     for k, lo in first.items():
         delta[lo] += size[k]
@@ -303,11 +344,20 @@ def _transient_bytes(
         producer, nbytes = early[k]
         delta[lo] += nbytes
         delta[producer] -= nbytes
-    out, run = [], 0
-    for d in delta[:-1]:
-        run += d
-        out.append(run)
-    return out
+    return _running_sum(delta)
+
+
+def _carried_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
+    """Per operator, the bytes of unsaved storages live both before it starts and while it
+    runs (first used by an earlier operator, last by it or a later one): what a rebuild right
+    before it finds allocated besides the saved tensors."""
+    first, last, size = _lifetimes(trace, saved_storages)
+    delta = [0] * (len(trace.ops) + 1)
+    for k, lo in first.items():
+        if last[k] > lo:
+            delta[lo + 1] += size[k]
+            delta[last[k] + 1] -= size[k]
+    return _running_sum(delta)
 
 
 def _producer(trace: Trace, v: int) -> int:
