@@ -6,9 +6,10 @@ Modelling choices:
   and so are storages that existed before the step and that the step still held when backward
   began (model inputs, targets): the caller holds them for the whole step, so no action frees
   them (``meta["caller_held_bytes"]``).
-- Backward readers: every backward operator that reads the storage, plus the operator that runs
-  right after each unpack of it (the node that unpacked it starts there). A saved tensor that no
-  backward node unpacked is released with the graph: it is read by the last backward operator.
+- Backward readers: every backward operator that reads the storage, plus the operators of the
+  node that unpacked it, from the one right after the unpack to the node's last (the node holds
+  what it unpacked until it returns). A saved tensor that no backward node unpacked is released
+  with the graph: it is read by the last backward operator.
 - Recompute cost: the time of the operator chain that rebuilds the tensor from saved tensors, the
   producer plus the producers of any unsaved intermediates it read (as the analytic builders do);
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
@@ -20,11 +21,16 @@ Modelling choices:
   the last chain operator that reads it, sized by its whole storage; the workspace is the largest
   sum of live intermediates at any chain operator, the rebuilt tensor's own storage and saved
   storages excluded (they are counted as saved tensors). A single-operator rebuild has none.
+  Added to it: the unsaved bytes carried into the operator the rebuild runs before (gradient
+  buffers live before and during it), the largest over the tensor's first backward reader and
+  those of the tensors whose rebuild may rebuild it.
 - Last forward use: the last forward operator that reads the tensor or, when later, the one
   after which the step dropped its last own reference to the storage (`Trace.released_after`:
   a Python local keeps a buffer until its function returns); it is listed among the
   operator's reads. A tensor the caller still holds when backward begins (a model input)
   keeps its last reader.
+- A saved storage written before its saved value (a CPU dropout mask's ``bernoulli_`` before
+  the ``div_`` that is saved) counts as transient from its first writer to that value's producer.
 - Transient bytes of an operator: the storages that are not saved tensors (parameters and
   buffers excluded) alive while it runs, each from the first operator that reads or writes it
   to the last one (a gradient the autograd engine holds for a node several operators later
