@@ -29,7 +29,7 @@ from slackswap.runtime.measure import (  # noqa: E402
     train_steps,
 )
 from slackswap.simulator import simulate  # noqa: E402
-from slackswap.solvers.base import REGISTRY, run  # noqa: E402
+from slackswap.solvers import REGISTRY, run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
