@@ -148,6 +148,7 @@ def apply(
     instance: Instance | None = None,
     runtime: str | None = None,
     schedule: str | None = None,
+    _executor: Any = None,
 ) -> Iterator[RunStats]:
     """Run the step inside the ``with`` block under ``plan`` (see `slackswap.runtime`).
 
@@ -158,28 +159,32 @@ def apply(
     run; ``"live"`` (default on CUDA) starts each H2D copy by the look-ahead rule as the step
     runs; ``"simulated"`` (default without CUDA, where copies are synchronous and take no
     modelled link time) replays the simulator's copy times for this plan at operator
-    granularity, so the measured memory checks the simulator's accounting. Yields a
-    `RunStats`, filled on exit.
+    granularity, so the measured memory checks the simulator's accounting; live copies follow
+    the runtime's look-ahead from the registry (`policy.runtime_policy`), and a runtime whose
+    rules cannot be followed live is refused before the step. Yields a `RunStats`, filled on
+    exit. (``_executor``: a `PlanExecutor` subclass, for the training path's checked step.)
     """
     require_torch()
     import torch
 
     from slackswap.runtime.executor import PlanExecutor  # imports torch: after the check above
+    from slackswap.runtime.policy import runtime_policy
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
-    mode = execution_modes()[stats.runtime]  # check_plan refused a runtime not in there
     if schedule is None:
         schedule = "live" if torch.cuda.is_available() else "simulated"
     if schedule not in ("live", "simulated"):
         raise PlanError(f"schedule = {schedule!r}: expected 'live' or 'simulated'")
+    mode = runtime_policy(stats.runtime, live=schedule == "live")
     replay = None
     if schedule == "simulated":
         replay = simulated_schedule(plan.instance, plan.actions, stats.budget_bytes, stats.runtime)
-    ex = PlanExecutor(
+    ex = (_executor or PlanExecutor)(
         plan.instance,
         plan.actions,
         stats.budget_bytes,
         model,
+        lookahead_ops=mode.lookahead_ops,
         overlap=mode.overlap,
         prefetch=mode.prefetch,
         schedule=replay,

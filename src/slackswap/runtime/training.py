@@ -1,0 +1,654 @@
+"""`prepare` and `PlannedStep`: a plan run step after step in a training loop.
+
+``planned = prepare(model, plan, "50%")`` once, then ``with planned.step(): ...`` around each
+iteration's forward and backward. The first step is the checked path (`slackswap.runtime.apply`:
+every operator numbered and matched to the profile by a dispatch mode), and it learns, in the
+order autograd packs them, every saved tensor's shape, dtype, storage size, plan entry and the
+block whose forward saved it. Later steps install ``torch.autograd.graph.saved_tensors_hooks``
+and nothing else, no dispatch mode:
+
+- a saved tensor is identified by its position in the pack order and checked against what the
+  first step learned (shape, dtype, storage bytes); a different shape is a `ShapeChangeError`
+  before the step's first operator when the model's inputs changed shape (or, with
+  ``replan=True``, the step is profiled and solved again with the same solver and runs as the
+  checked first step of the new plan);
+- a kept tensor (and a parameter, or a value the plan does not cover) is handed back as is;
+- a swapped tensor's storage is copied to host memory when first packed (pinned, on a side
+  stream, on CUDA) and back when autograd first unpacks it; on CUDA with a prefetching runtime
+  the copies back are started ahead by the runtime's look-ahead rule on the plan's memory
+  model, in deadline order, the step's position read from the tensor being unpacked;
+- recomputed tensors are rebuilt by PyTorch's own ``torch.utils.checkpoint`` (non-reentrant)
+  over each profiled block whose saved tensors are all recomputed (those made inside it) or
+  kept (its inputs): the block is run again in backward with the RNG state it first ran with,
+  and buffers it updates (batch-norm statistics) are restored after the recomputation, so the
+  model's state is that of one step. A plan that recomputes anything else is run by the checked
+  path at every step (`PlannedStep.fast` is False, `PlannedStep.reason` says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
+from slackswap.problem import UserError
+from slackswap.runtime import RunStats, apply, check_plan
+from slackswap.runtime.entry import Handle
+from slackswap.runtime.executor import PlanExecutor, StepMismatchError
+from slackswap.runtime.policy import RuntimePolicy, runtime_policy
+from slackswap.runtime.rebuild import view
+from slackswap.runtime.schedule import base_resident
+
+__all__ = ["PlannedStep", "ShapeChangeError", "prepare"]
+
+
+class ShapeChangeError(UserError):
+    """A step of a prepared plan saw other shapes than the profiled step (another batch size)."""
+
+
+@dataclass(frozen=True)
+class _Pack:
+    """One pack of the first step: the plan entry (-1: not a planned tensor), what is checked,
+    and the block whose forward packed it (-1: outside every block)."""
+
+    entry: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    nbytes: int
+    block: int
+
+
+class _Slot:
+    """A swapped tensor during a fast step: its host copy, its device copy while needed."""
+
+    __slots__ = ("entry", "nbytes", "host", "device", "event", "handles", "admitted", "used")
+
+    def __init__(self, entry: int, nbytes: int):
+        self.entry = entry
+        self.nbytes = nbytes
+        self.host: Any = None
+        self.device: Any = None
+        self.event: Any = None
+        self.handles = 0
+        self.admitted = False
+        self.used = False
+
+
+class _FastHandle:
+    __slots__ = ("slot", "owner", "dtype", "offset", "size", "stride")
+
+    def __init__(self, owner: _FastStep, slot: _Slot, t: torch.Tensor):
+        self.owner = owner
+        self.slot = slot
+        self.dtype = t.dtype
+        self.offset = t.storage_offset()
+        self.size = t.shape
+        self.stride = t.stride()
+        slot.handles += 1
+
+    def __del__(self) -> None:
+        s = self.slot
+        s.handles -= 1
+        if s.handles == 0:
+            self.owner.release(s)
+
+
+def _storage_nbytes(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):
+        return -1  # sparse or other storage-less tensors: checked by shape and dtype only
+
+
+def _module_of(op_name: str) -> str:
+    """The module path of a forward operator name such as ``blocks.0.norm1/native_layer_norm``."""
+    return op_name.rsplit("/", 1)[0] if "/" in op_name else ""
+
+
+def _inside(path: str, block: str) -> bool:
+    return path == block or path.startswith(block + ".")
+
+
+def _signature(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (tuple(x.shape), x.dtype)
+        for x in (*args, *kwargs.values())
+        if isinstance(x, torch.Tensor)
+    ]
+
+
+@dataclass
+class _Learned:
+    """What the first step of a plan taught: the packs a fast step must see, in order, and the
+    blocks it runs under ``torch.utils.checkpoint``."""
+
+    packs: list[_Pack]
+    checkpointed: list[int]
+    expected: list[_Pack]
+    actions: list[int]
+    inputs: list[tuple[Any, ...]] | None
+    reason: str = ""
+    swap_entries: list[int] = field(default_factory=list)
+
+
+class PlannedStep:
+    """A plan prepared for a training loop (see `prepare`); ``with planned.step(): ...``."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        plan: Plan,
+        budget: Budget | float | str,
+        *,
+        loss_fn: Callable[[Any], torch.Tensor] | None = None,
+        runtime: str | None = None,
+        schedule: str | None = None,
+        replan: bool = False,
+        solver: str | None = None,
+        time_limit: float | None = None,
+    ):
+        if not isinstance(model, torch.nn.Module):
+            raise UserError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        if replan and not solver:
+            raise UserError("replan=True: pass solver= (the solver that made the plan)")
+        self.model = model
+        self.budget = Budget.parse(budget)
+        self.loss_fn = loss_fn
+        self.runtime = runtime
+        self.schedule = schedule
+        self.replan = replan
+        self.solver = solver
+        self.time_limit = time_limit
+        self.steps = 0
+        self._use(plan)
+
+    def _use(self, plan: Plan) -> None:
+        self.plan = plan
+        self._stats = check_plan(plan, self.budget, runtime=self.runtime)  # refused here, early
+        self._learned: _Learned | None = None
+
+    # ----- what the first step learned --------------------------------------------------------
+    @property
+    def fast(self) -> bool:
+        """Whether steps after the first run with saved-tensor hooks alone."""
+        return self._learned is not None and not self._learned.reason
+
+    @property
+    def reason(self) -> str:
+        """Why steps run the checked path ('' when they do not, or before the first step)."""
+        return self._learned.reason if self._learned is not None else ""
+
+    @property
+    def checkpointed_blocks(self) -> list[str]:
+        """The profiled blocks a fast step runs under ``torch.utils.checkpoint``."""
+        if self._learned is None:
+            return []
+        names = self._blocks()
+        return [names[b] for b in self._learned.checkpointed]
+
+    def _blocks(self) -> list[str]:
+        return list(dict.fromkeys(self.plan.instance.meta.get("block_modules", [])))
+
+    # ----- the step ---------------------------------------------------------------------------
+    @contextmanager
+    def step(self) -> Iterator[RunStats]:
+        """One forward and backward under the plan: the checked path the first time (and at
+        every step when `fast` is False), saved-tensor hooks alone afterwards."""
+        if self._learned is None or self._learned.reason:
+            with self._checked_step() as stats:
+                yield stats
+        else:
+            with _FastStep(self, self._learned).running() as stats:
+                yield stats
+        self.steps += 1
+
+    @contextmanager
+    def _checked_step(self, signature: list[tuple[Any, ...]] | None = None) -> Iterator[RunStats]:
+        learning = self._learned is None
+        packs: list[_Pack] = []
+        inputs: list[list[tuple[Any, ...]]] = [] if signature is None else [signature]
+        current = [-1]
+        blocks = self._blocks()
+
+        def factory(*args: Any, **kwargs: Any) -> PlanExecutor:
+            ex = _LearningExecutor(*args, **kwargs)
+            ex.learned = packs if learning else None
+            ex.block_now = current
+            return ex
+
+        with ExitStack() as stack:
+            if learning:
+                stack.enter_context(_block_tracking(self.model, blocks, current))
+            if learning and not inputs:
+                h = self.model.register_forward_pre_hook(
+                    lambda m, a, k: inputs.append(_signature(a, k)) if not inputs else None,
+                    with_kwargs=True,
+                )
+                stack.callback(h.remove)
+            with apply(
+                self.plan,
+                self.budget,
+                model=self.model,
+                runtime=self.runtime,
+                schedule=self.schedule,
+                _executor=factory,
+            ) as stats:
+                yield stats
+        if learning:
+            self._learned = _learn(self.plan, blocks, packs, inputs[0] if inputs else None)
+
+    def _replan(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
+        """Profile the step again on the new inputs and solve it with the same solver."""
+        from slackswap.profiling import profile_step
+        from slackswap.solvers.base import run
+
+        if kwargs:
+            raise ShapeChangeError(
+                "replan=True: the model takes keyword inputs, which profiling cannot replay; "
+                "prepare a plan for the new shapes instead"
+            )
+        inst = profile_step(self.model, tuple(args), self.loss_fn,
+                            blocks=[self.model.get_submodule(b) for b in self._blocks()])  # fmt: skip
+        assert self.solver is not None
+        rec = run(inst, self.budget, self.solver, time_limit=self.time_limit,
+                  find_min_budget=False)  # fmt: skip
+        if rec.plan is None:
+            raise ShapeChangeError(
+                f"replan: solver {self.solver!r} found no plan at {self.budget} for the new "
+                f"shapes ({rec.status if hasattr(rec, 'status') else 'no plan'})"
+            )
+        plan = rec.plan if self.runtime is None else Plan(inst, rec.plan.actions, self.runtime)
+        return plan
+
+
+class _LearningExecutor(PlanExecutor):
+    """The checked path's executor, noting each pack of the step for the fast steps."""
+
+    learned: list[_Pack] | None
+    block_now: list[int]
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        out = super()._pack(t)
+        if self.learned is not None and not self._internal:
+            entry = out.entry.index if isinstance(out, Handle) else -1
+            self.learned.append(
+                _Pack(entry, tuple(t.shape), t.dtype, _storage_nbytes(t), self.block_now[0])
+            )
+        return out
+
+
+@contextmanager
+def _block_tracking(model: torch.nn.Module, blocks: list[str], current: list[int]) -> Iterator[None]:
+    """Keep ``current[0]`` at the index of the block whose forward runs (-1: none)."""
+    handles = []
+    for b, name in enumerate(blocks):
+        m = model.get_submodule(name) if name else model
+
+        def pre(mod: Any, args: Any, b: int = b) -> None:
+            if current[0] < 0:
+                current[0] = b
+
+        def post(mod: Any, args: Any, out: Any, b: int = b) -> None:
+            if current[0] == b:
+                current[0] = -1
+
+        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_hook(post, always_call=True))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _learn(
+    plan: Plan, blocks: list[str], packs: list[_Pack], inputs: list[tuple[Any, ...]] | None
+) -> _Learned:
+    """Which blocks a fast step checkpoints, what it must see, or why it cannot run."""
+    inst = plan.instance
+    actions = [int(a) for a in plan.actions]
+    produced_in: dict[int, str] = {
+        i: _module_of(inst.op_name[int(inst.tensor_producer[i])]) for i in range(inst.n_tensors)
+    }
+    by_block: dict[int, list[_Pack]] = {}
+    for p in packs:
+        if p.block >= 0:
+            by_block.setdefault(p.block, []).append(p)
+    checkpointed: list[int] = []
+    for b, ps in sorted(by_block.items()):
+        inside = [p for p in ps if p.entry >= 0 and _inside(produced_in[p.entry], blocks[b])]
+        outside = [p for p in ps if p.entry >= 0 and not _inside(produced_in[p.entry], blocks[b])]
+        if (
+            inside
+            and all(actions[p.entry] == RECOMP for p in inside)
+            and all(actions[p.entry] == KEEP for p in outside)
+        ):
+            checkpointed.append(b)
+    covered = {p.entry for p in packs if p.block in checkpointed and p.entry >= 0}
+    reason = ""
+    for p in packs:
+        if p.entry >= 0 and actions[p.entry] == RECOMP and p.entry not in covered:
+            reason = (
+                f"recomputed tensor {inst.tensor_name[p.entry]!r} is not made inside a block "
+                "whose saved tensors are all recomputed or kept inputs, so "
+                "torch.utils.checkpoint cannot rebuild it: every step runs the checked path"
+            )
+            break
+    for p in packs:
+        if p.entry >= 0 and p.entry in covered and p.block not in checkpointed:
+            reason = reason or (
+                f"recomputed tensor {inst.tensor_name[p.entry]!r} is also saved outside its "
+                "block: every step runs the checked path"
+            )
+    expected = [p for p in packs if p.block not in checkpointed]
+    swaps = sorted(
+        {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
+        key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
+    )
+    return _Learned(packs, checkpointed, expected, actions, inputs, reason, swaps)
+
+
+class _FastStep:
+    """One step with saved-tensor hooks alone (see `slackswap.runtime.training`)."""
+
+    def __init__(self, owner: PlannedStep, learned: _Learned):
+        self.owner = owner
+        self.learned = learned
+        self.expected = learned.expected
+        self.actions = learned.actions
+        self.inst = owner.plan.instance
+        self.pos = 0
+        self.slots: dict[int, _Slot] = {}
+        self.error: BaseException | None = None
+        self.stats = RunStats(
+            budget_bytes=owner._stats.budget_bytes,
+            simulated_peak_bytes=owner._stats.simulated_peak_bytes,
+            simulated_step_s=owner._stats.simulated_step_s,
+            runtime=owner._stats.runtime,
+        )
+        self.cuda = any(p.is_cuda for p in owner.model.parameters())
+        self.policy: RuntimePolicy = runtime_policy(owner._stats.runtime, live=self.cuda)
+        self._copy_stream: Any = None
+        self._h2d_stream: Any = None
+        self._prefetch = self.cuda and self.policy.overlap and self.policy.prefetch
+        if self.cuda and self.policy.overlap:
+            self._copy_stream = torch.cuda.Stream()
+            self._h2d_stream = torch.cuda.Stream()
+        self._admitted = 0
+        self._base: Any = None
+        self._transient: Any = None
+        if self._prefetch:
+            self._base = base_resident(self.inst, np.asarray(self.actions, dtype=np.int8))
+            self._transient = np.concatenate(
+                ([0], np.cumsum(self.inst.op_transient_bytes, dtype=np.int64))
+            )
+        self._inner: ExitStack | None = None  # the new plan's checked step, after a replan
+        self._inner_stats: Any = None
+        self._stack = ExitStack()
+        self._saving_inputs = [False]
+
+    @contextmanager
+    def running(self) -> Iterator[RunStats]:
+        owner = self.owner
+        with ExitStack() as stack:
+            for b in self.learned.checkpointed:
+                stack.enter_context(
+                    _checkpointed(owner.model, owner._blocks()[b], self._saving_inputs)
+                )
+            if self.learned.inputs is not None:
+                h = owner.model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
+                stack.callback(h.remove)
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
+            self._stack = stack
+            try:
+                yield self.stats
+            except BaseException as exc:
+                if self._inner is not None:
+                    inner, self._inner = self._inner, None
+                    inner.__exit__(type(exc), exc, exc.__traceback__)
+                    raise
+                if self.error is not None and exc is not self.error:
+                    raise self.error from exc
+                raise
+            finally:
+                self.slots.clear()
+            if self._inner is not None:
+                inner, self._inner = self._inner, None
+                inner.__exit__(None, None, None)
+                self.stats.__dict__.update(self._inner_stats.__dict__)
+                return
+            if self.error is not None:
+                raise self.error
+            if self.pos != len(self.expected):
+                raise StepMismatchError(
+                    f"the step saved {self.pos} tensors for autograd where the first step of "
+                    f"the plan saved {len(self.expected)} (forward and backward must both run "
+                    "inside the with block)"
+                )
+
+    # ----- shapes -----------------------------------------------------------------------------
+    def _check_inputs(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._inner is not None:
+            return
+        got = _signature(args, kwargs)
+        want = self.learned.inputs
+        if got == want:
+            return
+        if not self.owner.replan:
+            self.error = ShapeChangeError(
+                f"the model's inputs are {_fmt(got)}, the plan was made for {_fmt(want)} "
+                "(another batch size or sequence length): prepare a plan for these shapes, "
+                "or pass replan=True"
+            )
+            raise self.error
+        self._switch_to_new_plan(args, kwargs)
+
+    def _switch_to_new_plan(self, args: Any, kwargs: Any) -> None:
+        """Profile and solve the step again, then run the rest of it as the checked first step
+        of the new plan (its dispatch mode and hooks sit above this step's hooks)."""
+        owner = self.owner
+        self._stack.close()  # this step's checkpoint wrappers and hooks go first
+        sig = _signature(args, kwargs)
+        owner._use(owner._replan(args, kwargs))
+        inner = ExitStack()
+        self._inner_stats = inner.enter_context(owner._checked_step(sig))
+        self._inner = inner
+
+    # ----- saved-tensor hooks -----------------------------------------------------------------
+    def _pack(self, t: torch.Tensor) -> Any:
+        if self._saving_inputs[0]:
+            return t  # a checkpointed block's inputs, held by torch.utils.checkpoint
+        k = self.pos
+        self.pos = k + 1
+        exp = self.expected
+        if k >= len(exp):
+            self._fail(
+                StepMismatchError(
+                    f"the step saves more tensors for autograd than the first step of the plan "
+                    f"({len(exp)}): it is not the step the plan was made for"
+                )
+            )
+        p = exp[k]
+        if t.shape != p.shape or t.dtype != p.dtype or _storage_nbytes(t) != p.nbytes:
+            self._mismatch(k, p, t)
+        if p.entry < 0 or self.actions[p.entry] != SWAP:
+            return t
+        s = self.slots.get(p.entry)
+        if s is None:
+            s = self.slots[p.entry] = _Slot(p.entry, p.nbytes)
+            self._offload(s, t)
+        return _FastHandle(self, s, t)
+
+    def _mismatch(self, k: int, p: _Pack, t: torch.Tensor) -> None:
+        name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
+        got = f"{t.dtype}, shape {list(t.shape)}, {_storage_nbytes(t)} storage bytes"
+        want = f"{p.dtype}, shape {list(p.shape)}, {p.nbytes} storage bytes"
+        cls = ShapeChangeError if t.dtype == p.dtype and t.shape != p.shape else StepMismatchError
+        self._fail(cls(f"saved tensor {name!r} (pack {k}) is {got}; the plan's step has {want}"))
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        raise exc
+
+    def _unpack(self, h: Any) -> torch.Tensor:
+        if not isinstance(h, _FastHandle):
+            return h  # type: ignore[no-any-return]
+        s = h.slot
+        if not s.used:
+            s.used = True
+            if self._prefetch:
+                self._admit(int(self.inst.tensor_first_bwd_reader[s.entry]))
+        if s.device is None:
+            self._fetch(s)
+        if s.event is not None:
+            torch.cuda.current_stream().wait_event(s.event)
+        return view(s.device, h.dtype, h.offset, h.size, h.stride)
+
+    # ----- copies -----------------------------------------------------------------------------
+    def _offload(self, s: _Slot, t: torch.Tensor) -> None:
+        src = t.untyped_storage()
+        self.stats.swapped_bytes += s.nbytes
+        if src.device.type == "cuda":
+            host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
+            if self._copy_stream is not None:
+                self._copy_stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(self._copy_stream):
+                    host.untyped_storage().copy_(src, non_blocking=True)
+                    s.event = torch.cuda.Event()
+                    s.event.record(self._copy_stream)
+                # The allocator must not reuse the buffer before the copy stream read it.
+                torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
+            else:
+                host.untyped_storage().copy_(src)
+        else:
+            host = torch.empty(src.nbytes(), dtype=torch.uint8)
+            host.untyped_storage().copy_(src)
+        s.host = host.untyped_storage()
+
+    def _fetch(self, s: _Slot) -> None:
+        host = s.host
+        if self.cuda:
+            if s.event is not None:  # its offload: the host copy must be complete
+                s.event.synchronize()
+            if self._h2d_stream is not None:
+                self._h2d_stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(self._h2d_stream):
+                    buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
+                    buf.untyped_storage().copy_(host, non_blocking=True)
+                    s.event = torch.cuda.Event()
+                    s.event.record(self._h2d_stream)
+                buf.record_stream(torch.cuda.current_stream())
+            else:
+                buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
+                buf.untyped_storage().copy_(host)
+                s.event = None
+        else:
+            buf = torch.empty(host.nbytes(), dtype=torch.uint8)
+            buf.untyped_storage().copy_(host)
+        s.device = buf.untyped_storage()
+        s.admitted = True
+        self._admitted += s.nbytes
+        self.stats.h2d_bytes += s.nbytes
+
+    def _admit(self, o: int) -> None:
+        """Start copies back in deadline order while the plan's memory before operator ``o``,
+        the copies already admitted, the next one and the transient bytes of the runtime's
+        look-ahead fit the budget (the simulator's rule, at the step's position ``o``)."""
+        n = self.inst.n_ops
+        end = min(o + self.policy.lookahead_ops, n)
+        look = int(self._transient[end] - self._transient[min(o, end)])
+        base = int(self._base[min(o, n - 1)])
+        for i in self.learned.swap_entries:
+            s = self.slots.get(i)
+            if s is None or s.device is not None or s.host is None or s.handles == 0:
+                continue
+            if base + self._admitted + s.nbytes + look > self.stats.budget_bytes:
+                return
+            self._fetch(s)
+
+    def release(self, s: _Slot) -> None:
+        """Autograd dropped the last handle: the tensor's last backward reader is done."""
+        if s.admitted:
+            self._admitted -= s.nbytes
+            s.admitted = False
+        s.host = s.device = s.event = None
+
+
+def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
+    return ", ".join(f"{list(s)} {str(d).replace('torch.', '')}" for s, d in sig or []) or "none"
+
+
+@contextmanager
+def _checkpointed(
+    model: torch.nn.Module, name: str, saving_inputs: list[bool]
+) -> Iterator[None]:
+    """Run block ``name``'s forward under non-reentrant ``torch.utils.checkpoint``; buffers it
+    updates in place are put back after each recomputation (one update per step).
+    ``saving_inputs[0]`` is True while checkpoint saves the block's inputs (before its body)."""
+    block = model.get_submodule(name) if name else model
+    had = "forward" in block.__dict__
+    old = block.__dict__.get("forward")
+    forward = block.forward
+    buffers = [b for b in block.buffers()]
+
+    def run_checkpointed(*args: Any, **kwargs: Any) -> Any:
+        calls = [0]
+
+        def body(*a: Any, **k: Any) -> Any:
+            saving_inputs[0] = False
+            calls[0] += 1
+            if calls[0] == 1 or not buffers:
+                return forward(*a, **k)
+            saved = [b.detach().clone() for b in buffers]
+            try:
+                return forward(*a, **k)
+            finally:
+                with torch.no_grad():
+                    for b, v in zip(buffers, saved, strict=True):
+                        b.copy_(v)
+
+        saving_inputs[0] = True
+        try:
+            return checkpoint(body, *args, use_reentrant=False, **kwargs)
+        finally:
+            saving_inputs[0] = False
+
+    block.forward = run_checkpointed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if had:
+            block.forward = old  # type: ignore[method-assign]
+        else:
+            del block.forward
+
+
+def prepare(
+    model: torch.nn.Module,
+    plan: Plan,
+    budget: Budget | float | str,
+    *,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    runtime: str | None = None,
+    schedule: str | None = None,
+    replan: bool = False,
+    solver: str | None = None,
+    time_limit: float | None = None,
+) -> PlannedStep:
+    """A reusable `PlannedStep` running ``plan`` at ``budget`` on ``model``, step after step.
+
+    The plan is refused here when it does not fit the budget in the simulator or ``runtime``
+    cannot run it. ``runtime``/``schedule``: as for `slackswap.runtime.apply` (the checked
+    step). ``replan``: when the model's inputs change shape, profile the step again (with
+    ``loss_fn``, default the sum of the output) and solve it with ``solver`` at ``budget``
+    (``time_limit`` seconds) instead of raising `ShapeChangeError`.
+    """
+    return PlannedStep(model, plan, budget, loss_fn=loss_fn, runtime=runtime,
+                       schedule=schedule, replan=replan, solver=solver,
+                       time_limit=time_limit)  # fmt: skip
