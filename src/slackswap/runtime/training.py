@@ -28,7 +28,7 @@ and nothing else, no dispatch mode:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +39,10 @@ from torch.utils.checkpoint import checkpoint
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import UserError
 from slackswap.runtime import RunStats, apply, check_plan
-from slackswap.runtime.entry import Handle
+from slackswap.runtime.entry import Entry, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError
 from slackswap.runtime.policy import RuntimePolicy, runtime_policy
-from slackswap.runtime.rebuild import view
+from slackswap.runtime.rebuild import Rebuilder, view
 from slackswap.runtime.schedule import base_resident
 
 __all__ = ["PlannedStep", "ShapeChangeError", "prepare"]
@@ -64,46 +64,18 @@ class _Pack:
     block: int
 
 
-class _Slot:
-    """A swapped tensor during a fast step: its host copy, its device copy while needed."""
-
-    __slots__ = ("entry", "nbytes", "host", "device", "event", "handles", "admitted", "used")
-
-    def __init__(self, entry: int, nbytes: int):
-        self.entry = entry
-        self.nbytes = nbytes
-        self.host: Any = None
-        self.device: Any = None
-        self.event: Any = None
-        self.handles = 0
-        self.admitted = False
-        self.used = False
-
-
-class _FastHandle:
-    __slots__ = ("slot", "owner", "dtype", "offset", "size", "stride")
-
-    def __init__(self, owner: _FastStep, slot: _Slot, t: torch.Tensor):
-        self.owner = owner
-        self.slot = slot
-        self.dtype = t.dtype
-        self.offset = t.storage_offset()
-        self.size = t.shape
-        self.stride = t.stride()
-        slot.handles += 1
-
-    def __del__(self) -> None:
-        s = self.slot
-        s.handles -= 1
-        if s.handles == 0:
-            self.owner.release(s)
-
-
 def _storage_nbytes(t: torch.Tensor) -> int:
     try:
         return int(t.untyped_storage().nbytes())
     except (RuntimeError, NotImplementedError):
         return -1  # sparse or other storage-less tensors: checked by shape and dtype only
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return -1
 
 
 def _module_of(op_name: str) -> str:
@@ -135,6 +107,30 @@ class _Learned:
     inputs: list[tuple[Any, ...]] | None
     reason: str = ""
     swap_entries: list[int] = field(default_factory=list)
+    replay: _Replay | None = None
+
+
+@dataclass
+class _Replay:
+    """What a fast step needs to rebuild recomputed tensors outside checkpointed blocks: the
+    first step's operator records (`Rebuilder`), its value numbering, the model input each
+    external value is (by position), and per recomputed tensor the saved tensors its rebuild
+    reads (``deps``) and the reverse (``consumers``)."""
+
+    trace: Any
+    records: dict[int, Any]
+    allocs: dict[int, Any]
+    entry_of_value: dict[int, int]
+    externals: dict[int, int]
+    deps: dict[int, set[int]]
+    consumers: dict[int, set[int]]
+
+
+class _TraceOf:
+    """The first step's numbering, as a `Rebuilder` reads it (``recorder.trace``)."""
+
+    def __init__(self, trace: Any):
+        self.trace = trace
 
 
 class PlannedStep:
@@ -216,20 +212,27 @@ class PlannedStep:
         current = [-1]
         blocks = self._blocks()
 
+        tensors: list[list[torch.Tensor]] = []
+        made: list[_LearningExecutor] = []
+
+        def note_inputs(m: Any, a: Any, k: Any) -> None:
+            if not tensors:
+                tensors.append([x for x in (*a, *k.values()) if isinstance(x, torch.Tensor)])
+                if not inputs:
+                    inputs.append(_signature(a, k))
+
         def factory(*args: Any, **kwargs: Any) -> PlanExecutor:
             ex = _LearningExecutor(*args, **kwargs)
             ex.learned = packs if learning else None
             ex.block_now = current
+            ex.kept = None
+            made.append(ex)
             return ex
 
         with ExitStack() as stack:
             if learning:
                 stack.enter_context(_block_tracking(self.model, blocks, current))
-            if learning and not inputs:
-                h = self.model.register_forward_pre_hook(
-                    lambda m, a, k: inputs.append(_signature(a, k)) if not inputs else None,
-                    with_kwargs=True,
-                )
+                h = self.model.register_forward_pre_hook(note_inputs, with_kwargs=True)
                 stack.callback(h.remove)
             with apply(
                 self.plan,
@@ -241,7 +244,15 @@ class PlannedStep:
             ) as stats:
                 yield stats
         if learning:
-            self._learned = _learn(self.plan, blocks, packs, inputs[0] if inputs else None)
+            self._learned = _learn(
+                self.plan,
+                self.model,
+                blocks,
+                packs,
+                inputs[0] if inputs else None,
+                made[0].kept if made else None,
+                tensors[0] if tensors else [],
+            )
 
     def _replan(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
         """Profile the step again on the new inputs and solve it with the same solver."""
@@ -272,6 +283,15 @@ class _LearningExecutor(PlanExecutor):
 
     learned: list[_Pack] | None
     block_now: list[int]
+    kept: Any
+
+    def close(self) -> None:
+        # The operator records outlive the step (a fast step replays them); the tensors go.
+        if self.learned is not None:
+            rb = self.rebuilder
+            self.kept = (self.trace, dict(rb._records), dict(rb._allocs),
+                         dict(self._entry_of_value), dict(rb._externals))  # fmt: skip
+        super().close()
 
     def _pack(self, t: torch.Tensor) -> Any:
         out = super()._pack(t)
@@ -308,7 +328,13 @@ def _block_tracking(model: torch.nn.Module, blocks: list[str], current: list[int
 
 
 def _learn(
-    plan: Plan, blocks: list[str], packs: list[_Pack], inputs: list[tuple[Any, ...]] | None
+    plan: Plan,
+    model: torch.nn.Module,
+    blocks: list[str],
+    packs: list[_Pack],
+    inputs: list[tuple[Any, ...]] | None,
+    kept: Any,
+    input_tensors: list[torch.Tensor],
 ) -> _Learned:
     """Which blocks a fast step checkpoints, what it must see, or why it cannot run."""
     inst = plan.instance
@@ -331,27 +357,101 @@ def _learn(
         ):
             checkpointed.append(b)
     covered = {p.entry for p in packs if p.block in checkpointed and p.entry >= 0}
+    expected = [p for p in packs if p.block not in checkpointed]
+    seen = {p.entry for p in expected if p.entry >= 0}
     reason = ""
-    for p in packs:
-        if p.entry >= 0 and actions[p.entry] == RECOMP and p.entry not in covered:
-            reason = (
-                f"recomputed tensor {inst.tensor_name[p.entry]!r} is not made inside a block "
-                "whose saved tensors are all recomputed or kept inputs, so "
-                "torch.utils.checkpoint cannot rebuild it: every step runs the checked path"
-            )
-            break
     for p in packs:
         if p.entry >= 0 and p.entry in covered and p.block not in checkpointed:
             reason = reason or (
                 f"recomputed tensor {inst.tensor_name[p.entry]!r} is also saved outside its "
                 "block: every step runs the checked path"
             )
-    expected = [p for p in packs if p.block not in checkpointed]
+    replayed = sorted({i for i in seen if actions[i] == RECOMP and i not in covered})
+    replay = None
+    if replayed and not reason:
+        replay, reason = _replay_of(inst, model, actions, replayed, seen, covered, kept,
+                                    input_tensors)  # fmt: skip
     swaps = sorted(
         {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
         key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
     )
-    return _Learned(packs, checkpointed, expected, actions, inputs, reason, swaps)
+    return _Learned(packs, checkpointed, expected, actions, inputs, reason, swaps, replay)
+
+
+def _replay_of(
+    inst: Any,
+    model: torch.nn.Module,
+    actions: list[int],
+    replayed: list[int],
+    seen: set[int],
+    covered: set[int],
+    kept: Any,
+    input_tensors: list[torch.Tensor],
+) -> tuple[_Replay | None, str]:
+    """How a fast step rebuilds ``replayed`` from the first step's operator records, or why it
+    cannot (a random operator, whose RNG state only a dispatch mode could capture each step;
+    a tensor that is neither a model input, a parameter nor a saved tensor it sees)."""
+    if kept is None:
+        return None, "the first step kept no operator records"
+    trace, records, allocs, entry_of_value, externals = kept
+    ptrs = [x.untyped_storage().data_ptr() for x in input_tensors]
+    ext_pos: dict[int, int] = {}
+    for v, t in externals.items():
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in ptrs:
+            ext_pos[v] = ptrs.index(ptr)
+    # Parameters and buffers (and views of them, such as a transposed weight) are updated in
+    # place by an optimizer: the first step's tensors over their storages read today's values.
+    persistent = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    deps: dict[int, set[int]] = {}
+    name = inst.tensor_name
+
+    def walk(value: int, target: int, out: set[int], top: bool) -> str:
+        i = entry_of_value.get(value)
+        if i is not None and not top:
+            if i in covered or i not in seen:
+                return f"its rebuild reads {name[i]!r}, which a fast step does not see saved"
+            out.add(i)
+            return ""
+        if value in externals:
+            return "" if value in ext_pos else "its rebuild reads a tensor that is no input"
+        if value in allocs:
+            return ""
+        p = trace.values[value].producer
+        rec = records.get(p)
+        if rec is None:
+            return "no operator record makes it"
+        if rec.rng is not None:
+            return f"its rebuild runs the random operator {rec.func}"
+        for x in rec.args[1]:
+            if isinstance(x, torch.Tensor) and _storage_ptr(x) not in persistent:
+                return "its rebuild reads a tensor that is no input, parameter or buffer"
+            v = getattr(x, "value", None)
+            if v is not None and not isinstance(x, torch.Tensor):
+                why = walk(int(v), target, out, False)
+                if why:
+                    return why
+        return ""
+
+    values = inst.meta["runtime_signature"]["values"]
+    for i in replayed:
+        out: set[int] = set()
+        why = walk(int(values[i]), i, out, True)
+        if why:
+            return None, (
+                f"recomputed tensor {name[i]!r} cannot be rebuilt without a dispatch mode "
+                f"({why}): every step runs the checked path"
+            )
+        deps[i] = out
+    consumers: dict[int, set[int]] = {}
+    for v, us in deps.items():
+        for u in us:
+            consumers.setdefault(u, set()).add(v)
+    for v in list(externals):
+        if v not in ext_pos:
+            del externals[v]
+    return _Replay(_TraceOf(trace), records, allocs, entry_of_value, ext_pos, deps,
+                   consumers), ""  # fmt: skip
 
 
 class _FastStep:
@@ -364,7 +464,10 @@ class _FastStep:
         self.actions = learned.actions
         self.inst = owner.plan.instance
         self.pos = 0
-        self.slots: dict[int, _Slot] = {}
+        self.entries = [
+            Entry(i, int(a), int(n))
+            for i, (a, n) in enumerate(zip(learned.actions, self.inst.tensor_bytes, strict=True))
+        ]
         self.error: BaseException | None = None
         self.stats = RunStats(
             budget_bytes=owner._stats.budget_bytes,
@@ -392,6 +495,21 @@ class _FastStep:
         self._inner_stats: Any = None
         self._stack = ExitStack()
         self._saving_inputs = [False]
+        self.rebuilder: Rebuilder | None = None
+        self._pending: dict[int, set[int]] = {}  # rebuild input -> recomputed ones still to come
+        rp = learned.replay
+        if rp is not None:
+            self.rebuilder = Rebuilder(
+                rp.trace,  # only its trace is read by a rebuild
+                self.inst,
+                self.entries,
+                rp.entry_of_value,
+                materialise=self._materialise,
+                quiet=nullcontext,
+            )
+            self.rebuilder._records = rp.records
+            self.rebuilder._allocs = rp.allocs
+            self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
     @contextmanager
     def running(self) -> Iterator[RunStats]:
@@ -401,9 +519,8 @@ class _FastStep:
                 stack.enter_context(
                     _checkpointed(owner.model, owner._blocks()[b], self._saving_inputs)
                 )
-            if self.learned.inputs is not None:
-                h = owner.model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
-                stack.callback(h.remove)
+            h = owner.model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
+            stack.callback(h.remove)
             stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
             self._stack = stack
             try:
@@ -417,7 +534,7 @@ class _FastStep:
                     raise self.error from exc
                 raise
             finally:
-                self.slots.clear()
+                self._drop_all()
             if self._inner is not None:
                 inner, self._inner = self._inner, None
                 inner.__exit__(None, None, None)
@@ -432,12 +549,25 @@ class _FastStep:
                     "inside the with block)"
                 )
 
+    def _drop_all(self) -> None:
+        for e in self.entries:
+            e.device = e.host = e.event = None
+        if self.rebuilder is not None:
+            self.rebuilder._externals = {}
+
     # ----- shapes -----------------------------------------------------------------------------
     def _check_inputs(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._inner is not None:
             return
-        got = _signature(args, kwargs)
+        if self.rebuilder is not None and self.learned.replay is not None:
+            flat = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
+            self.rebuilder._externals = {
+                v: flat[k] for v, k in self.learned.replay.externals.items() if k < len(flat)
+            }
         want = self.learned.inputs
+        if want is None:
+            return
+        got = _signature(args, kwargs)
         if got == want:
             return
         if not self.owner.replan:
@@ -477,13 +607,23 @@ class _FastStep:
         p = exp[k]
         if t.shape != p.shape or t.dtype != p.dtype or _storage_nbytes(t) != p.nbytes:
             self._mismatch(k, p, t)
-        if p.entry < 0 or self.actions[p.entry] != SWAP:
+        if p.entry < 0:
             return t
-        s = self.slots.get(p.entry)
-        if s is None:
-            s = self.slots[p.entry] = _Slot(p.entry, p.nbytes)
-            self._offload(s, t)
-        return _FastHandle(self, s, t)
+        e = self.entries[p.entry]
+        action = e.action
+        if action == KEEP:
+            if p.entry in self._pending and e.device is None:
+                e.device = t.untyped_storage()  # a rebuild reads it: held until then
+            return t
+        if not e.packed:
+            e.packed = True
+            if action == SWAP:
+                self._offload(e, t)
+                if p.entry in self._pending:
+                    e.device = t.untyped_storage()
+            else:
+                self.stats.recomputed_bytes += e.nbytes
+        return Handle(e, t, keep=False, release=self._release)
 
     def _mismatch(self, k: int, p: _Pack, t: torch.Tensor) -> None:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
@@ -497,31 +637,53 @@ class _FastStep:
         raise exc
 
     def _unpack(self, h: Any) -> torch.Tensor:
-        if not isinstance(h, _FastHandle):
+        if not isinstance(h, Handle):
             return h  # type: ignore[no-any-return]
-        s = h.slot
-        if not s.used:
-            s.used = True
-            if self._prefetch:
-                self._admit(int(self.inst.tensor_first_bwd_reader[s.entry]))
-        if s.device is None:
-            self._fetch(s)
-        if s.event is not None:
-            torch.cuda.current_stream().wait_event(s.event)
-        return view(s.device, h.dtype, h.offset, h.size, h.stride)
+        e = h.entry
+        if self._prefetch and e.action == SWAP and not e.admitted and e.device is None:
+            self._admit(int(self.inst.tensor_first_bwd_reader[e.index]))
+        storage = self._materialise(e)
+        if e.event is not None:
+            torch.cuda.current_stream().wait_event(e.event)
+        return view(storage, h.dtype, h.offset, h.size, h.stride)
+
+    def _materialise(self, e: Entry) -> Any:
+        if e.device is None:
+            if e.action == SWAP:
+                self._fetch(e)
+            elif e.action == RECOMP and self.rebuilder is not None:
+                self.rebuilder.rebuild(e)
+                self.stats.rebuilds += 1
+                self._done(e.index)
+        if e.device is None:
+            raise RuntimeError(f"tensor {self.inst.tensor_name[e.index]!r} was released")
+        return e.device
+
+    def _done(self, v: int) -> None:
+        """Recomputed tensor ``v`` is rebuilt (or gone): its inputs need not wait for it."""
+        for u in self.learned.replay.deps.get(v, ()) if self.learned.replay else ():
+            waiting = self._pending.get(u)
+            if waiting is None:
+                continue
+            waiting.discard(v)
+            if not waiting:
+                del self._pending[u]
+                e = self.entries[u]
+                if e.action == KEEP or e.released:
+                    e.device = e.host = None  # autograd holds a kept one itself
 
     # ----- copies -----------------------------------------------------------------------------
-    def _offload(self, s: _Slot, t: torch.Tensor) -> None:
+    def _offload(self, e: Entry, t: torch.Tensor) -> None:
         src = t.untyped_storage()
-        self.stats.swapped_bytes += s.nbytes
+        self.stats.swapped_bytes += e.nbytes
         if src.device.type == "cuda":
             host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
             if self._copy_stream is not None:
                 self._copy_stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(self._copy_stream):
                     host.untyped_storage().copy_(src, non_blocking=True)
-                    s.event = torch.cuda.Event()
-                    s.event.record(self._copy_stream)
+                    e.event = torch.cuda.Event()
+                    e.event.record(self._copy_stream)
                 # The allocator must not reuse the buffer before the copy stream read it.
                 torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
             else:
@@ -529,32 +691,32 @@ class _FastStep:
         else:
             host = torch.empty(src.nbytes(), dtype=torch.uint8)
             host.untyped_storage().copy_(src)
-        s.host = host.untyped_storage()
+        e.host = host.untyped_storage()
 
-    def _fetch(self, s: _Slot) -> None:
-        host = s.host
+    def _fetch(self, e: Entry) -> None:
+        host = e.host
         if self.cuda:
-            if s.event is not None:  # its offload: the host copy must be complete
-                s.event.synchronize()
+            if e.event is not None:  # its offload: the host copy must be complete
+                e.event.synchronize()
             if self._h2d_stream is not None:
                 self._h2d_stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(self._h2d_stream):
                     buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
                     buf.untyped_storage().copy_(host, non_blocking=True)
-                    s.event = torch.cuda.Event()
-                    s.event.record(self._h2d_stream)
+                    e.event = torch.cuda.Event()
+                    e.event.record(self._h2d_stream)
                 buf.record_stream(torch.cuda.current_stream())
             else:
                 buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
                 buf.untyped_storage().copy_(host)
-                s.event = None
+                e.event = None
         else:
             buf = torch.empty(host.nbytes(), dtype=torch.uint8)
             buf.untyped_storage().copy_(host)
-        s.device = buf.untyped_storage()
-        s.admitted = True
-        self._admitted += s.nbytes
-        self.stats.h2d_bytes += s.nbytes
+        e.device = buf.untyped_storage()
+        e.admitted = True
+        self._admitted += e.nbytes
+        self.stats.h2d_bytes += e.nbytes
 
     def _admit(self, o: int) -> None:
         """Start copies back in deadline order while the plan's memory before operator ``o``,
@@ -565,19 +727,23 @@ class _FastStep:
         look = int(self._transient[end] - self._transient[min(o, end)])
         base = int(self._base[min(o, n - 1)])
         for i in self.learned.swap_entries:
-            s = self.slots.get(i)
-            if s is None or s.device is not None or s.host is None or s.handles == 0:
+            e = self.entries[i]
+            if e.device is not None or e.host is None or e.released:
                 continue
-            if base + self._admitted + s.nbytes + look > self.stats.budget_bytes:
+            if base + self._admitted + e.nbytes + look > self.stats.budget_bytes:
                 return
-            self._fetch(s)
+            self._fetch(e)
 
-    def release(self, s: _Slot) -> None:
+    def _release(self, e: Entry) -> None:
         """Autograd dropped the last handle: the tensor's last backward reader is done."""
-        if s.admitted:
-            self._admitted -= s.nbytes
-            s.admitted = False
-        s.host = s.device = s.event = None
+        if e.admitted:
+            self._admitted -= e.nbytes
+            e.admitted = False
+        e.released = True
+        if e.action == RECOMP:
+            self._done(e.index)
+        if e.index not in self._pending:  # else a rebuild still to come reads it
+            e.host = e.device = e.event = None
 
 
 def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
