@@ -63,7 +63,16 @@ from slackswap.simulator.runtimes import execution_modes
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["apply", "RunStats", "RUNTIME_MODES", "StepMismatchError", "StorageTracker"]
+__all__ = [
+    "apply",
+    "prepare",
+    "PlannedStep",
+    "RunStats",
+    "RUNTIME_MODES",
+    "ShapeChangeError",
+    "StepMismatchError",
+    "StorageTracker",
+]
 
 
 @dataclass
@@ -94,6 +103,10 @@ def __getattr__(name: str) -> Any:
         from slackswap.runtime.executor import StepMismatchError
 
         return StepMismatchError
+    if name in ("prepare", "PlannedStep", "ShapeChangeError"):
+        from slackswap.runtime import training
+
+        return getattr(training, name)
     if name == "StorageTracker":
         from slackswap.runtime.memory import StorageTracker
 

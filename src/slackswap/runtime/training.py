@@ -42,7 +42,7 @@ from slackswap.runtime import RunStats, apply, check_plan
 from slackswap.runtime.entry import Entry, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError
 from slackswap.runtime.policy import RuntimePolicy, runtime_policy
-from slackswap.runtime.rebuild import Rebuilder, view
+from slackswap.runtime.rebuild import Rebuilder, _rng_state, tensors_of, view
 from slackswap.runtime.schedule import base_resident
 
 __all__ = ["PlannedStep", "ShapeChangeError", "prepare"]
@@ -124,6 +124,7 @@ class _Replay:
     externals: dict[int, int]
     deps: dict[int, set[int]]
     consumers: dict[int, set[int]]
+    buffers: list[torch.Tensor]
 
 
 class _TraceOf:
@@ -226,6 +227,7 @@ class PlannedStep:
             ex.learned = packs if learning else None
             ex.block_now = current
             ex.kept = None
+            ex.rng_free = set()
             made.append(ex)
             return ex
 
@@ -284,13 +286,38 @@ class _LearningExecutor(PlanExecutor):
     learned: list[_Pack] | None
     block_now: list[int]
     kept: Any
+    rng_free: set[int]
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        # An operator tagged random that drew nothing (attention with dropout_p = 0) can be
+        # replayed without its RNG state: noted when its generators' state did not move.
+        if self.learned is None or self._internal or self.phase != 0:
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        if torch.Tag.nondeterministic_seeded not in func.tags:
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        index = len(self.trace.ops)
+        before = _rng_state(tensors_of((args, kwargs)))
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        after = _rng_state(tensors_of((args, kwargs)))
+        if torch.equal(before[0], after[0]) and all(
+            torch.equal(a[1], b[1]) for a, b in zip(before[1], after[1], strict=True)
+        ):
+            self.rng_free.add(index)
+        return out
 
     def close(self) -> None:
         # The operator records outlive the step (a fast step replays them); the tensors go.
         if self.learned is not None:
             rb = self.rebuilder
             self.kept = (self.trace, dict(rb._records), dict(rb._allocs),
-                         dict(self._entry_of_value), dict(rb._externals))  # fmt: skip
+                         dict(self._entry_of_value), dict(rb._externals),
+                         set(self.rng_free))  # fmt: skip
         super().close()
 
     def _pack(self, t: torch.Tensor) -> Any:
@@ -393,7 +420,7 @@ def _replay_of(
     a tensor that is neither a model input, a parameter nor a saved tensor it sees)."""
     if kept is None:
         return None, "the first step kept no operator records"
-    trace, records, allocs, entry_of_value, externals = kept
+    trace, records, allocs, entry_of_value, externals, rng_free = kept
     ptrs = [x.untyped_storage().data_ptr() for x in input_tensors]
     ext_pos: dict[int, int] = {}
     for v, t in externals.items():
@@ -403,6 +430,8 @@ def _replay_of(
     # Parameters and buffers (and views of them, such as a transposed weight) are updated in
     # place by an optimizer: the first step's tensors over their storages read today's values.
     persistent = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    buffers = {_storage_ptr(b): b for b in model.buffers()}
+    touched: dict[int, torch.Tensor] = {}
     deps: dict[int, set[int]] = {}
     name = inst.tensor_name
 
@@ -421,11 +450,13 @@ def _replay_of(
         rec = records.get(p)
         if rec is None:
             return "no operator record makes it"
-        if rec.rng is not None:
+        if rec.rng is not None and p not in rng_free:
             return f"its rebuild runs the random operator {rec.func}"
         for x in rec.args[1]:
             if isinstance(x, torch.Tensor) and _storage_ptr(x) not in persistent:
                 return "its rebuild reads a tensor that is no input, parameter or buffer"
+            if isinstance(x, torch.Tensor) and _storage_ptr(x) in buffers:
+                touched[_storage_ptr(x)] = buffers[_storage_ptr(x)]
             v = getattr(x, "value", None)
             if v is not None and not isinstance(x, torch.Tensor):
                 why = walk(int(v), target, out, False)
@@ -451,7 +482,7 @@ def _replay_of(
         if v not in ext_pos:
             del externals[v]
     return _Replay(_TraceOf(trace), records, allocs, entry_of_value, ext_pos, deps,
-                   consumers), ""  # fmt: skip
+                   consumers, list(touched.values())), ""  # fmt: skip
 
 
 class _FastStep:
@@ -652,12 +683,26 @@ class _FastStep:
             if e.action == SWAP:
                 self._fetch(e)
             elif e.action == RECOMP and self.rebuilder is not None:
-                self.rebuilder.rebuild(e)
+                self._rebuild(e)
                 self.stats.rebuilds += 1
                 self._done(e.index)
         if e.device is None:
             raise RuntimeError(f"tensor {self.inst.tensor_name[e.index]!r} was released")
         return e.device
+
+    def _rebuild(self, e: Entry) -> None:
+        """Rebuild ``e``; buffers its chain reads (batch-norm running statistics, which
+        ``native_batch_norm`` updates in place without its schema saying so) are put back, so
+        the model's state is that of one step."""
+        assert self.rebuilder is not None and self.learned.replay is not None
+        buffers = self.learned.replay.buffers
+        saved = [b.detach().clone() for b in buffers]
+        try:
+            self.rebuilder.rebuild(e)
+        finally:
+            with torch.no_grad():
+                for b, v in zip(buffers, saved, strict=True):
+                    b.copy_(v)
 
     def _done(self, v: int) -> None:
         """Recomputed tensor ``v`` is rebuilt (or gone): its inputs need not wait for it."""
