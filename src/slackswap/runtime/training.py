@@ -125,6 +125,7 @@ class _Replay:
     deps: dict[int, set[int]]
     consumers: dict[int, set[int]]
     buffers: list[torch.Tensor]
+    random: dict[int, tuple[str, int]]  # random operator -> (module, call) it starts with
 
 
 class _TraceOf:
@@ -214,6 +215,7 @@ class PlannedStep:
         blocks = self._blocks()
 
         tensors: list[list[torch.Tensor]] = []
+        calls = _ModuleCalls(self.model)
         made: list[_LearningExecutor] = []
 
         def note_inputs(m: Any, a: Any, k: Any) -> None:
@@ -228,12 +230,15 @@ class PlannedStep:
             ex.block_now = current
             ex.kept = None
             ex.rng_free = set()
+            ex.rng_at = {}
+            ex.calls = calls
             made.append(ex)
             return ex
 
         with ExitStack() as stack:
             if learning:
                 stack.enter_context(_block_tracking(self.model, blocks, current))
+                stack.enter_context(calls.tracking())
                 h = self.model.register_forward_pre_hook(note_inputs, with_kwargs=True)
                 stack.callback(h.remove)
             with apply(
@@ -287,6 +292,8 @@ class _LearningExecutor(PlanExecutor):
     block_now: list[int]
     kept: Any
     rng_free: set[int]
+    rng_at: dict[int, tuple[str, int]]
+    calls: _ModuleCalls
 
     def __torch_dispatch__(
         self,
@@ -305,10 +312,14 @@ class _LearningExecutor(PlanExecutor):
         before = _rng_state(tensors_of((args, kwargs)))
         out = super().__torch_dispatch__(func, types, args, kwargs)
         after = _rng_state(tensors_of((args, kwargs)))
-        if torch.equal(before[0], after[0]) and all(
-            torch.equal(a[1], b[1]) for a, b in zip(before[1], after[1], strict=True)
-        ):
+        if _same_rng(before, after):
             self.rng_free.add(index)
+        elif self.calls.stack:
+            # Drawn: a fast step can still replay it when the RNG state it started from is the
+            # one at the start of the module call it ran in (a dropout module's bernoulli_).
+            path, call, state = self.calls.stack[-1]
+            if _same_rng(before, state):
+                self.rng_at[index] = (path, call)
         return out
 
     def close(self) -> None:
@@ -317,7 +328,7 @@ class _LearningExecutor(PlanExecutor):
             rb = self.rebuilder
             self.kept = (self.trace, dict(rb._records), dict(rb._allocs),
                          dict(self._entry_of_value), dict(rb._externals),
-                         set(self.rng_free))  # fmt: skip
+                         set(self.rng_free), dict(self.rng_at))  # fmt: skip
         super().close()
 
     def _pack(self, t: torch.Tensor) -> Any:
@@ -328,6 +339,48 @@ class _LearningExecutor(PlanExecutor):
                 _Pack(entry, tuple(t.shape), t.dtype, _storage_nbytes(t), self.block_now[0])
             )
         return out
+
+
+def _same_rng(a: Any, b: Any) -> bool:
+    """Whether RNG states ``a`` and ``b`` (`_rng_state`) agree on the CPU and on every device
+    ``a`` holds."""
+    if not torch.equal(a[0], b[0]):
+        return False
+    theirs = dict(b[1])
+    return all(d in theirs and torch.equal(s, theirs[d]) for d, s in a[1])
+
+
+class _ModuleCalls:
+    """The module calls running (path, how many calls of it came before, RNG state at its
+    start), innermost last, while `tracking`."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.stack: list[tuple[str, int, Any]] = []
+        self.counts: dict[str, int] = {}
+
+    @contextmanager
+    def tracking(self) -> Iterator[None]:
+        devices = [t for t in self.model.parameters() if t.is_cuda][:1]
+        handles = []
+        for path, mod in self.model.named_modules():
+
+            def pre(m: Any, args: Any, path: str = path) -> None:
+                k = self.counts.get(path, 0)
+                self.counts[path] = k + 1
+                self.stack.append((path, k, _rng_state(devices)))
+
+            def post(m: Any, args: Any, out: Any, path: str = path) -> None:
+                if self.stack and self.stack[-1][0] == path:
+                    self.stack.pop()
+
+            handles.append(mod.register_forward_pre_hook(pre))
+            handles.append(mod.register_forward_hook(post, always_call=True))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
 
 
 @contextmanager
@@ -420,7 +473,8 @@ def _replay_of(
     a tensor that is neither a model input, a parameter nor a saved tensor it sees)."""
     if kept is None:
         return None, "the first step kept no operator records"
-    trace, records, allocs, entry_of_value, externals, rng_free = kept
+    trace, records, allocs, entry_of_value, externals, rng_free, rng_at = kept
+    random: dict[int, tuple[str, int]] = {}
     ptrs = [x.untyped_storage().data_ptr() for x in input_tensors]
     ext_pos: dict[int, int] = {}
     for v, t in externals.items():
@@ -451,7 +505,9 @@ def _replay_of(
         if rec is None:
             return "no operator record makes it"
         if rec.rng is not None and p not in rng_free:
-            return f"its rebuild runs the random operator {rec.func}"
+            if p not in rng_at:
+                return f"its rebuild runs the random operator {rec.func} inside a module call"
+            random[p] = rng_at[p]
         for x in rec.args[1]:
             if isinstance(x, torch.Tensor) and _storage_ptr(x) not in persistent:
                 return "its rebuild reads a tensor that is no input, parameter or buffer"
@@ -482,7 +538,7 @@ def _replay_of(
         if v not in ext_pos:
             del externals[v]
     return _Replay(_TraceOf(trace), records, allocs, entry_of_value, ext_pos, deps,
-                   consumers, list(touched.values())), ""  # fmt: skip
+                   consumers, list(touched.values()), random), ""  # fmt: skip
 
 
 class _FastStep:
@@ -538,7 +594,7 @@ class _FastStep:
                 materialise=self._materialise,
                 quiet=nullcontext,
             )
-            self.rebuilder._records = rp.records
+            self.rebuilder._records = dict(rp.records)  # random ones get today's RNG state
             self.rebuilder._allocs = rp.allocs
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
@@ -552,6 +608,8 @@ class _FastStep:
                 )
             h = owner.model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
             stack.callback(h.remove)
+            if self.learned.replay is not None and self.learned.replay.random:
+                stack.enter_context(self._capturing_rng(self.learned.replay))
             stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
             self._stack = stack
             try:
@@ -579,6 +637,36 @@ class _FastStep:
                     f"the plan saved {len(self.expected)} (forward and backward must both run "
                     "inside the with block)"
                 )
+
+    @contextmanager
+    def _capturing_rng(self, rp: _Replay) -> Iterator[None]:
+        """At the start of each module call a random operator of a rebuild starts from, note
+        the RNG state: that operator's replay runs from it (this step's dropout masks)."""
+        wanted: dict[tuple[str, int], list[int]] = {}
+        for p, at in rp.random.items():
+            wanted.setdefault(at, []).append(p)
+        counts: dict[str, int] = {}
+        rb = self.rebuilder
+        assert rb is not None
+        devices = [t for t in self.owner.model.parameters() if t.is_cuda][:1]
+        handles = []
+        for path in {path for path, _ in wanted}:
+            mod = self.owner.model.get_submodule(path) if path else self.owner.model
+
+            def pre(m: Any, args: Any, path: str = path) -> None:
+                k = counts.get(path, 0)
+                counts[path] = k + 1
+                for p in wanted.get((path, k), ()):
+                    old = rp.records[p]
+                    rb._records[p] = type(old)(old.func, old.args, old.mutated,
+                                               _rng_state(devices), old.writes)  # fmt: skip
+
+            handles.append(mod.register_forward_pre_hook(pre))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
 
     def _drop_all(self) -> None:
         for e in self.entries:
