@@ -37,7 +37,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
-from slackswap.problem import UserError
+from slackswap.problem import Instance, UserError
 from slackswap.runtime import RunStats, apply, check_plan
 from slackswap.runtime.entry import Entry, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError
@@ -89,9 +89,7 @@ def _inside(path: str, block: str) -> bool:
 
 def _signature(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [
-        (tuple(x.shape), x.dtype)
-        for x in (*args, *kwargs.values())
-        if isinstance(x, torch.Tensor)
+        (tuple(x.shape), x.dtype) for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)
     ]
 
 
@@ -148,13 +146,15 @@ class PlannedStep:
         runtime: str | None = None,
         schedule: str | None = None,
         replan: bool = False,
-        solver: str | None = None,
-        time_limit: float | None = None,
+        solver: Callable[[Instance, Budget], Plan | None] | None = None,
     ):
         if not isinstance(model, torch.nn.Module):
             raise UserError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-        if replan and not solver:
-            raise UserError("replan=True: pass solver= (the solver that made the plan)")
+        if replan and not callable(solver):
+            raise UserError(
+                "replan=True: pass solver=, a function (instance, budget) -> Plan that solves "
+                "as the plan was solved, e.g. lambda i, b: slackswap.solve(i, b, 'slackswap').plan"
+            )
         self.model = model
         self.budget = Budget.parse(budget)
         self.loss_fn = loss_fn
@@ -162,7 +162,6 @@ class PlannedStep:
         self.schedule = schedule
         self.replan = replan
         self.solver = solver
-        self.time_limit = time_limit
         self.steps = 0
         self._use(plan)
 
@@ -264,7 +263,6 @@ class PlannedStep:
     def _replan(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
         """Profile the step again on the new inputs and solve it with the same solver."""
         from slackswap.profiling import profile_step
-        from slackswap.solvers.base import run
 
         if kwargs:
             raise ShapeChangeError(
@@ -274,14 +272,11 @@ class PlannedStep:
         inst = profile_step(self.model, tuple(args), self.loss_fn,
                             blocks=[self.model.get_submodule(b) for b in self._blocks()])  # fmt: skip
         assert self.solver is not None
-        rec = run(inst, self.budget, self.solver, time_limit=self.time_limit,
-                  find_min_budget=False)  # fmt: skip
-        if rec.plan is None:
+        plan = self.solver(inst, self.budget)
+        if not isinstance(plan, Plan):
             raise ShapeChangeError(
-                f"replan: solver {self.solver!r} found no plan at {self.budget} for the new "
-                f"shapes ({rec.status if hasattr(rec, 'status') else 'no plan'})"
+                f"replan: the solver found no plan at {self.budget} for the new shapes"
             )
-        plan = rec.plan if self.runtime is None else Plan(inst, rec.plan.actions, self.runtime)
         return plan
 
 
@@ -361,7 +356,7 @@ class _ModuleCalls:
 
     @contextmanager
     def tracking(self) -> Iterator[None]:
-        devices = [t for t in self.model.parameters() if t.is_cuda][:1]
+        devices: list[torch.Tensor] = [t.data for t in self.model.parameters() if t.is_cuda][:1]
         handles = []
         for path, mod in self.model.named_modules():
 
@@ -384,7 +379,9 @@ class _ModuleCalls:
 
 
 @contextmanager
-def _block_tracking(model: torch.nn.Module, blocks: list[str], current: list[int]) -> Iterator[None]:
+def _block_tracking(
+    model: torch.nn.Module, blocks: list[str], current: list[int]
+) -> Iterator[None]:
     """Keep ``current[0]`` at the index of the block whose forward runs (-1: none)."""
     handles = []
     for b, name in enumerate(blocks):
@@ -648,7 +645,9 @@ class _FastStep:
         counts: dict[str, int] = {}
         rb = self.rebuilder
         assert rb is not None
-        devices = [t for t in self.owner.model.parameters() if t.is_cuda][:1]
+        devices: list[torch.Tensor] = [t.data for t in self.owner.model.parameters() if t.is_cuda][
+            :1
+        ]
         handles = []
         for path in {path for path, _ in wanted}:
             mod = self.owner.model.get_submodule(path) if path else self.owner.model
@@ -884,9 +883,7 @@ def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
 
 
 @contextmanager
-def _checkpointed(
-    model: torch.nn.Module, name: str, saving_inputs: list[bool]
-) -> Iterator[None]:
+def _checkpointed(model: torch.nn.Module, name: str, saving_inputs: list[bool]) -> Iterator[None]:
     """Run block ``name``'s forward under non-reentrant ``torch.utils.checkpoint``; buffers it
     updates in place are put back after each recomputation (one update per step).
     ``saving_inputs[0]`` is True while checkpoint saves the block's inputs (before its body)."""
@@ -923,7 +920,7 @@ def _checkpointed(
         yield
     finally:
         if had:
-            block.forward = old  # type: ignore[method-assign]
+            block.forward = old  # type: ignore[method-assign,assignment]
         else:
             del block.forward
 
@@ -937,17 +934,17 @@ def prepare(
     runtime: str | None = None,
     schedule: str | None = None,
     replan: bool = False,
-    solver: str | None = None,
-    time_limit: float | None = None,
+    solver: Callable[[Instance, Budget], Plan | None] | None = None,
 ) -> PlannedStep:
     """A reusable `PlannedStep` running ``plan`` at ``budget`` on ``model``, step after step.
 
     The plan is refused here when it does not fit the budget in the simulator or ``runtime``
     cannot run it. ``runtime``/``schedule``: as for `slackswap.runtime.apply` (the checked
     step). ``replan``: when the model's inputs change shape, profile the step again (with
-    ``loss_fn``, default the sum of the output) and solve it with ``solver`` at ``budget``
-    (``time_limit`` seconds) instead of raising `ShapeChangeError`.
+    ``loss_fn``, default the sum of the output, and the profiled blocks) and call
+    ``solver(instance, budget)`` for the new plan, instead of raising `ShapeChangeError`;
+    ``slackswap.runtime`` does not import the solvers, so the caller passes the one that made
+    the plan, e.g. ``lambda inst, b: slackswap.solve(inst, b, "slackswap").plan``.
     """
     return PlannedStep(model, plan, budget, loss_fn=loss_fn, runtime=runtime,
-                       schedule=schedule, replan=replan, solver=solver,
-                       time_limit=time_limit)  # fmt: skip
+                       schedule=schedule, replan=replan, solver=solver)  # fmt: skip
