@@ -40,9 +40,24 @@ the ``with`` block. A plan for another instance (``instance=``) or one that does
 budget in the simulator is refused before anything is installed; every hook is removed on
 exit, also when the step raises. `StorageTracker` measures the step's memory independently.
 
+For a training loop, ``planned = prepare(model, plan, "50%")`` once and ``with planned.step():
+loss_fn(model(x)).backward()`` each iteration: the first step is the checked one above, and it
+learns every saved tensor's place in autograd's pack order; later steps run with
+``saved_tensors_hooks`` alone (no dispatch mode, no per-operator Python): each saved tensor
+checked by shape, dtype and storage size, kept ones handed back, swapped ones copied as above,
+recomputed ones rebuilt by ``torch.utils.checkpoint`` over the profiled blocks whose saved tensors
+are all recomputed, or by replaying the first step's operator records (dropout with the RNG state
+of its module call). Other input shapes raise `ShapeChangeError` before the step's first
+operator, or re-plan (``replan=True``). See `training`.
+
+How copies run (side streams, prefetch, the look-ahead) is read from the simulator's runtime
+registry (`policy.runtime_policy`); a runtime whose rules the live executor cannot follow is
+refused before the step.
+
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
 (recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
-`memory` and `measure` (checking a run).
+`policy` (a runtime's rules), `training` (`prepare`, the training path), `memory` and `measure`
+(checking a run).
 """
 
 from __future__ import annotations
