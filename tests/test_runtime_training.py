@@ -318,3 +318,51 @@ def test_a_runtime_the_executor_cannot_follow_live_is_refused(monkeypatch) -> No
                 pass
         # Replayed, the simulator's own schedule for the runtime is followed.
         assert runtime_policy(name, live=False).overlap
+
+
+def test_another_step_after_the_first_is_a_step_mismatch() -> None:
+    from slackswap.runtime import StepMismatchError
+
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("all-swap")
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    model.eval()  # no dropout: other tensors saved, in another order
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(StepMismatchError, match="plan's step has|saved .* tensors"):
+        with planned.step():
+            m.loss_fn(model(*m.inputs)).backward()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("plan_kind", ["keep-all", "all-swap", "blocks-recompute", "slackswap@50%"])
+def test_cuda_planned_training_is_bitwise_identical(plan_kind: str) -> None:
+    # Side-stream copies into pinned memory, prefetched by the look-ahead rule: same bits.
+    made = pf.gpt_dropout()
+    model = made[0].cuda()
+    ids = made[1][0].cuda()
+    targets = torch.roll(ids, -1, dims=1)
+
+    def loss_fn(logits: Any) -> Any:
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]),
+                                                 targets.view(-1))  # fmt: skip
+
+    inst = profile_step(model, (ids,), loss_fn)
+    plan, budget = _plan(inst, plan_kind)
+    m = Model.__new__(Model)
+    m.model, m.inputs, m.loss_fn, m.inst = model, (ids,), loss_fn, inst
+    torch.manual_seed(1)
+    ref = _train(m, STEPS)
+    planned_steps: list[Any] = []
+
+    def planned(mod: Any) -> Any:
+        planned_steps.append(prepare(mod, plan, budget))
+        return planned_steps[0]
+
+    torch.manual_seed(1)
+    got = _train(m, STEPS, planned)
+    assert _differences(ref, got) == []
+    assert planned_steps[0].fast, planned_steps[0].reason

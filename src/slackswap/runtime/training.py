@@ -747,8 +747,16 @@ class _FastStep:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
         got = f"{t.dtype}, shape {list(t.shape)}, {_storage_nbytes(t)} storage bytes"
         want = f"{p.dtype}, shape {list(p.shape)}, {p.nbytes} storage bytes"
-        cls = ShapeChangeError if t.dtype == p.dtype and t.shape != p.shape else StepMismatchError
-        self._fail(cls(f"saved tensor {name!r} (pack {k}) is {got}; the plan's step has {want}"))
+        # The model's inputs were checked before its first operator: with the same inputs, a
+        # tensor of another shape means another step, not another batch size.
+        other_shape = t.dtype == p.dtype and t.shape != p.shape and self.learned.inputs is None
+        cls = ShapeChangeError if other_shape else StepMismatchError
+        self._fail(
+            cls(
+                f"saved tensor {name!r} (pack {k}) is {got}; the plan's step has {want}: the "
+                "step is not the one the plan was made for"
+            )
+        )
 
     def _fail(self, exc: BaseException) -> None:
         self.error = exc
