@@ -169,6 +169,24 @@ class PlannedStep:
         self.plan = plan
         self._stats = check_plan(plan, self.budget, runtime=self.runtime)  # refused here, early
         self._learned: _Learned | None = None
+        self._policies: dict[bool, RuntimePolicy] = {}
+        self._memory: tuple[Any, Any] | None = None
+
+    def _policy(self, live: bool) -> RuntimePolicy:
+        if live not in self._policies:
+            self._policies[live] = runtime_policy(self._stats.runtime, live=live)
+        return self._policies[live]
+
+    def _memory_model(self) -> tuple[Any, Any]:
+        """The plan's resident bytes before each operator and the running sum of transient
+        bytes: what the look-ahead admission of copies back reads."""
+        if self._memory is None:
+            inst = self.plan.instance
+            self._memory = (
+                base_resident(inst, np.asarray(self.plan.actions, dtype=np.int8)),
+                np.concatenate(([0], np.cumsum(inst.op_transient_bytes, dtype=np.int64))),
+            )
+        return self._memory
 
     # ----- what the first step learned --------------------------------------------------------
     @property
@@ -560,7 +578,7 @@ class _FastStep:
             runtime=owner._stats.runtime,
         )
         self.cuda = any(p.is_cuda for p in owner.model.parameters())
-        self.policy: RuntimePolicy = runtime_policy(owner._stats.runtime, live=self.cuda)
+        self.policy: RuntimePolicy = owner._policy(self.cuda)
         self._copy_stream: Any = None
         self._h2d_stream: Any = None
         self._prefetch = self.cuda and self.policy.overlap and self.policy.prefetch
@@ -568,13 +586,11 @@ class _FastStep:
             self._copy_stream = torch.cuda.Stream()
             self._h2d_stream = torch.cuda.Stream()
         self._admitted = 0
+        self._cursor = 0  # deadline order: the first swapped tensor not yet fetched back
         self._base: Any = None
         self._transient: Any = None
         if self._prefetch:
-            self._base = base_resident(self.inst, np.asarray(self.actions, dtype=np.int8))
-            self._transient = np.concatenate(
-                ([0], np.cumsum(self.inst.op_transient_bytes, dtype=np.int64))
-            )
+            self._base, self._transient = owner._memory_model()
         self._inner: ExitStack | None = None  # the new plan's checked step, after a replan
         self._inner_stats: Any = None
         self._stack = ExitStack()
@@ -766,7 +782,9 @@ class _FastStep:
         if not isinstance(h, Handle):
             return h  # type: ignore[no-any-return]
         e = h.entry
-        if self._prefetch and e.action == SWAP and not e.admitted and e.device is None:
+        if self._prefetch:
+            # The step is at this tensor's first backward reader: the copies back the
+            # look-ahead admits from there start now.
             self._admit(int(self.inst.tensor_first_bwd_reader[e.index]))
         storage = self._materialise(e)
         if e.event is not None:
@@ -836,10 +854,10 @@ class _FastStep:
     def _fetch(self, e: Entry) -> None:
         host = e.host
         if self.cuda:
-            if e.event is not None:  # its offload: the host copy must be complete
-                e.event.synchronize()
             if self._h2d_stream is not None:
                 self._h2d_stream.wait_stream(torch.cuda.current_stream())
+                if e.event is not None:  # its offload: the host copy must be complete
+                    self._h2d_stream.wait_event(e.event)
                 with torch.cuda.stream(self._h2d_stream):
                     buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
                     buf.untyped_storage().copy_(host, non_blocking=True)
@@ -866,7 +884,13 @@ class _FastStep:
         end = min(o + self.policy.lookahead_ops, n)
         look = int(self._transient[end] - self._transient[min(o, end)])
         base = int(self._base[min(o, n - 1)])
-        for i in self.learned.swap_entries:
+        order = self.learned.swap_entries
+        while self._cursor < len(order):  # the ones done with stay behind the cursor
+            first = self.entries[order[self._cursor]]
+            if not (first.released or first.admitted):
+                break
+            self._cursor += 1
+        for i in order[self._cursor :]:
             e = self.entries[i]
             if e.device is not None or e.host is None or e.released:
                 continue
