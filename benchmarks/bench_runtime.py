@@ -1,14 +1,16 @@
 """The training path (`slackswap.runtime.prepare`) against PyTorch's own tools, CPU and GPU.
 
-CPU half, for the tests' GPT (with dropout), PyTorch's ``nn.TransformerEncoder`` and a CNN with
+CPU half, for the tests. GPT (with dropout), PyTorch's ``nn.TransformerEncoder`` and a CNN with
 batch-norm (`tests/profiling_factories.py`, at the sizes below): the median wall time of one
 forward and backward (``--repeat`` steps, after the plan's checked first step and one warm-up)
 unplanned; under the training path with a keep-all plan; ``torch.autograd.graph.save_on_cpu``
 and the training path with every saved tensor swapped; ``torch.utils.checkpoint`` (non-reentrant)
 on the profiled blocks and the training path recomputing what those blocks make; SlackSwap at
 50% of P; the checked path (``apply``, every step checked operator by operator) with keep-all,
-for scale. "Python us/op" is the time above the unplanned step divided by the profile's
-operators. GPU half (only with CUDA): the tests' default GPT profiled with ``--timing
+for scale. "us/op over unplanned": the time above the unplanned step per operator of the profile;
+"us/op in hooks": the time spent inside the training path's saved-tensor hooks per operator,
+measured apart (the Python it runs for keep-all; copies and replays included for the others),
+so it does not move with the machine's load as the step times do. GPU half (only with CUDA): the tests' default GPT profiled with ``--timing
 measured``, then keep-all, SlackSwap at 50% and 30% of P, offload-sync, offload-overlap,
 ``save_on_cpu`` and ``torch.utils.checkpoint`` on the same blocks: measured step time and
 ``torch.cuda.max_memory_allocated`` above the step's start beside the simulator's prediction.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import platform
 import statistics
 import sys
@@ -153,6 +156,7 @@ def interleaved(
             model = model if model is not None else case.model
             for p in model.parameters():
                 p.grad = None
+            gc.collect()  # what an earlier case left is not collected inside this one's step
             _sync(cuda)
             base = torch.cuda.memory_allocated() if cuda else 0
             if cuda:
@@ -196,6 +200,7 @@ def hook_us_per_op(case: Case, step: Callable[[], Any], repeat: int) -> float:
             spent[0] = 0.0
             for p in case.model.parameters():
                 p.grad = None
+            gc.collect()
             with step():
                 case.loss_fn(case.model(*case.inputs)).backward()
             per_step.append(spent[0])
@@ -222,7 +227,7 @@ def cpu_half(repeat: int, quick: bool) -> None:
           f"{torch.get_num_threads()} threads), median of {repeat} interleaved rounds")  # fmt: skip
     print()
     print("| model | ops | case | median ms | ratio | vs | fast | us/op over unplanned | "
-          "hooks us/op |")  # fmt: skip
+          "us/op in hooks |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
     for case in cpu_cases(quick):
         inst = case.inst
