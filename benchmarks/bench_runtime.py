@@ -1,6 +1,6 @@
 """The training path (`slackswap.runtime.prepare`) against PyTorch's own tools, CPU and GPU.
 
-CPU half, for the tests. GPT (with dropout), PyTorch's ``nn.TransformerEncoder`` and a CNN with
+CPU half, for the tests' GPT (with dropout), PyTorch's ``nn.TransformerEncoder`` and a CNN with
 batch-norm (`tests/profiling_factories.py`, at the sizes below): the median wall time of one
 forward and backward (``--repeat`` steps, after the plan's checked first step and one warm-up)
 unplanned; under the training path with a keep-all plan; ``torch.autograd.graph.save_on_cpu``
@@ -10,8 +10,8 @@ on the profiled blocks and the training path recomputing what those blocks make;
 for scale. "us/op over unplanned": the time above the unplanned step per operator of the profile;
 "us/op in hooks": the time spent inside the training path's saved-tensor hooks per operator,
 measured apart (the Python it runs for keep-all; copies and replays included for the others),
-so it does not move with the machine's load as the step times do. GPU half (only with CUDA): the tests' default GPT profiled with ``--timing
-measured``, then keep-all, SlackSwap at 50% and 30% of P, offload-sync, offload-overlap,
+so it does not move with the machine's load as the step times do. GPU half (only with CUDA):
+the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and 30% of P, offload-sync, offload-overlap,
 ``save_on_cpu`` and ``torch.utils.checkpoint`` on the same blocks: measured step time and
 ``torch.cuda.max_memory_allocated`` above the step's start beside the simulator's prediction.
 
