@@ -11,9 +11,10 @@ for scale. "us/op over unplanned": the time above the unplanned step per operato
 "us/op in hooks": the time spent inside the training path's saved-tensor hooks per operator,
 measured apart (the Python it runs for keep-all; copies and replays included for the others),
 so it does not move with the machine's load as the step times do. GPU half (only with CUDA):
-the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and 30% of P, offload-sync, offload-overlap,
-``save_on_cpu`` and ``torch.utils.checkpoint`` on the same blocks: measured step time and
-``torch.cuda.max_memory_allocated`` above the step's start beside the simulator's prediction.
+the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and
+30% of P, offload-sync, offload-overlap, ``save_on_cpu`` and ``torch.utils.checkpoint`` on the
+same blocks: measured step time and ``torch.cuda.max_memory_allocated`` above the step's start
+beside the simulator's prediction.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_runtime.py --repeat 20
     PYTHONPATH=src .venv/bin/python benchmarks/bench_runtime.py --quick   # tiny sizes, 3 steps
