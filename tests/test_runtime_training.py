@@ -366,3 +366,27 @@ def test_cuda_planned_training_is_bitwise_identical(plan_kind: str) -> None:
     got = _train(m, STEPS, planned)
     assert _differences(ref, got) == []
     assert planned_steps[0].fast, planned_steps[0].reason
+
+
+@pytest.mark.parametrize("plan_kind", PLANS)
+@pytest.mark.parametrize("name", MODELS)
+def test_fast_steps_stay_within_the_plans_memory(name: str, plan_kind: str) -> None:
+    # Measured by the storage tracker (a dispatch mode of its own, outside the runtime): a later
+    # step holds no more than the simulator's peak for the plan, within the runtime tests' 10%
+    # (host copies are not device memory; a swapped rebuild input comes back when read).
+    from slackswap.runtime.memory import StorageTracker
+    from slackswap.simulator import simulate
+
+    m = _model(name)
+    plan, budget = m.plan(plan_kind)
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    peaks = []
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        with StorageTracker(list(model.parameters())) as tracker:
+            with planned.step():
+                m.loss_fn(model(*m.inputs)).backward()
+        peaks.append(tracker.peak_bytes)
+    sim = simulate(m.inst, plan, budget)
+    assert peaks[1] <= sim.peak_bytes * 1.10, (peaks, sim.peak_bytes)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import checkpoint
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
@@ -752,9 +753,7 @@ class _FastStep:
         if not e.packed:
             e.packed = True
             if action == SWAP:
-                self._offload(e, t)
-                if p.entry in self._pending:
-                    e.device = t.untyped_storage()
+                self._offload(e, t)  # a rebuild that reads it fetches it back, as autograd does
             else:
                 self.stats.recomputed_bytes += e.nbytes
         return Handle(e, t, keep=False, release=self._release)
@@ -834,21 +833,24 @@ class _FastStep:
     def _offload(self, e: Entry, t: torch.Tensor) -> None:
         src = t.untyped_storage()
         self.stats.swapped_bytes += e.nbytes
-        if src.device.type == "cuda":
-            host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
-            if self._copy_stream is not None:
-                self._copy_stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(self._copy_stream):
-                    host.untyped_storage().copy_(src, non_blocking=True)
-                    e.event = torch.cuda.Event()
-                    e.event.record(self._copy_stream)
-                # The allocator must not reuse the buffer before the copy stream read it.
-                torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
+        # Host memory is not the step's device memory: made with any dispatch mode (a
+        # `StorageTracker` measuring the step) disabled, as the checked path does.
+        with _disable_current_modes():
+            if src.device.type == "cuda":
+                host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
+                if self._copy_stream is not None:
+                    self._copy_stream.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(self._copy_stream):
+                        host.untyped_storage().copy_(src, non_blocking=True)
+                        e.event = torch.cuda.Event()
+                        e.event.record(self._copy_stream)
+                    # The allocator must not reuse the buffer before the copy stream read it.
+                    torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
+                else:
+                    host.untyped_storage().copy_(src)
             else:
+                host = torch.empty(src.nbytes(), dtype=torch.uint8)
                 host.untyped_storage().copy_(src)
-        else:
-            host = torch.empty(src.nbytes(), dtype=torch.uint8)
-            host.untyped_storage().copy_(src)
         e.host = host.untyped_storage()
 
     def _fetch(self, e: Entry) -> None:
