@@ -225,14 +225,21 @@ class PlannedStep:
         self.steps += 1
 
     @contextmanager
-    def _checked_step(self, signature: list[tuple[Any, ...]] | None = None) -> Iterator[RunStats]:
+    def _checked_step(
+        self, called: tuple[Sequence[Any], dict[str, Any]] | None = None
+    ) -> Iterator[RunStats]:
+        """The checked path (`apply`); the first time, it learns what later steps check and
+        replay. ``called``: the model's inputs, when the step starts inside its call."""
         learning = self._learned is None
         packs: list[_Pack] = []
-        inputs: list[list[tuple[Any, ...]]] = [] if signature is None else [signature]
+        inputs: list[list[tuple[Any, ...]]] = []
+        tensors: list[list[torch.Tensor]] = []
+        if called is not None:
+            inputs.append(_signature(*called))
+            tensors.append([x for x in (*called[0], *called[1].values()) if torch.is_tensor(x)])
         current = [-1]
         blocks = self._blocks()
 
-        tensors: list[list[torch.Tensor]] = []
         calls = _ModuleCalls(self.model)
         made: list[_LearningExecutor] = []
 
@@ -719,10 +726,9 @@ class _FastStep:
         of the new plan (its dispatch mode and hooks sit above this step's hooks)."""
         owner = self.owner
         self._stack.close()  # this step's checkpoint wrappers and hooks go first
-        sig = _signature(args, kwargs)
         owner._use(owner._replan(args, kwargs))
         inner = ExitStack()
-        self._inner_stats = inner.enter_context(owner._checked_step(sig))
+        self._inner_stats = inner.enter_context(owner._checked_step((args, kwargs)))
         self._inner = inner
 
     # ----- saved-tensor hooks -----------------------------------------------------------------
