@@ -172,6 +172,14 @@ class PlannedStep:
         self._learned: _Learned | None = None
         self._policies: dict[bool, RuntimePolicy] = {}
         self._memory: tuple[Any, Any] | None = None
+        self._cuda: bool | None = None
+
+    def _on_cuda(self) -> bool:
+        """Whether the model lives on CUDA (looked at once per plan: a module does not move
+        between the steps of a training loop; the first step of another plan looks again)."""
+        if self._cuda is None:
+            self._cuda = any(p.is_cuda for p in self.model.parameters())
+        return self._cuda
 
     def _policy(self, live: bool) -> RuntimePolicy:
         if live not in self._policies:
@@ -585,7 +593,7 @@ class _FastStep:
             simulated_step_s=owner._stats.simulated_step_s,
             runtime=owner._stats.runtime,
         )
-        self.cuda = any(p.is_cuda for p in owner.model.parameters())
+        self.cuda = owner._on_cuda()
         self.policy: RuntimePolicy = owner._policy(self.cuda)
         self._copy_stream: Any = None
         self._h2d_stream: Any = None
