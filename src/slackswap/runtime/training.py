@@ -518,6 +518,7 @@ def _replay_of(
     buffers = {_storage_ptr(b): b for b in model.buffers()}
     touched: dict[int, torch.Tensor] = {}
     deps: dict[int, set[int]] = {}
+    used: set[int] = set()  # the operator records a replay runs: the only ones kept
     name = inst.tensor_name
 
     def walk(value: int, target: int, out: set[int], top: bool) -> str:
@@ -535,6 +536,7 @@ def _replay_of(
         rec = records.get(p)
         if rec is None:
             return "no operator record makes it"
+        used.add(p)
         if rec.rng is not None and p not in rng_free:
             if p not in rng_at:
                 return f"its rebuild runs the random operator {rec.func} inside a module call"
@@ -568,6 +570,7 @@ def _replay_of(
     for v in list(externals):
         if v not in ext_pos:
             del externals[v]
+    records = {p: records[p] for p in used}
     return _Replay(_TraceOf(trace), records, allocs, entry_of_value, ext_pos, deps,
                    consumers, list(touched.values()), random), ""  # fmt: skip
 
@@ -613,6 +616,7 @@ class _FastStep:
         self._saving_inputs = [False]
         self.rebuilder: Rebuilder | None = None
         self._pending: dict[int, set[int]] = {}  # rebuild input -> recomputed ones still to come
+        self._finished: set[int] = set()  # autograd is done with these; a rebuild is not
         rp = learned.replay
         if rp is not None:
             self.rebuilder = Rebuilder(
@@ -840,8 +844,11 @@ class _FastStep:
             if not waiting:
                 del self._pending[u]
                 e = self.entries[u]
-                if e.action == KEEP or e.released:
-                    e.device = e.host = None  # autograd holds a kept one itself
+                if e.action == KEEP:
+                    e.device = None  # autograd holds a kept one itself
+                elif u in self._finished:
+                    self._finished.discard(u)
+                    self._release(e)
 
     # ----- copies -----------------------------------------------------------------------------
     def _offload(self, e: Entry, t: torch.Tensor) -> None:
@@ -919,11 +926,15 @@ class _FastStep:
         if e.admitted:
             self._admitted -= e.nbytes
             e.admitted = False
-        e.released = True
         if e.action == RECOMP:
             self._done(e.index)
-        if e.index not in self._pending:  # else a rebuild still to come reads it
-            e.host = e.device = e.event = None
+        if e.index in self._pending:
+            # A rebuild still to come reads it: it stays (its host copy, fetched back when
+            # read) and counts as released only once that rebuild is done.
+            self._finished.add(e.index)
+            return
+        e.released = True
+        e.host = e.device = e.event = None
 
 
 def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
