@@ -119,6 +119,7 @@ def __getattr__(name: str) -> Any:
 
         return StepMismatchError
     if name in ("prepare", "PlannedStep", "ShapeChangeError"):
+        require_torch()  # one line saying how to install the extra, not an ImportError
         from slackswap.runtime import training
 
         return getattr(training, name)
