@@ -128,11 +128,26 @@ FAST = {
 BN_DOUBLE_UPDATE = {("plain_cnn", "all-recompute")}
 
 
-@pytest.mark.parametrize("plan_kind", PLANS)
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(
+    ("name", "plan_kind"),
+    [
+        pytest.param(
+            n,
+            k,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the checked first step updates batch-norm statistics twice when it "
+                "recomputes them (native_batch_norm's schema does not mark them written): "
+                "fixed in the executor separately",
+            ),
+        )
+        if (n, k) in BN_DOUBLE_UPDATE
+        else (n, k)
+        for n in MODELS
+        for k in PLANS
+    ],
+)
 def test_planned_training_is_bitwise_identical(name: str, plan_kind: str) -> None:
-    if (name, plan_kind) in BN_DOUBLE_UPDATE:
-        pytest.xfail("the checked first step updates batch-norm statistics twice (executor fix)")
     m = _model(name)
     plan, budget = m.plan(plan_kind)
     made: list[Any] = []
