@@ -432,3 +432,59 @@ def test_random_mixes_in_fast_steps_are_bitwise_identical(name: str, seed: int) 
     torch.manual_seed(2)
     got = _train(m, 3, lambda model: planned, start=(got[0], opt))
     assert _differences(ref, got) == [], planned.reason
+
+
+def _solver_plans(inst: Any) -> dict[str, tuple[Plan, float]]:
+    """Every registered static solver's plan at 50% and 30% of P that fits there barrier-free,
+    as run barrier-free (the runtime tests' set); identical plans once."""
+    from slackswap.simulator import simulate
+    from slackswap.solvers.base import REGISTRY
+
+    out: dict[str, tuple[Plan, float]] = {}
+    seen: set[tuple[bytes, float]] = set()
+    for b in (0.5, 0.3):
+        for entry in REGISTRY:
+            if not entry.tags.static_plan:
+                continue
+            rec = run(inst, b, entry.name, time_limit=0.3, find_min_budget=False)
+            if rec.plan is None:
+                continue
+            acts = np.asarray(rec.plan.actions)
+            if not simulate(inst, acts, b).feasible:  # e.g. offload plans meant for "sync"
+                continue
+            key = (acts.tobytes(), b)
+            if key not in seen:
+                seen.add(key)
+                out[f"{entry.name}@{b:.0%}"] = (Plan(inst, acts), b)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_static_solvers_plan_trains_bitwise_identically(name: str) -> None:
+    # Five AdamW steps per plan; the checked first step is synchronised to the reference (its
+    # batch-norm double update is the executor's), so the four fast steps are what is compared.
+    m = _model(name)
+    plans = _solver_plans(m.inst)
+    assert plans
+    wrong, slow = [], []
+    for label, (plan, budget) in plans.items():
+        torch.manual_seed(1)
+        ref = _train(m, 1)
+        model = copy.deepcopy(ref[0])
+        planned = prepare(model, plan, budget)
+        model.zero_grad(set_to_none=True)
+        with planned.step():
+            m.loss_fn(model(*m.inputs)).backward()
+        model.load_state_dict(ref[0].state_dict())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+        torch.manual_seed(2)
+        ref = _train(m, STEPS - 1, start=ref)
+        torch.manual_seed(2)
+        got = _train(m, STEPS - 1, lambda _, p=planned: p, start=(model, opt))
+        if _differences(ref, got):
+            wrong.append(label)
+        if not planned.fast:
+            slow.append(f"{label}: {planned.reason}")
+    assert wrong == []
+    print(f"{len(plans)} plans; checked at every step: {slow}")
