@@ -48,9 +48,24 @@ far it ended above the budget, with a `BudgetWarning` when it did; saved tensors
 or recompute that a reference outside autograd kept alive are named (`HeldTensorWarning`) and
 not counted as swapped or recomputed.
 
+For a training loop, ``planned = prepare(model, plan, "50%")`` once and ``with planned.step():
+loss_fn(model(x)).backward()`` each iteration: the first step is the checked one above, and it
+learns every saved tensor's place in autograd's pack order; later steps run with
+``saved_tensors_hooks`` alone (no dispatch mode, no per-operator Python): each saved tensor
+checked by shape, dtype and storage size, kept ones handed back, swapped ones copied as above,
+recomputed ones rebuilt by ``torch.utils.checkpoint`` over the profiled blocks whose saved tensors
+are all recomputed, or by replaying the first step's operator records (dropout with the RNG state
+of its module call). Other input shapes raise `ShapeChangeError` before the step's first
+operator, or re-plan (``replan=True``). See `training`.
+
+How copies run (side streams, prefetch, the look-ahead) is read from the simulator's runtime
+registry (`policy.runtime_policy`); a runtime whose rules the live executor cannot follow is
+refused before the step.
+
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
 (recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
-`memory` and `measure` (checking a run).
+`policy` (a runtime's rules), `training` (`prepare`, the training path), `memory` and `measure`
+(checking a run).
 """
 
 from __future__ import annotations
@@ -78,8 +93,11 @@ __all__ = [
     "apply",
     "BudgetWarning",
     "HeldTensorWarning",
+    "prepare",
+    "PlannedStep",
     "RunStats",
     "RUNTIME_MODES",
+    "ShapeChangeError",
     "StepMismatchError",
     "StorageTracker",
 ]
@@ -136,6 +154,11 @@ def __getattr__(name: str) -> Any:
         from slackswap.runtime.executor import StepMismatchError
 
         return StepMismatchError
+    if name in ("prepare", "PlannedStep", "ShapeChangeError"):
+        require_torch()  # one line saying how to install the extra, not an ImportError
+        from slackswap.runtime import training
+
+        return getattr(training, name)
     if name == "StorageTracker":
         from slackswap.runtime.memory import StorageTracker
 
@@ -191,6 +214,7 @@ def apply(
     runtime: str | None = None,
     schedule: str | None = None,
     tracker: StorageTracker | None = None,
+    _executor: Any = None,
 ) -> Iterator[RunStats]:
     """Run the step inside the ``with`` block under ``plan`` (see `slackswap.runtime`).
 
@@ -201,31 +225,36 @@ def apply(
     run; ``"live"`` (default on CUDA) starts each H2D copy by the look-ahead rule as the step
     runs; ``"simulated"`` (default without CUDA, where copies are synchronous and take no
     modelled link time) replays the simulator's copy times for this plan at operator
-    granularity, so the measured memory checks the simulator's accounting. ``tracker``: a
-    `StorageTracker` the caller entered around the block, read instead of one of this
-    function's own. Yields a `RunStats`, filled on exit. A step that ends above the budget by
-    the tracker gets a `BudgetWarning`; saved tensors a reference outside autograd kept alive
-    get a `HeldTensorWarning` naming them.
+    granularity, so the measured memory checks the simulator's accounting; live copies follow
+    the runtime's look-ahead from the registry (`policy.runtime_policy`), and a runtime whose
+    rules cannot be followed live is refused before the step. ``tracker``: a `StorageTracker`
+    the caller entered around the block, read instead of one of this function's own. Yields a
+    `RunStats`, filled on exit. A step that ends above the budget by the tracker gets a
+    `BudgetWarning`; saved tensors a reference outside autograd kept alive get a
+    `HeldTensorWarning` naming them. (``_executor``: a `PlanExecutor` subclass, for the
+    training path's checked step.)
     """
     require_torch()
     import torch
 
     from slackswap.runtime.executor import PlanExecutor  # imports torch: after the check above
+    from slackswap.runtime.policy import runtime_policy
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
-    mode = execution_modes()[stats.runtime]  # check_plan refused a runtime not in there
     if schedule is None:
         schedule = "live" if torch.cuda.is_available() else "simulated"
     if schedule not in ("live", "simulated"):
         raise PlanError(f"schedule = {schedule!r}: expected 'live' or 'simulated'")
+    mode = runtime_policy(stats.runtime, live=schedule == "live")
     replay = None
     if schedule == "simulated":
         replay = simulated_schedule(plan.instance, plan.actions, stats.budget_bytes, stats.runtime)
-    ex = PlanExecutor(
+    ex = (_executor or PlanExecutor)(
         plan.instance,
         plan.actions,
         stats.budget_bytes,
         model,
+        lookahead_ops=mode.lookahead_ops,
         overlap=mode.overlap,
         prefetch=mode.prefetch,
         schedule=replay,
