@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -80,6 +82,24 @@ def gpt(dropout: float = 0.0, **overrides: int):
 
 # Tiny sizes for the runtime tests, which run each model under many plans.
 TINY_GPT = dict(layers=2, hidden=64, heads=4, mlp=256, vocab=128, seq=32, batch=2)
+
+
+def gpt_hooked():
+    """The tiny GPT with a forward hook on each MLP's first projection keeping its output
+    (``activations[name] = output``, as feature-extraction code does): a reference outside
+    autograd that no plan can free."""
+    model, inputs, loss_fn = gpt(**TINY_GPT)
+    model.activations = {}  # type: ignore[assignment]
+
+    def keep(name: str):  # type: ignore[no-untyped-def]
+        def hook(module: nn.Module, args: object, output: torch.Tensor) -> None:
+            model.activations[name] = output  # type: ignore[index, operator]
+
+        return hook
+
+    for i, blk in enumerate(model.blocks):
+        blk.fc1.register_forward_hook(keep(f"blocks.{i}.fc1"))  # type: ignore[union-attr]
+    return model, inputs, loss_fn
 
 
 def gpt_dropout():
@@ -360,6 +380,129 @@ def _rnn(rnn: str, layers: int, bidirectional: bool):
     return model, (ids,), loss_fn
 
 
+# A replica of Hugging Face's GPT-2 (eager attention) in plain torch: Conv1D projections as
+# ``addmm`` on a flattened input, the "gelu_new" tanh approximation written out op by op,
+# explicit causal masking with ``where``, softmax, attention/residual/embedding dropout, and the
+# LM head tied to the token embedding when asked.
+GPT2_CONFIG = dict(layers=2, n_embd=128, heads=4, vocab=512, seq=64, batch=2)
+
+
+class Conv1D(nn.Module):
+    """GPT-2's projection: ``addmm(bias, x.view(-1, nx), weight)`` with weight (nx, nf)."""
+
+    def __init__(self, nf: int, nx: int):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    return (
+        0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    )
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, n_embd: int, heads: int, seq: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = n_embd // heads
+        self.c_attn = Conv1D(3 * n_embd, n_embd)
+        self.c_proj = Conv1D(n_embd, n_embd)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.register_buffer(
+            "bias", torch.tril(torch.ones(seq, seq, dtype=torch.bool)).view(1, 1, seq, seq),
+            persistent=False,
+        )  # fmt: skip
+
+    def _split(self, t: torch.Tensor) -> torch.Tensor:
+        return t.view(t.size()[:-1] + (self.heads, self.head_dim)).permute(0, 2, 1, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n_embd = x.size(-1)
+        q, k, v = self.c_attn(x).split(n_embd, dim=2)
+        q, k, v = self._split(q), self._split(k), self._split(v)
+        w = torch.matmul(q, k.transpose(-1, -2))
+        w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype, device=w.device)
+        s = q.size(-2)
+        causal = self.bias[:, :, :s, :s]
+        mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
+        w = torch.where(causal, w.to(w.dtype), mask_value)
+        w = self.attn_dropout(nn.functional.softmax(w, dim=-1))
+        a = torch.matmul(w, v).permute(0, 2, 1, 3).contiguous()
+        a = a.view(a.size()[:-2] + (n_embd,))
+        return self.resid_dropout(self.c_proj(a))
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, n_embd: int, dropout: float):
+        super().__init__()
+        self.c_fc = Conv1D(4 * n_embd, n_embd)
+        self.c_proj = Conv1D(n_embd, 4 * n_embd)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(gelu_new(self.c_fc(x))))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, n_embd: int, heads: int, seq: int, dropout: float):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = GPT2Attention(n_embd, heads, seq, dropout)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = GPT2MLP(n_embd, dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2LM(nn.Module):
+    def __init__(
+        self, layers: int, n_embd: int, heads: int, vocab: int, seq: int,
+        dropout: float = 0.1, tied: bool = True,
+    ):  # fmt: skip
+        super().__init__()
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.wpe = nn.Embedding(seq, n_embd)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList(GPT2Block(n_embd, heads, seq, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+        if tied:
+            self.lm_head.weight = self.wte.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        x = self.drop(self.wte(ids) + self.wpe(pos))
+        for blk in self.h:
+            x = blk(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def gpt2(tied: bool = True, **overrides: int):
+    """(model, (ids,), loss_fn): a GPT-2-style causal-LM step, loss on shifted logits."""
+    cfg = {**GPT2_CONFIG, **overrides}
+    torch.manual_seed(0)
+    model = GPT2LM(cfg["layers"], cfg["n_embd"], cfg["heads"], cfg["vocab"], cfg["seq"], tied=tied)
+    ids = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]))
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        shift = logits[..., :-1, :].contiguous()
+        labels = ids[..., 1:].contiguous()
+        return F.cross_entropy(shift.view(-1, shift.size(-1)), labels.view(-1))
+
+    return model, (ids,), loss_fn
+
+
 def lstm():
     """(model, ids, loss_fn): a one-layer nn.LSTM language model step."""
     return _rnn("lstm", 1, False)
@@ -449,3 +592,7 @@ def functional_batch_norm():
     """(model, images): F.batch_norm updating statistics the module does not register."""
     torch.manual_seed(0)
     return FunctionalBatchNorm(), torch.randn(2, 3, 8, 8)
+
+
+def gpt2_untied():
+    return gpt2(tied=False)

@@ -29,7 +29,7 @@ def test_package_imports_without_torch() -> None:
         needs_torch = {"slackswap.profiling.step", "slackswap.profiling.recorder",
                        "slackswap.runtime.executor", "slackswap.runtime.memory",
                        "slackswap.runtime.measure", "slackswap.runtime.copies",
-                       "slackswap.runtime.rebuild"}
+                       "slackswap.runtime.rebuild", "slackswap.runtime.training"}
         import slackswap.runtime  # the entry point itself imports torch only when used
         for info in pkgutil.walk_packages(slackswap.__path__, "slackswap."):
             if info.name in needs_torch:
@@ -92,3 +92,17 @@ def test_profile_refuses_an_existing_output_before_importing_torch(tmp_path) -> 
     )  # fmt: skip
     assert proc.stdout.split() == ["2", "False"], proc
     assert "the file exists; pass --overwrite" in proc.stderr
+
+
+def test_the_training_path_without_torch_says_how_to_install_it() -> None:
+    proc = _run(
+        """
+        import slackswap.runtime
+        try:
+            slackswap.runtime.prepare
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("TorchMissingError") and "pip install" in proc.stdout

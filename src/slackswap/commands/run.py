@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+import warnings
 from typing import Any
 
 from slackswap.analysis.progress import add_progress_arguments, phase
@@ -79,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from slackswap.problem import UserError
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
-    from slackswap.runtime import RUNTIME_MODES, check_plan
+    from slackswap.runtime import RUNTIME_MODES, BudgetWarning, check_plan
     from slackswap.runtime.measure import (
         has_sparse_gradients,
         max_abs_diff,
@@ -146,8 +148,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     phase("run", f"running the step without a plan, then {args.steps} under it", args.progress)
     baseline = step(False)
-    runs = [step(True) for _ in range(args.steps)]
+    with warnings.catch_warnings():
+        # Said once below, in one line each, from the stats of every step.
+        warnings.simplefilter("ignore", BudgetWarning)
+        runs = [step(True) for _ in range(args.steps)]
     stats = runs[0].stats
+    worst = max(runs, key=lambda r: r.stats.over_budget_bytes if r.stats else 0).stats
     loss_diff = grad_diff = None
     identical = None
     difference: str | None = None
@@ -194,13 +200,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         "bitwise_identical": identical,
         "first_difference": difference,
         "check_optimizer": optimizer,
-        "cuda_peak_bytes": runs[0].cuda_peak_bytes,
+        "cuda_peak_bytes": _max_or_none(r.cuda_peak_bytes for r in runs),
+        "over_budget_bytes": worst.over_budget_bytes if worst else 0,
+        "held_tensors": stats.held_tensors if stats else [],
+        "held_bytes": stats.held_bytes if stats else 0,
     }
     if args.json:
         print_json(out)
     else:
         _print_table(out, inst.meta.get("timing", "roofline"))
+    if out["held_tensors"]:
+        names = ", ".join(repr(n) for n in out["held_tensors"][:3])
+        more = len(out["held_tensors"]) - 3
+        print(
+            f"slackswap: warning: {len(out['held_tensors'])} saved tensor(s) planned to swap or "
+            f"recompute ({format_bytes(out['held_bytes'])}) stayed referenced outside autograd "
+            f"(a forward hook or a variable?), never freed: {names}"
+            + (f" and {more} more" if more > 0 else ""),
+            file=sys.stderr,
+        )
+    if out["over_budget_bytes"] > 0:
+        at = f" at {worst.peak_op!r}" if worst and worst.peak_op else ""
+        print(
+            f"slackswap: warning: the step peaked at {out['measured_peak_bytes']} B{at}, "
+            f"{out['over_budget_bytes']} B over the budget {out['budget_bytes']} B "
+            f"(simulated {out['simulated_peak_bytes']} B)",
+            file=sys.stderr,
+        )
+        return 1
     return 1 if identical is False else 0
+
+
+def _max_or_none(values: Any) -> int | None:
+    got = [v for v in values if v is not None]
+    return max(got) if got else None
 
 
 def _print_table(r: dict[str, Any], timing: str) -> None:
@@ -221,9 +254,19 @@ def _print_table(r: dict[str, Any], timing: str) -> None:
         f"{'step (ms)':28s}{r['simulated_step_s'] * MS:12.3f}{r['measured_step_s'] * MS:12.3f}"
         f"   (simulated: {timing} times of the profile's GPU; measured: this device)"
     )
+    if r["cuda_peak_bytes"] is not None:
+        print(
+            f"{'allocator peak (CUDA)':28s}{'':>12s}{format_bytes(r['cuda_peak_bytes']):>12s}"
+            "   (max_memory_allocated: also gradients and kernel workspace)"
+        )
+    else:
+        print("kernel workspace: not measured (no allocator counter on this device)")
+    over = r["over_budget_bytes"]
+    print(f"over budget: {format_bytes(over)}" if over else "within the budget")
+    held = f", held outside autograd {format_bytes(r['held_bytes'])}" if r["held_bytes"] else ""
     print(
         f"swapped {format_bytes(r['swapped_bytes'])}, "
-        f"recomputed {format_bytes(r['recomputed_bytes'])}"
+        f"recomputed {format_bytes(r['recomputed_bytes'])}{held}"
     )
     if r["bitwise_identical"] is not None:
         verdict = "bitwise identical" if r["bitwise_identical"] else "DIFFERENT"

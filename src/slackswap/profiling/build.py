@@ -6,9 +6,10 @@ Modelling choices:
   and so are storages that existed before the step and that the step still held when backward
   began (model inputs, targets): the caller holds them for the whole step, so no action frees
   them (``meta["caller_held_bytes"]``).
-- Backward readers: every backward operator that reads the storage, plus the operator that runs
-  right after each unpack of it (the node that unpacked it starts there). A saved tensor that no
-  backward node unpacked is released with the graph: it is read by the last backward operator.
+- Backward readers: every backward operator that reads the storage, plus the operators of the
+  node that unpacked it, from the one right after the unpack to the node's last (the node holds
+  what it unpacked until it returns). A saved tensor that no backward node unpacked is released
+  with the graph: it is read by the last backward operator.
 - Recompute cost: the time of the operator chain that rebuilds the tensor from saved tensors, the
   producer plus the producers of any unsaved intermediates it read (as the analytic builders do);
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
@@ -20,11 +21,16 @@ Modelling choices:
   the last chain operator that reads it, sized by its whole storage; the workspace is the largest
   sum of live intermediates at any chain operator, the rebuilt tensor's own storage and saved
   storages excluded (they are counted as saved tensors). A single-operator rebuild has none.
+  Added to it: the unsaved bytes carried into the operator the rebuild runs before (gradient
+  buffers live before and during it), the largest over the tensor's first backward reader and
+  those of the tensors whose rebuild may rebuild it.
 - Last forward use: the last forward operator that reads the tensor or, when later, the one
   after which the step dropped its last own reference to the storage (`Trace.released_after`:
   a Python local keeps a buffer until its function returns); it is listed among the
   operator's reads. A tensor the caller still holds when backward begins (a model input)
   keeps its last reader.
+- A saved storage written before its saved value (a CPU dropout mask's ``bernoulli_`` before
+  the ``div_`` that is saved) counts as transient from its first writer to that value's producer.
 - Transient bytes of an operator: the storages that are not saved tensors (parameters and
   buffers excluded) alive while it runs, each from the first operator that reads or writes it
   to the last one (a gradient the autograd engine holds for a node several operators later
@@ -130,12 +136,13 @@ def build_instance(
             continue  # held by the caller
         bwd_readers[t].add(op_of(nxt) if nxt < len(ops) else last_op)
         # The node that unpacked it holds it until its last operator (e.g. a linear layer's
-        # backward reads its input for the weight gradient, then sums the bias gradient).
+        # backward reads its input for the weight gradient, then sums the bias gradient), so
+        # every operator of the node from the unpack on uses it: none of them may run without it.
         end = nxt
         while node >= 0 and end + 1 < len(ops) and ops[end + 1].node == node:
             end += 1
         if node >= 0 and nxt < len(ops) and ops[nxt].node == node:
-            bwd_readers[t].add(op_of(end))
+            bwd_readers[t].update(op_of(o) for o in range(nxt, end + 1))
     for t in range(n_t):
         if not bwd_readers[t]:
             bwd_readers[t].add(last_op)
@@ -226,7 +233,36 @@ def build_instance(
     for t in range(n_t):
         for o in sorted(fwd_readers[t] | bwd_readers[t]):
             op_reads[o].append(t)
-    transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held)
+    # A saved storage written before the value that is saved (a CPU dropout mask: bernoulli_,
+    # then div_ in place; a convolution's output, then an in-place ReLU) occupies memory from
+    # its first writer on, before its producer: those operators count it as transient.
+    early = {
+        values[v].storage: (values[v].producer, values[v].nbytes)
+        for v in tensor_values
+        if values[v].producer != EXTERNAL
+    }
+    transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held, early)
+    # A rebuild runs between two operators, where gradient buffers the backward pass carries
+    # from one node to a later one stay allocated: the rebuild's workspace includes those
+    # carried into the operator it runs before (its first backward reader, or that of a
+    # recomputed consumer it is rebuilt for, whichever carries most).
+    carried = [0] * shift + _carried_bytes(trace, saved_storages | caller_held)
+    fbr = [min(r) for r in bwd_readers]
+    consumers: list[list[int]] = [[] for _ in range(n_t)]
+    for v in range(n_t):
+        for u in rebuild[v]:
+            consumers[u].append(v)
+    for i in range(n_t):
+        if not math.isfinite(recompute[i]) or category[i] == "block_input":
+            continue
+        points, todo, seen = {fbr[i]}, list(consumers[i]), set()
+        while todo:
+            v = todo.pop()
+            if v not in seen:
+                seen.add(v)
+                points.add(fbr[v])
+                todo.extend(consumers[v])
+        workspace[i] += max(carried[o] for o in points)
     blocks_col = [-1] * shift + op_block
     lfr = [max([producer[t], *fwd_readers[t]]) for t in range(n_t)]
     meta = dict(meta or {})
@@ -279,8 +315,12 @@ def build_instance(
     return Instance(name=name, hardware=hardware, meta=meta, **cols)
 
 
-def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
-    """Per operator, the bytes of unsaved storages live from their first to their last use."""
+def _lifetimes(
+    trace: Trace, saved_storages: set[int]
+) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """First and last operator of each unsaved storage, and its bytes: from its first use to
+    its last (a gradient until autograd accumulates it, a buffer a Python local held until it
+    was freed, when later)."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     size: dict[int, int] = {}
@@ -297,15 +337,52 @@ def _transient_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
     for k, at in trace.freed_after.items():
         if k in last and at < len(trace.ops):
             last[k] = max(last[k], at)  # a Python local held it past its last reader
-    delta = [0] * (len(trace.ops) + 1)
-    for k, lo in first.items():
-        delta[lo] += size[k]
-        delta[last[k] + 1] -= size[k]
+    return first, last, size
+
+
+def _running_sum(delta: list[int]) -> list[int]:
     out, run = [], 0
     for d in delta[:-1]:
         run += d
         out.append(run)
     return out
+
+
+def _transient_bytes(
+    trace: Trace, saved_storages: set[int], early: dict[int, tuple[int, int]] | None = None
+) -> list[int]:
+    """Per operator, the bytes of unsaved storages live from their first to their last use,
+    and of each saved storage in ``early`` (storage -> (producer of its saved value, bytes))
+    from its first use to the operator before that producer."""
+    first, last, size = _lifetimes(trace, saved_storages)
+    before: dict[int, int] = {}  # saved storage -> its first use, when before its producer
+    early = early or {}
+    for i, op in enumerate(trace.ops):
+        for k, _ in op.touched:
+            if k in early and k in saved_storages and i < early[k][0]:
+                before.setdefault(k, i)
+    delta = [0] * (len(trace.ops) + 1)
+    for k, lo in first.items():
+        delta[lo] += size[k]
+        delta[last[k] + 1] -= size[k]
+    for k, lo in before.items():
+        producer, nbytes = early[k]
+        delta[lo] += nbytes
+        delta[producer] -= nbytes
+    return _running_sum(delta)
+
+
+def _carried_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
+    """Per operator, the bytes of unsaved storages live both before it starts and while it
+    runs (first used by an earlier operator, last by it or a later one): what a rebuild right
+    before it finds allocated besides the saved tensors."""
+    first, last, size = _lifetimes(trace, saved_storages)
+    delta = [0] * (len(trace.ops) + 1)
+    for k, lo in first.items():
+        if last[k] > lo:
+            delta[lo + 1] += size[k]
+            delta[last[k] + 1] -= size[k]
+    return _running_sum(delta)
 
 
 def _producer(trace: Trace, v: int) -> int:

@@ -43,22 +43,41 @@ the ``with`` block. One backward pass: a second one over a graph kept with
 ``retain_graph`` (the plan dropped what the first one needed). A plan for another instance
 (``instance=``) or one that does not fit the budget in the simulator is refused before
 anything is installed; every hook is removed on exit, also when the step raises.
-`StorageTracker` measures the step's memory independently.
+`StorageTracker` measures the step's memory independently: `RunStats` carries its peak and how
+far it ended above the budget, with a `BudgetWarning` when it did; saved tensors planned to swap
+or recompute that a reference outside autograd kept alive are named (`HeldTensorWarning`) and
+not counted as swapped or recomputed.
+
+For a training loop, ``planned = prepare(model, plan, "50%")`` once and ``with planned.step():
+loss_fn(model(x)).backward()`` each iteration: the first step is the checked one above, and it
+learns every saved tensor's place in autograd's pack order; later steps run with
+``saved_tensors_hooks`` alone (no dispatch mode, no per-operator Python): each saved tensor
+checked by shape, dtype and storage size, kept ones handed back, swapped ones copied as above,
+recomputed ones rebuilt by ``torch.utils.checkpoint`` over the profiled blocks whose saved tensors
+are all recomputed, or by replaying the first step's operator records (dropout with the RNG state
+of its module call). Other input shapes raise `ShapeChangeError` before the step's first
+operator, or re-plan (``replan=True``). See `training`.
+
+How copies run (side streams, prefetch, the look-ahead) is read from the simulator's runtime
+registry (`policy.runtime_policy`); a runtime whose rules the live executor cannot follow is
+refused before the step.
 
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
 (recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
-`memory` and `measure` (checking a run).
+`policy` (a runtime's rules), `training` (`prepare`, the training path), `memory` and `measure`
+(checking a run).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slackswap.console import format_bytes
-from slackswap.plan import Budget, Plan, PlanError
+from slackswap.plan import RECOMP, SWAP, Budget, Plan, PlanError
 from slackswap.problem import Instance, UserError
 from slackswap.profiling import require_torch
 from slackswap.runtime.schedule import simulated_schedule
@@ -68,7 +87,29 @@ from slackswap.simulator.runtimes import execution_modes
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["apply", "RunStats", "RUNTIME_MODES", "StepMismatchError", "StorageTracker"]
+    from slackswap.runtime.memory import StorageTracker
+
+__all__ = [
+    "apply",
+    "BudgetWarning",
+    "HeldTensorWarning",
+    "prepare",
+    "PlannedStep",
+    "RunStats",
+    "RUNTIME_MODES",
+    "ShapeChangeError",
+    "StepMismatchError",
+    "StorageTracker",
+]
+
+
+class BudgetWarning(UserWarning):
+    """A planned step's measured peak (`StorageTracker`) ended above its budget."""
+
+
+class HeldTensorWarning(BudgetWarning):
+    """Saved tensors planned to swap or recompute stayed referenced outside autograd (a
+    forward hook or a variable keeping activations), so their memory was never freed."""
 
 
 @dataclass
@@ -86,6 +127,20 @@ class RunStats:
     runtime: str = ""
     #: The instance index of the operator the step is at (0 before the step starts).
     op_index: Any = None
+    #: The tracker's peak of live activation bytes during the step (`StorageTracker`).
+    measured_peak_bytes: int | None = None
+    #: How far the measured peak ended above ``budget_bytes`` (0 when within).
+    over_budget_bytes: int = 0
+    #: CUDA: ``torch.cuda.max_memory_allocated`` over the step, above what was allocated
+    #: before it: gradients, kernel workspace and allocator rounding the tracker does not see.
+    #: None without CUDA (CPU kernel scratch is seen by neither).
+    cuda_peak_bytes: int | None = None
+    #: Saved tensors planned to swap or recompute that a reference outside autograd kept
+    #: alive (names), and their bytes: not in ``swapped_bytes`` / ``recomputed_bytes``.
+    held_tensors: list[str] = field(default_factory=list)
+    held_bytes: int = 0
+    #: The operator running when the measured peak was reached ("" when unknown).
+    peak_op: str = ""
 
 
 def __getattr__(name: str) -> Any:
@@ -99,6 +154,11 @@ def __getattr__(name: str) -> Any:
         from slackswap.runtime.executor import StepMismatchError
 
         return StepMismatchError
+    if name in ("prepare", "PlannedStep", "ShapeChangeError"):
+        require_torch()  # one line saying how to install the extra, not an ImportError
+        from slackswap.runtime import training
+
+        return getattr(training, name)
     if name == "StorageTracker":
         from slackswap.runtime.memory import StorageTracker
 
@@ -153,6 +213,8 @@ def apply(
     instance: Instance | None = None,
     runtime: str | None = None,
     schedule: str | None = None,
+    tracker: StorageTracker | None = None,
+    _executor: Any = None,
 ) -> Iterator[RunStats]:
     """Run the step inside the ``with`` block under ``plan`` (see `slackswap.runtime`).
 
@@ -163,49 +225,110 @@ def apply(
     run; ``"live"`` (default on CUDA) starts each H2D copy by the look-ahead rule as the step
     runs; ``"simulated"`` (default without CUDA, where copies are synchronous and take no
     modelled link time) replays the simulator's copy times for this plan at operator
-    granularity, so the measured memory checks the simulator's accounting. Yields a
-    `RunStats`, filled on exit.
+    granularity, so the measured memory checks the simulator's accounting; live copies follow
+    the runtime's look-ahead from the registry (`policy.runtime_policy`), and a runtime whose
+    rules cannot be followed live is refused before the step. ``tracker``: a `StorageTracker`
+    the caller entered around the block, read instead of one of this function's own. Yields a
+    `RunStats`, filled on exit. A step that ends above the budget by the tracker gets a
+    `BudgetWarning`; saved tensors a reference outside autograd kept alive get a
+    `HeldTensorWarning` naming them. (``_executor``: a `PlanExecutor` subclass, for the
+    training path's checked step.)
     """
     require_torch()
     import torch
 
     from slackswap.runtime.executor import PlanExecutor  # imports torch: after the check above
+    from slackswap.runtime.policy import runtime_policy
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
-    mode = execution_modes()[stats.runtime]  # check_plan refused a runtime not in there
     if schedule is None:
         schedule = "live" if torch.cuda.is_available() else "simulated"
     if schedule not in ("live", "simulated"):
         raise PlanError(f"schedule = {schedule!r}: expected 'live' or 'simulated'")
+    mode = runtime_policy(stats.runtime, live=schedule == "live")
     replay = None
     if schedule == "simulated":
         replay = simulated_schedule(plan.instance, plan.actions, stats.budget_bytes, stats.runtime)
-    ex = PlanExecutor(
+    ex = (_executor or PlanExecutor)(
         plan.instance,
         plan.actions,
         stats.budget_bytes,
         model,
+        lookahead_ops=mode.lookahead_ops,
         overlap=mode.overlap,
         prefetch=mode.prefetch,
         schedule=replay,
     )
     stats.op_index = ex.current_op
+    own = tracker is None
+    if tracker is None:
+        from slackswap.runtime.memory import StorageTracker
+
+        tracker = StorageTracker(() if model is None else model.parameters())
+        tracker.op_index = ex.current_op
+        if model is None:
+            ex.on_adopt = lambda m: tracker.watch_params(m.parameters())
     try:
-        with ex.installed():
-            try:
-                yield stats
-            except BaseException as exc:
-                if ex.error is not None and exc is not ex.error:
-                    raise ex.error from exc  # autograd may wrap the runtime's own error
-                raise
-        ex.finish()
+        with ExitStack() as stack:
+            if own:
+                stack.enter_context(tracker)  # outside the executor: it sees the runtime's own
+            with ex.installed():
+                try:
+                    yield stats
+                except BaseException as exc:
+                    if ex.error is not None and exc is not ex.error:
+                        raise ex.error from exc  # autograd may wrap the runtime's own error
+                    raise
+            ex.finish()
     finally:
-        stats.swapped_bytes = ex.swapped_bytes
-        stats.h2d_bytes = ex.h2d_bytes
-        stats.recomputed_bytes = ex.recomputed_bytes
-        stats.rebuilds = ex.rebuilds
-        stats.unplanned_packs = ex.unplanned_packs
+        _fill(stats, ex, tracker, own)
         ex.close()
+    _warn(stats)
+
+
+def _fill(stats: RunStats, ex: Any, tracker: StorageTracker, own: bool) -> None:
+    """What the runtime did and what the tracker measured, into ``stats``."""
+    inst = ex.instance
+    held_swap = sum(ex.entries[i].nbytes for i in ex.held if ex.entries[i].action == SWAP)
+    held_recomp = sum(ex.entries[i].nbytes for i in ex.held if ex.entries[i].action == RECOMP)
+    stats.swapped_bytes = ex.swapped_bytes - held_swap
+    stats.h2d_bytes = ex.h2d_bytes
+    stats.recomputed_bytes = ex.recomputed_bytes - held_recomp
+    stats.rebuilds = ex.rebuilds
+    stats.unplanned_packs = ex.unplanned_packs
+    stats.held_tensors = [str(inst.tensor_name[i]) for i in ex.held]
+    stats.held_bytes = held_swap + held_recomp
+    stats.measured_peak_bytes = int(tracker.peak_bytes)
+    stats.over_budget_bytes = max(0, stats.measured_peak_bytes - stats.budget_bytes)
+    stats.cuda_peak_bytes = tracker.cuda_peak_bytes if own else tracker.cuda_peak_now()
+    o = tracker.peak_op
+    stats.peak_op = str(inst.op_name[o]) if o is not None and 0 <= o < inst.n_ops else ""
+
+
+def _warn(stats: RunStats) -> None:
+    if stats.held_tensors:
+        names = ", ".join(repr(n) for n in stats.held_tensors[:3])
+        more = f" and {len(stats.held_tensors) - 3} more" if len(stats.held_tensors) > 3 else ""
+        warnings.warn(
+            HeldTensorWarning(
+                f"{len(stats.held_tensors)} saved tensor(s) planned to swap or recompute "
+                f"({format_bytes(stats.held_bytes)}) stayed referenced outside autograd after "
+                f"their last forward use, so their memory was never freed: {names}{more} (a "
+                "forward hook or a variable keeping activations?)"
+            ),
+            stacklevel=4,
+        )
+    if stats.over_budget_bytes > 0:
+        at = f" at {stats.peak_op!r}" if stats.peak_op else ""
+        warnings.warn(
+            BudgetWarning(
+                f"the step peaked at {format_bytes(stats.measured_peak_bytes or 0)}{at} by the "
+                f"tracker, {format_bytes(stats.over_budget_bytes)} over the budget "
+                f"{format_bytes(stats.budget_bytes)} (simulated "
+                f"{format_bytes(stats.simulated_peak_bytes)})"
+            ),
+            stacklevel=4,
+        )
 
 
 _ = UserError

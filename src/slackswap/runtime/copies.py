@@ -164,6 +164,19 @@ class CopyEngine:
         elif backward:
             self._admit()
 
+    def let_go_due(self) -> None:
+        """Replaying: let go of the device buffers whose simulated D2H copy has ended before
+        the next operator starts. A free, so it runs before any call that precedes that
+        operator (an allocation such as a dropout mask's ``empty_like``), not only right before
+        the operator itself: the simulator frees the buffer when the copy ends."""
+        if self._schedule is None:
+            return
+        o = self.current_op()
+        due = self._schedule["d2h_done"]
+        for k in [k for k in due if k <= o]:
+            for i in due.pop(k):
+                self._let_go(self.entries[i])
+
     def _replay(self, o: int) -> None:
         """Before operator ``o``: drop device buffers whose simulated D2H copy has ended, and
         start the H2D copies the simulator started by then (synchronous on CPU)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance, UserError
@@ -109,6 +110,14 @@ class PlanExecutor(Recorder):
         self.error: BaseException | None = None
         self._global_hook: Any = None
         self.closed = False
+        #: Called with the model when the executor adopts it (the caller's memory tracker).
+        self.on_adopt: Any = None
+        # Swapped and recomputed entries -> their storage's key, to see whether the step let
+        # the storage go; storages saved again unplanned (autograd holds those itself).
+        self._origin: dict[int, int] = {}
+        self._unplanned_keys: set[int] = set()
+        #: Entries whose storage was still referenced outside autograd when backward began.
+        self.held: list[int] = []
         if model is not None:
             self.adopt(model)
 
@@ -130,6 +139,8 @@ class PlanExecutor(Recorder):
         self.model = model
         self.attach(model, _block_modules(model, self.instance))
         self.copies.use_device(any(t.is_cuda for t in model.parameters()))
+        if self.on_adopt is not None:
+            self.on_adopt(model)
 
     def _first_module_call(self, module: torch.nn.Module, args: Any) -> None:
         if self.model is None:
@@ -165,6 +176,7 @@ class PlanExecutor(Recorder):
         """Check the step ran to its end (called when the step returned without raising)."""
         if self.error is not None:
             raise self.error
+        self.held = sorted({*self.held, *self._held_outside()})
         ran = len(self.trace.ops)
         if ran != self.n_ops:
             raise StepMismatchError(
@@ -207,6 +219,8 @@ class PlanExecutor(Recorder):
         self.copies.poll_offloads(backward_starts)
         if backward_starts:
             self.start_backward()
+            self.held = self._held_outside()
+        self.copies.let_go_due()
         # Copies start right before the next profiled operator itself (or its autograd node's
         # first unpack, see `_unpack`), not before the calls that precede it without a kernel
         # (views; the detach of an AccumulateGrad node, while the previous node's gradient
@@ -278,18 +292,38 @@ class PlanExecutor(Recorder):
                 ej = self.entries[j]
                 return Handle(ej, t, keep=ej.action == KEEP, release=self.copies.release)
             self.unplanned_packs += 1  # a value the profile did not save
+            self._unplanned_keys.add(k)
             return t
         e = self.entries[i]
         if not e.packed:
             self._check_tensor(i, v, t)  # type: ignore[arg-type]
             e.packed = True
             e.device = t.untyped_storage()
+            if e.action != KEEP:
+                self._origin[i] = k
             if e.action == SWAP:
                 self.copies.offload(e)
             elif e.action == RECOMP:
                 e.device = None  # dropped after its last forward reader (Python's references)
                 self.recomputed_bytes += e.nbytes
         return Handle(e, t, keep=e.action == KEEP, release=self.copies.release)
+
+    def _held_outside(self) -> list[int]:
+        """The swapped and recomputed entries whose original storage is still alive although
+        neither autograd (it holds handles) nor this runtime holds it, i.e. a reference kept
+        outside autograd (a forward hook storing the activation, a variable): their memory was
+        never freed, and fetching or rebuilding them adds a second copy. Asked when backward
+        begins (the step's own forward references are gone) and when the step ends."""
+        held = []
+        for i, k in self._origin.items():
+            e = self.entries[i]
+            ref = self._refs.get(k)
+            if ref is None or ref.expired() or k in self._unplanned_keys:
+                continue
+            if e.device is not None and int(StorageWeakRef(e.device).cdata) == k:
+                continue  # this runtime still holds it (an offload not yet done)
+            held.append(i)
+        return sorted(held)
 
     def _check_tensor(self, i: int, v: int, t: torch.Tensor) -> None:
         val = self.trace.values[v]

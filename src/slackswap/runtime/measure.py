@@ -70,7 +70,8 @@ def run_step(
                     loss.backward()
                 else:
                     with apply(plan, 1.0 if budget is None else budget, model=model,
-                               runtime=runtime, schedule=schedule) as stats:  # fmt: skip
+                               runtime=runtime, schedule=schedule,
+                               tracker=tracker) as stats:  # fmt: skip
                         tracker.op_index = stats.op_index
                         loss = loss_of(model(*inputs))
                         loss.backward()

@@ -74,6 +74,24 @@ class StorageTracker(TorchDispatchMode):
         #: while each operator index was current (for finding where two accountings differ).
         self.op_index: Any = None
         self.op_peak_bytes: dict[int, int] = {}
+        #: The operator index current when ``peak_bytes`` was reached (with ``op_index``).
+        self.peak_op: int | None = None
+
+    def watch_params(self, params: Iterable[torch.Tensor]) -> None:
+        """Take ``params`` as parameters too (a model known only once the step calls it)."""
+        self._grad_hooks += [
+            p.register_post_accumulate_grad_hook(self._grad_accumulated)
+            for p in params
+            if p.requires_grad
+        ]
+
+    def cuda_peak_now(self) -> int | None:
+        """``torch.cuda.max_memory_allocated`` above what was allocated on entry, so far:
+        includes kernel workspace and gradients the tracker does not count; None without CUDA."""
+        if not torch.cuda.is_available():
+            return None
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated() - self._cuda_start)
 
     def __enter__(self) -> StorageTracker:
         if torch.cuda.is_available():
@@ -88,9 +106,7 @@ class StorageTracker(TorchDispatchMode):
         for h in self._grad_hooks:
             h.remove()
         self._grad_hooks.clear()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            self.cuda_peak_bytes = torch.cuda.max_memory_allocated() - self._cuda_start
+        self.cuda_peak_bytes = self.cuda_peak_now()
 
     def _freed(self, key: int) -> None:
         nbytes = self._live.pop(key, 0)
@@ -121,7 +137,9 @@ class StorageTracker(TorchDispatchMode):
             weakref.finalize(s, self._freed, id(s))
             self.live_bytes += nbytes
             self.allocated_bytes += nbytes
-            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+            if self.live_bytes > self.peak_bytes:
+                self.peak_bytes = self.live_bytes
+                self.peak_op = self.op_index() if self.op_index is not None else None
             if self.op_index is not None:
                 o = self.op_index()
                 self.op_peak_bytes[o] = max(self.op_peak_bytes.get(o, 0), self.live_bytes)

@@ -202,18 +202,49 @@ class Rebuilder:
         """Re-run the operator chain that produced entry ``e``'s value, its recomputed inputs
         rebuilt first, with each random operator's original RNG state."""
         value = int(self.instance.meta["runtime_signature"]["values"][e.index])
-        cache: dict[int, Any] = {}
+        cache = _Cache(value, self._chain_reads(value))
         with self.quiet():
             storage = self._compute(value, cache)
         e.device = storage
         self.rebuilds += 1
 
+    def _is_input(self, value: int) -> bool:
+        """``value`` is a saved tensor a rebuild takes as it is (resident, fetched back or
+        rebuilt on its own), not one it computes again."""
+        i = self.entry_of_value.get(value)
+        # A released entry still holding its storage is an input kept for this rebuild.
+        return i is not None and (
+            not self.entries[i].released or self.entries[i].device is not None
+        )
+
+    def _chain_reads(self, value: int) -> dict[int, int]:
+        """How many times the operators that rebuilding ``value`` runs read each value: an
+        intermediate is dropped after its last reader, as the simulator's workspace assumes."""
+        reads: dict[int, int] = {}
+        ops: set[int] = set()
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if (v != value and self._is_input(v)) or v in self._externals or v in self._allocs:
+                continue
+            p = self.recorder.trace.values[v].producer
+            rec = self._records.get(p) if p != EXTERNAL else None
+            if rec is None or p in ops:
+                continue
+            ops.add(p)
+            for w in rec.writes:
+                reads.setdefault(w, 0)
+            for x in rec.args[1]:
+                if isinstance(x, _Ref):
+                    reads[x.value] = reads.get(x.value, 0) + 1
+                    stack.append(x.value)
+        return reads
+
     def _resolve(self, value: int, cache: dict[int, Any]) -> Any:
         """The storage holding ``value`` now: a resident or fetched/rebuilt saved tensor, a
         model input, a fresh buffer for an allocation, or its producer run again."""
         i = self.entry_of_value.get(value)
-        # A released entry still holding its storage is an input kept for this rebuild.
-        if i is not None and (not self.entries[i].released or self.entries[i].device is not None):
+        if i is not None and self._is_input(value):
             e = self.entries[i]
             if e.device is None and e.action == KEEP:
                 raise RuntimeError(f"kept tensor {self.instance.tensor_name[i]!r} not resident")
@@ -275,6 +306,27 @@ class Rebuilder:
                 )
             t = outs[k] if kind == "out" else real[k]
             cache[v] = t.untyped_storage()
+        if isinstance(cache, _Cache):
+            cache.done_reading([x.value for x in flat if isinstance(x, _Ref)], rec.writes)
+
+
+class _Cache(dict[int, Any]):
+    """The storages one rebuild has computed, by value; each intermediate is dropped once the
+    chain's last reader of it has run (``reads``: reads left), the rebuilt value kept."""
+
+    def __init__(self, target: int, reads: dict[int, int]):
+        super().__init__()
+        self.target = target
+        self.reads = reads
+
+    def done_reading(self, read: list[int], written: Any) -> None:
+        for v in read:
+            if v in self.reads:
+                self.reads[v] -= 1
+        for v in (*read, *written):
+            # a value the counts do not know (the chain changed while it ran) stays
+            if v != self.target and self.reads.get(v, 1) <= 0:
+                self.pop(v, None)
 
 
 def _rng_state(tensors: list[torch.Tensor]) -> Any:
