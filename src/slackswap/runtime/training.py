@@ -694,7 +694,8 @@ class _FastStep:
                 for p in wanted.get((path, k), ()):
                     old = rp.records[p]
                     rb._records[p] = type(old)(old.func, old.args, old.mutated,
-                                               _rng_state(devices), old.writes)  # fmt: skip
+                                               _rng_state(devices), old.grad,
+                                               old.writes)  # fmt: skip
 
             handles.append(mod.register_forward_pre_hook(pre))
         try:
