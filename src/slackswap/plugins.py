@@ -33,7 +33,6 @@ from slackswap.errors import UserError
 SOLVERS = "slackswap.solvers"
 RUNTIMES = "slackswap.runtimes"
 MODELS = "slackswap.models"
-GROUPS = (SOLVERS, RUNTIMES, MODELS)
 
 
 class PluginError(UserError):

@@ -351,12 +351,6 @@ class Instance:
         """Write the instance as versioned JSON (`to_dict`), atomically."""
         atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
-    def with_hardware(self, hardware: Hardware) -> Instance:
-        """The same iteration on another link (operator times unchanged)."""
-        from dataclasses import replace
-
-        return replace(self, hardware=hardware)
-
     def __repr__(self) -> str:
         return (
             f"Instance({self.name!r}, ops={self.n_ops}, tensors={self.n_tensors}, "

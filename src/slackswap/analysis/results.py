@@ -33,15 +33,12 @@ from slackswap.problem import UserError
 from slackswap.textfile import check_output_path, node_kind, read_user_text, replace_target
 from slackswap.userdoc import parse_json
 
-#: Columns a results file adds to the `RunRecord` row (see `Job.columns` and `execute`).
-EXTRA_KEYS = rowschema.JOB_KEYS
 COLUMNS = rowschema.COLUMNS
 FLOAT_COLUMNS = rowschema.FLOAT_COLUMNS
 INT_COLUMNS = rowschema.INT_COLUMNS
 #: Columns that change from run to run of the same job (compare rows without them).
 TIMING_COLUMNS = ("plan_s", "wall_s")
 
-SUFFIXES = (".csv", ".parquet", ".pq")
 #: Largest results file read (bytes): 200,000 jobs (the most one sweep holds) of ~2 KB rows.
 MAX_RESULTS_BYTES = 1 << 30
 MAX_TEXT = 600  # characters of an error or reason kept in a row (compiler errors run to pages)

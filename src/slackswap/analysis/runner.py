@@ -17,7 +17,7 @@ Backends:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -204,9 +204,3 @@ def _dask(
                 fut.cancel()
         for obj in own:
             obj.close()
-
-
-def sweep_rows(frame: pd.DataFrame) -> Iterable[dict[str, Any]]:
-    """A results frame's rows as plain dicts (missing values as None)."""
-    for rec in frame.astype(object).where(frame.notna(), None).to_dict(orient="records"):
-        yield {str(k): v for k, v in rec.items()}

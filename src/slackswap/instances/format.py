@@ -374,8 +374,3 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
     # parser's bounds here only keep the parser itself safe.
     d = parse_json(text, source, InstanceFileError, max_depth=500, max_int_digits=4300)
     return instance_from_dict(d, source)
-
-
-def save_instance(inst: Instance, path: str | os.PathLike[str]) -> None:
-    """Write ``inst`` as a schema_version 1 JSON file, atomically: `Instance.save`."""
-    inst.save(path)
