@@ -1,4 +1,4 @@
-"""Certified gaps of the exact solvers on the catalog workloads (issue 5's Done-when).
+"""Certified gaps of the exact solvers on the catalog workloads (how far each is from optimal).
 
 For each workload and budget: SlackSwap's plan, ``milp`` and ``cpsat`` with a time limit; each
 solver's throughput, its own bound, its certified gap to the best bound of the case, and its
@@ -7,8 +7,8 @@ table for ``benchmarks/README.md``.
 
     .venv/bin/python benchmarks/bench_exact.py --time-limit 60
 
-``--scale 48,192,768`` instead builds GPT-2 XL with that many layers at 30% of P (issue 17 item
-3) and reports, per size, the depth bound engine alone (`BoundProgram` build, then the coarse LP,
+``--scale 48,192,768`` instead builds GPT-2 XL with that many layers at 30% of P (the
+depth the full LP cannot take) and reports, per size, the depth bound engine alone (`BoundProgram` build, then the coarse LP,
 `CoarseBound`, that ``milp`` uses past `FULL_LP_MAX_OPS` operators, under the time share
 ``milp`` gives it: seconds, its peak Python memory by tracemalloc and the process's peak resident
 set, which includes HiGHS) and then ``milp``'s and SlackSwap's plans with the best plan to the

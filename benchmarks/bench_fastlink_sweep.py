@@ -8,8 +8,8 @@ baselines here), so each case is one plan and one replay per solver. A case is a
 SlackSwap is more than ``--tolerance`` (0.1%, relative) below that best, or finds no plan where a
 baseline does. ``--repair`` picks SlackSwap's repair: ``full`` (the default: late prefetches read
 from operator waits, then the memory branch when the runtime held a late prefetch back for
-memory), ``op-waits`` (``memory_branch=False``: the repair after issue 17's first fix) or
-``paper`` (both off: only stalls of rebuilds name a late prefetch).
+memory), ``op-waits`` (``memory_branch=False``: late prefetches read from operator waits
+only) or ``paper`` (both off: only stalls of rebuilds name a late prefetch).
 
     nice .venv/bin/python benchmarks/bench_fastlink_sweep.py            # 1,260 cases x 7 solvers
     nice .venv/bin/python benchmarks/bench_fastlink_sweep.py --repair op-waits

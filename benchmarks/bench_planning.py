@@ -7,7 +7,7 @@ the number of rounds.
 
     .venv/bin/python benchmarks/bench_planning.py [--repeats 31] [--solver slackswap] [--json]
 
-Target (issue 4): median under 10 ms on every case; the paper's Python planner took 67-168 ms.
+Target: median under 10 ms on every case; the paper's Python planner took 67-168 ms.
 """
 
 from __future__ import annotations

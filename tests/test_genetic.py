@@ -95,7 +95,7 @@ def test_no_feasible_plan_is_reported_not_raised(small) -> None:  # type: ignore
 
 
 def test_time_limit_is_honoured(small) -> None:  # type: ignore[no-untyped-def]
-    # Within 10% of the limit (issue 6). 3 s rather than 1: the 10% must absorb one stall of the
+    # Within 10% of the limit (the time-limit contract). 3 s rather than 1: the 10% must absorb one stall of the
     # VM (up to ~0.25 s measured here under load), which failed a 1 s run about once in 35.
     rec = run(small, 0.3, "ga", seed=0, time_limit=3.0)
     assert rec.status is Status.FEASIBLE

@@ -179,7 +179,7 @@ def test_infinite_recompute_written_as_null(small: slackswap.Instance) -> None:
     assert np.isfinite(small.tensor_recompute_s).any()
 
 
-# ----- issue 19: values outside a physical range, and every malformed file, are InstanceErrors --
+# ----- values outside a physical range, and every malformed file, are InstanceErrors ----------
 def _edited(good: dict, fn) -> dict:  # type: ignore[no-untyped-def]
     d = json.loads(json.dumps(good))
     fn(d)
@@ -390,7 +390,7 @@ def test_bundled_instances_lie_inside_the_physical_ranges(name: str) -> None:
         assert ((values >= lo) & (values <= hi)).all(), key
 
 
-# ----- issue 16: the optional rebuild workspace of a multi-operator rebuild -----------------------
+# ----- the optional rebuild workspace of a multi-operator rebuild --------------------------------
 def test_rebuild_workspace_round_trips_and_is_written_only_when_not_zero(
     tmp_path: Path, small: slackswap.Instance
 ) -> None:

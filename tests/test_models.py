@@ -47,7 +47,7 @@ def test_vgg16_backward_is_chain_rule_order_with_in_place_relu() -> None:
         assert inst.op_transient_bytes[relu_b] == size[p + ".out"]
         t = inst.tensor_index[p + ".out"]
         assert inst.tensor_last_bwd_reader[t] < conv_b
-    # The keep-all peak is where the forward pass ends, no longer a stage-0 backward operator.
+    # The keep-all peak is where the forward pass ends, not at a stage-0 backward operator.
     peak_op = int(inst.memory_profile_keep_all.argmax())
     assert inst.op_name[peak_op].startswith(("s4.", "fc", "loss"))
 

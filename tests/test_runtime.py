@@ -216,7 +216,7 @@ def test_memory_of_former_gaps(name: str, label: str) -> None:
     (6144 B), which the caller holds for the whole step, so no runtime can free it, and which
     the measured figure leaves out as memory held before the step. Tensors that exist before
     the step and are still held when backward begins are the caller's, like the parameters:
-    the profile no longer offers them to the planner (nor counts them). That CNN's floor is 53%
+    the profile does not offer them to the planner (nor counts them). That CNN's floor is 53%
     of P, so its case runs at 60%."""
     if name not in _CASES:
         _CASES[name] = Case(name)

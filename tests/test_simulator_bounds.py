@@ -1,4 +1,4 @@
-"""The compiled kernel ends on pathological numbers instead of hanging (issue 19, item 4).
+"""The compiled kernel ends on pathological numbers instead of hanging.
 
 A timer signal cannot interrupt compiled code, so ``--job-timeout`` cannot stop a loop inside the
 kernel: every loop must end by itself. These cases bypass instance validation on purpose (they

@@ -126,7 +126,7 @@ def _lagging_offload_case(*, b2_reads_y: bool = True) -> Instance:
 
 
 def test_short_of_memory_in_backward_evicts_a_lagging_offload_at_once() -> None:
-    """Issue 19 item 13, worked by hand: compute short of memory in the backward pass evicts a
+    """Worked by hand: compute short of memory in the backward pass evicts a
     tensor that has its host copy instead of waiting for the rest of the lagging D2H queue."""
     inst = _lagging_offload_case()
     r = simulate(
@@ -163,7 +163,7 @@ def test_short_of_memory_in_backward_evicts_a_lagging_offload_at_once() -> None:
 
 
 def test_short_of_memory_waits_for_an_offload_that_frees_its_buffer() -> None:
-    """The rule's other half (a pin; the rule before issue 19 did the same here): when the
+    """The rule's other half (a pin): when the
     offload in flight frees its buffer on ending, compute waits for it rather than evict."""
     inst = _lagging_offload_case(b2_reads_y=False)
     r = simulate(
@@ -184,7 +184,7 @@ def test_short_of_memory_waits_for_an_offload_that_frees_its_buffer() -> None:
 
 def test_offload_ending_in_the_last_forward_operator_frees_its_buffer() -> None:
     """The boundary itself: an offload that ends inside the last forward operator, after its
-    tensor's last forward reader, frees the buffer then (a pin; it held before issue 19 too)."""
+    tensor's last forward reader, frees the buffer then (a pin)."""
     inst = chain(f1_s=0.8 * MS)
     r = simulate(inst, Plan(inst, [SWAP, KEEP]), 1.0, timeline=True)
     tl = r.timeline
@@ -197,7 +197,7 @@ def test_offload_ending_in_the_last_forward_operator_frees_its_buffer() -> None:
 
 
 def test_gpt2_xl_lagging_offloads_do_not_stall_the_first_backward_gemm() -> None:
-    """Issue 19 item 13's reproduction (GPT-2 XL at 70% of P, a random plan that swaps more than
+    """The case that showed the stall (GPT-2 XL at 70% of P, a random plan that swaps more than
     the link hides)."""
     import slackswap
 

@@ -30,7 +30,7 @@ TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
 BUDGETS = ("1", "0.9", "0.8", "0.7", "0.65", "0.6", "0.5", "0.4", "0.3", "0.2", "0.15", "0.1")
 BASELINES = ("vdnn", "superneurons", "swapadvisor", "checkpoint")
 ABLATIONS = ("swap-first", "recompute-only", "barriers")
-TOL = 0.025  # throughput facts hold within 2.5 points (the issue's Table 3 tolerance)
+TOL = 0.025  # throughput facts hold within 2.5 points (Table 3's tolerance)
 VGG_NOTE = (
     "context: the toolkit's VGG-16 ideal step is {step:.0f} ms against Table 1's 82 ms and its f "
     "is {f:.1f}% against 17% (see `slackswap reproduce table1`)"
