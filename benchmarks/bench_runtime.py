@@ -42,15 +42,15 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import profiling_factories as pf  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples import models as example_models  # noqa: E402
+from slackswap.instance import Instance  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, SWAP, Plan  # noqa: E402
-from slackswap.problem import Instance  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import apply, prepare, training  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
+from tests import profiling_factories as pf  # noqa: E402
 
 
 class Case:
@@ -78,7 +78,7 @@ def cpu_cases(quick: bool) -> list[Case]:
         enc, ex, el = pf.torch_encoder()
         cnn, img = pf.plain_cnn()
     else:
-        m, x, lf = pf.gpt(dropout=0.1, layers=2, hidden=128, heads=4, mlp=512, vocab=512,
+        m, x, lf = example_models.gpt(dropout=0.1, layers=2, hidden=128, heads=4, mlp=512, vocab=512,
                           seq=64, batch=4)  # fmt: skip
         torch.manual_seed(0)
         enc = pf.TorchEncoder(layers=2, hidden=128, heads=4, mlp=512)
@@ -273,7 +273,7 @@ def cpu_half(repeat: int, quick: bool) -> None:
 
 
 def gpu_half(repeat: int, quick: bool) -> None:
-    model, inputs, loss_fn = pf.gpt(**(pf.TINY_GPT if quick else {}))
+    model, inputs, loss_fn = example_models.gpt(**(pf.TINY_GPT if quick else {}))
     model = model.cuda()
     inputs = tuple(t.cuda() for t in inputs)
     targets = torch.roll(inputs[0], -1, dims=1)

@@ -15,14 +15,13 @@ import sys
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import profiling_factories as pf  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slackswap.plan import Budget  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import BudgetWarning  # noqa: E402
 from slackswap.runtime.measure import run_step, simulated_op_peaks, where_they_differ  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
+from tests import profiling_factories as pf  # noqa: E402
 
 CASES = (
     ("gpt2", "slackswap", "35%"),

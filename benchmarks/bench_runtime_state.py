@@ -20,9 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import profiling_factories as pf  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slackswap.plan import KEEP, RECOMP, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime.measure import (  # noqa: E402
@@ -31,6 +29,7 @@ from slackswap.runtime.measure import (  # noqa: E402
     train_difference,
     train_steps,
 )
+from tests import profiling_factories as pf  # noqa: E402
 
 MODELS = ("resnet", "lstm_deep", "gru", "checkpoint_reentrant")
 

@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 import slackswap
+from slackswap.instance import Instance
 from slackswap.instances.catalog import build_model, catalog_names
-from slackswap.problem import Instance
 from slackswap.simulator import simulate_many
 
 

@@ -83,7 +83,7 @@ def _rows(path: Path) -> tuple[int, int, bool]:
         return 0, 0, True
     sys.path.insert(0, str(SRC))
     from slackswap.analysis.results import read_rows
-    from slackswap.problem import UserError
+    from slackswap.errors import UserError
 
     try:
         import csv

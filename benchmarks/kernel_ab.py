@@ -28,9 +28,9 @@ from types import ModuleType
 import numpy as np
 
 import slackswap
+from slackswap.instance import Instance
 from slackswap.plan import Budget
-from slackswap.problem import Instance
-from slackswap.simulator.runtimes import get_runtime
+from slackswap.simulator.policies import get_runtime
 from slackswap.simulator.static import static_for
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic.ga import seed_plans

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
+from slackswap.instance import Hardware, Instance
 from slackswap.instances.catalog import build_model
 from slackswap.models.graph import GraphBuilder
 from slackswap.plan import Budget
-from slackswap.problem import Hardware, Instance
 from slackswap.simulator import simulate_many
 
 US = 1e-6

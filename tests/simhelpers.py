@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from slackswap.instance import Hardware, Instance
 from slackswap.models.graph import GraphBuilder
-from slackswap.problem import Hardware, Instance
 
 MS = 1e-3
 HW = Hardware(gpu="test", link="test", link_bw_Bps=1e9, copy_latency_s=10e-6, duplex_factor=0.85)

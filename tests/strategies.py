@@ -6,8 +6,9 @@ import math
 
 from hypothesis import strategies as st
 
+from slackswap.instance import Hardware, Instance
 from slackswap.models.graph import GraphBuilder
-from slackswap.problem import CATEGORIES, Hardware, Instance
+from slackswap.validation import CATEGORIES
 
 
 @st.composite

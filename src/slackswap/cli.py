@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad input, with a one-line message; 130 after
     a Ctrl-C, whatever it interrupted)."""
     from slackswap import interrupts
-    from slackswap.problem import UserError
+    from slackswap.errors import UserError
     from slackswap.textfile import one_line
 
     try:

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from slackswap.problem import Instance, UserError
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.textfile import atomic_write_text
 from slackswap.userdoc import load_json_file
 

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
-from slackswap.problem import Instance
 from slackswap.solvers.base import REGISTRY, Solver, Status, Tags
 from slackswap.solvers.running import TIME_LIMIT_SLACK, RunRecord, run
 
@@ -474,7 +474,7 @@ def check_runtime(
 def _known(runtime: str) -> bool:
     """Whether the compiled kernel knows ``runtime`` (plug-ins loaded; a bad one raises)."""
     from slackswap.plan import PlanError
-    from slackswap.simulator.runtimes import get_runtime
+    from slackswap.simulator.policies import get_runtime
 
     try:
         get_runtime(runtime)

@@ -9,7 +9,7 @@ import numpy as np
 from slackswap.errors import InstanceError
 
 if TYPE_CHECKING:
-    from slackswap.problem import Instance
+    from slackswap.instance import Instance
 
 #: Saved-tensor categories (paper Sec. 2.1 and Fig. 2).
 CATEGORIES = (

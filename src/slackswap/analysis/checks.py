@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from slackswap.errors import MAX_SECONDS as MAX_SECONDS
-from slackswap.errors import MAX_SEED as MAX_SEED
-from slackswap.problem import UserError
+from slackswap.errors import MAX_SECONDS, MAX_SEED, UserError
 from slackswap.textfile import check_output_path, is_stream, refuse_unwritable_node
 
 #: Most budgets one ``--budgets`` range may expand to, and most jobs one sweep may hold.

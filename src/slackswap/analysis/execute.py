@@ -35,9 +35,9 @@ from typing import Any
 from slackswap import __version__
 from slackswap.analysis.jobs import InstanceRef, Job
 from slackswap.analysis.warmup import warm_up
+from slackswap.instance import Instance
 from slackswap.interrupts import tie_to_parent
 from slackswap.plan import Budget
-from slackswap.problem import Instance
 from slackswap.solvers import RunRecord, run
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.

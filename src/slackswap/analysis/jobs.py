@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from slackswap.analysis import checks
 from slackswap.analysis.checks import MAX_BUDGETS, sweep_size
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.instances.catalog import build_model, load
 from slackswap.models.hardware import get_gpu
 from slackswap.plan import MAX_BUDGET_BYTES, Budget, PlanError, budget_too_big
-from slackswap.problem import Instance, UserError
 from slackswap.solvers.base import REGISTRY
 from slackswap.userdoc import unknown_keys
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from slackswap.problem import Instance
+from slackswap.instance import Instance
 from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 
 ACTION_STYLE = (("keep", "#4daf4a"), ("swap", "#377eb8"), ("recompute", "#ff7f00"))

@@ -25,8 +25,8 @@ from slackswap.analysis import planfigs as PF
 from slackswap.analysis.jobs import resolve_spec
 from slackswap.analysis.results import read_results
 from slackswap.console import format_percent
+from slackswap.errors import UserError
 from slackswap.plan import Budget
-from slackswap.problem import UserError
 from slackswap.simulator import simulate
 from slackswap.simulator.chrome_trace import write_chrome_trace
 from slackswap.solvers import run

@@ -29,7 +29,7 @@ import pandas as pd
 
 from slackswap import rowschema
 from slackswap.analysis.resultslock import ResultsLock
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 from slackswap.textfile import check_output_path, node_kind, read_user_text, replace_target
 from slackswap.userdoc import parse_json
 

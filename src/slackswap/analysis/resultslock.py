@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 
 try:
     import fcntl

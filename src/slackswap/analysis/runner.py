@@ -27,8 +27,8 @@ from slackswap.analysis.jobs import Job, Sweep
 from slackswap.analysis.progress import JobProgress, failed
 from slackswap.analysis.results import ResultsWriter, rows_to_frame
 from slackswap.analysis.warmup import warm_up
+from slackswap.errors import UserError
 from slackswap.interrupts import spawning, tie_to_parent
-from slackswap.problem import UserError
 
 BACKENDS = ("joblib", "dask")
 

@@ -39,7 +39,7 @@ from slackswap.analysis.jobs import (
     ref_from_arg,
     ref_from_grid_point,
 )
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 from slackswap.textfile import read_user_text
 from slackswap.userdoc import check_ints, parse_yaml, unknown_keys
 

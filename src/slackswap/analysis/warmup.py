@@ -28,7 +28,7 @@ from slackswap.solvers.planner._memory import need_ops, static_arrays
 from slackswap.solvers.planner._passes import plan_passes
 
 if TYPE_CHECKING:
-    from slackswap.problem import Instance
+    from slackswap.instance import Instance
     from slackswap.solvers.base import Solver
 
 #: Seconds a search or exact solver gets per warm-up solve (the tiny instance needs far less).

@@ -7,13 +7,7 @@ from typing import Any
 
 # Tables, JSON and the argparse helpers the reports share live in slackswap.console (the reports
 # and analysis sit below the commands); the commands import them from here as before.
-from slackswap.console import add_execution_arguments as add_execution_arguments
-from slackswap.console import add_hidden_alias as add_hidden_alias
-from slackswap.console import format_table as format_table
-from slackswap.console import positive_float as positive_float
-from slackswap.console import positive_int as positive_int
-from slackswap.console import print_json as print_json
-from slackswap.problem import Instance
+from slackswap.instance import Instance
 
 
 class HelpFormatter(argparse.HelpFormatter):

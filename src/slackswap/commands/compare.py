@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.commands.common import add_execution_arguments
-from slackswap.problem import UserError
+from slackswap.console import add_execution_arguments
+from slackswap.errors import UserError
 from slackswap.userdoc import parse_option_value
 
 
@@ -187,8 +187,7 @@ def format_results(df: Any) -> str:
     known, the smallest budget that fits that solver."""
     import pandas as pd
 
-    from slackswap.commands.common import format_table
-    from slackswap.console import format_bytes, format_percent
+    from slackswap.console import format_bytes, format_percent, format_table
 
     def f(x: Any, scale: float, digits: int) -> str:
         return "-" if pd.isna(x) else f"{scale * float(x):.{digits}f}"

@@ -5,16 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slackswap.commands.common import (
-    HelpFormatter,
-    format_table,
-    load_instance_arg,
-    positive_float,
-    positive_int,
-    print_json,
-)
-from slackswap.console import format_bytes
-from slackswap.problem import UserError
+from slackswap.commands.common import HelpFormatter, load_instance_arg
+from slackswap.console import format_bytes, format_table, positive_float, positive_int, print_json
+from slackswap.errors import UserError
 
 GB = 1e9
 GIB = 2**30

@@ -7,11 +7,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from slackswap.analysis.progress import add_progress_arguments, phase
-from slackswap.commands.common import positive_float, print_json
-from slackswap.console import format_bytes
+from slackswap.console import format_bytes, positive_float, print_json
 
 if TYPE_CHECKING:
-    from slackswap.problem import Instance
+    from slackswap.instance import Instance
 
 GB, MS = 1e9, 1e3
 
@@ -75,8 +74,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from slackswap.profiling import require_torch
 
     torch = require_torch()
+    from slackswap.errors import UserError
     from slackswap.models.hardware import hardware
-    from slackswap.problem import UserError
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
 

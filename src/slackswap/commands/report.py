@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 
 # name -> module under slackswap.reproduce; each has add_arguments(parser) and main(args) -> int.
 REPORTS = {

@@ -9,8 +9,7 @@ import warnings
 from typing import Any
 
 from slackswap.analysis.progress import add_progress_arguments, phase
-from slackswap.commands.common import print_json
-from slackswap.console import format_bytes, format_percent
+from slackswap.console import format_bytes, format_percent, print_json
 
 MS = 1e3
 
@@ -75,10 +74,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from slackswap.profiling import require_torch
 
     torch = require_torch()
+    from slackswap.errors import UserError
     from slackswap.instances.format import load_instance
     from slackswap.models.hardware import hardware
     from slackswap.plan import Budget, Plan
-    from slackswap.problem import UserError
     from slackswap.profiling.factory import call_factory
     from slackswap.profiling.step import profile_step
     from slackswap.runtime import RUNTIME_MODES, BudgetWarning, check_plan

@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from slackswap.commands.common import format_table, load_instance_arg, print_json
-from slackswap.console import format_bytes
-from slackswap.problem import UserError
+from slackswap.commands.common import load_instance_arg
+from slackswap.console import format_bytes, format_table, print_json
+from slackswap.errors import UserError
 
 if TYPE_CHECKING:
     from slackswap.simulator.result import SimResult
@@ -17,7 +17,7 @@ MS = 1e3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from slackswap.simulator.runtimes import RUNTIMES
+    from slackswap.simulator.policies import RUNTIMES
 
     p = sub.add_parser(
         "simulate",
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--runtime",
         default=None,
-        help=f"simulator runtime (default: the plan's; see `slackswap runtimes`): {', '.join(RUNTIMES)}",
+        help=f"simulator execution policy (default: the plan's; see `slackswap runtimes`): {', '.join(RUNTIMES)}",
     )
     p.add_argument(
         "--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (open in Perfetto)"

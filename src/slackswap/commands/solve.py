@@ -10,9 +10,9 @@ import sys
 from typing import Any, NoReturn
 
 from slackswap.analysis.progress import add_progress_arguments
-from slackswap.commands.common import load_instance_arg, print_json
-from slackswap.console import format_bytes, format_percent
-from slackswap.problem import UserError
+from slackswap.commands.common import load_instance_arg
+from slackswap.console import format_bytes, format_percent, print_json
+from slackswap.errors import UserError
 from slackswap.userdoc import parse_option_value
 
 
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser(
         "runtimes",
-        help="list the simulator's runtimes and the solvers whose plans run on each",
+        help="list the simulator's execution policies (runtimes) and the solvers whose plans run on each",
         description=(
             "A runtime is how a step runs a plan (when copies start, what waits); a solver "
             "makes the plan. A solver may share its runtime's name (the barriers solver is "
@@ -116,7 +116,7 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 def cmd_runtimes(args: argparse.Namespace) -> int:
-    from slackswap.simulator.runtimes import execution_modes, get_runtime, runtime_names
+    from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
     from slackswap.solvers import REGISTRY
 
     real = execution_modes()

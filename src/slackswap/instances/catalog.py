@@ -19,6 +19,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.instances.format import load_instance
 from slackswap.models.hardware import GPUS, LINKS
 from slackswap.models.registry import (
@@ -28,7 +30,6 @@ from slackswap.models.registry import (
     register_model,
     workload_models,
 )
-from slackswap.problem import Instance, UserError
 
 # The registry's names, importable from the catalog as before.
 __all__ = [

@@ -60,8 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from slackswap.problem import Hardware, Instance, InstanceError
-from slackswap.textfile import atomic_write_text as atomic_write_text
+from slackswap.errors import InstanceError
+from slackswap.instance import Hardware, Instance
 from slackswap.textfile import read_user_text
 from slackswap.userdoc import parse_json
 from slackswap.validation import in_range, range_text

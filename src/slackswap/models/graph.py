@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from slackswap.problem import Hardware, Instance
+from slackswap.instance import Hardware, Instance
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slackswap.problem import Hardware
+from slackswap.instance import Hardware
 
 
 @dataclass(frozen=True)

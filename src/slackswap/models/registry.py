@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slackswap import plugins
-from slackswap.problem import Instance
+from slackswap.instance import Instance
 
 __all__ = [
     "NAME_PARAMETERS",

@@ -31,11 +31,11 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from slackswap.instance import Instance
 from slackswap.models.graph import GraphBuilder
 from slackswap.models.hardware import get_gpu, get_link, hardware
 from slackswap.models.registry import ModelBuilder, instance_name, register_model
 from slackswap.models.roofline import Roofline
-from slackswap.problem import Instance
 
 
 @dataclass(frozen=True)

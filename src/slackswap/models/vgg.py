@@ -37,11 +37,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from slackswap.instance import Instance
 from slackswap.models.graph import GraphBuilder
 from slackswap.models.hardware import get_gpu, get_link, hardware
 from slackswap.models.registry import instance_name, register_model
 from slackswap.models.roofline import Roofline
-from slackswap.problem import Instance
 
 VGG16_STAGES = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 
 if TYPE_CHECKING:
     from slackswap.profiling.factory import load_factory

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 
 
 def _n_params(m: Any) -> int:

@@ -45,8 +45,8 @@ import math
 from collections import Counter
 from typing import Any
 
+from slackswap.instance import Hardware, Instance
 from slackswap.models.hardware import GPU
-from slackswap.problem import Hardware, Instance
 from slackswap.profiling.costs import durations_s
 from slackswap.profiling.trace import EXTERNAL, Trace
 

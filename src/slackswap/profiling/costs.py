@@ -28,7 +28,7 @@ NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_str
 
 
 def op_kind(aten: str) -> str:
-    """The `problem.OP_KINDS` entry of an ATen operator (``aten`` is the packet name)."""
+    """The `validation.OP_KINDS` entry of an ATen operator (``aten`` is the packet name)."""
     name = aten.split(".")[-1]
     if name in _GEMM:
         return "gemm"

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 
 
 class FactoryError(UserError):

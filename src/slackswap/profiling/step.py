@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.models.hardware import get_gpu, hardware
-from slackswap.problem import Instance, UserError
 from slackswap.profiling.blocks import find_blocks
 from slackswap.profiling.build import build_instance
 from slackswap.profiling.recorder import Recorder

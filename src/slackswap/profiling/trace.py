@@ -22,7 +22,7 @@ class OpRecord:
     module: str  # module path of the forward context ("" outside any module)
     block: int  # the last block entered (see `Trace`); -1 before the first block
     in_block: bool  # inside that block's module, or after it returned
-    kind: str  # one of problem.OP_KINDS
+    kind: str  # one of validation.OP_KINDS
     reads: list[int] = field(default_factory=list)  # value ids read (parameters excluded)
     writes: list[int] = field(default_factory=list)  # value ids created
     touched: list[tuple[int, int]] = field(default_factory=list)  # (storage key, bytes) used

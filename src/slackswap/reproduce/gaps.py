@@ -145,8 +145,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from slackswap.errors import UserError
     from slackswap.plan import Budget, PlanError
-    from slackswap.problem import UserError
     from slackswap.solvers import REGISTRY
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]

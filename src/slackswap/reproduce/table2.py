@@ -112,7 +112,7 @@ def vdnn_why() -> str:
         f"{full.peak_bytes / 1e9:.1f} GB and gives the same backward stall with all of P "
         f"({full.bwd_stall_s / ideal:.3f} vs {rec.bwd_stall_s / ideal:.3f} at 40%). The inputs "
         f"match the paper (D2H bytes here, ideal step and f in Table 1) and the Llama layer's "
-        f"backward follows the chain rule (tests/test_models_transformer.py). Finer vDNN layers "
+        f"backward follows the chain rule (tests/models/test_models_transformer.py). Finer vDNN layers "
         f"(every operator its own layer) raise the backward stall only to "
         f"{per_op.bwd_stall_s / ideal:.2f}"
     )

@@ -77,12 +77,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slackswap.console import format_bytes
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP, Budget, Plan, PlanError
-from slackswap.problem import Instance, UserError
 from slackswap.profiling import require_torch
 from slackswap.runtime.schedule import simulated_schedule
 from slackswap.simulator import simulate
-from slackswap.simulator.runtimes import execution_modes
+from slackswap.simulator.policies import execution_modes
 
 if TYPE_CHECKING:
     import torch

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
-from slackswap.problem import Instance
 from slackswap.runtime.entry import Entry
 from slackswap.runtime.schedule import base_resident, rebuild_points
 

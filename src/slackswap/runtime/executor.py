@@ -25,8 +25,9 @@ import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.problem import Instance, UserError
 from slackswap.profiling.recorder import Recorder
 from slackswap.profiling.trace import EXTERNAL
 from slackswap.runtime.copies import CopyEngine

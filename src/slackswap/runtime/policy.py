@@ -1,6 +1,6 @@
 """`RuntimePolicy`: how the real runtime runs a registered simulator runtime (no torch import).
 
-The simulator's runtime registry (`slackswap.simulator.runtimes`) is the one place a runtime's
+The simulator's runtime registry (`slackswap.simulator.policies`) is the one place a runtime's
 policy lives: its `ExecutionMode` (copies overlapped on side streams or not, copies back
 admitted ahead of need or each when needed) and, for a compiled `RuntimeSpec`, its forward
 waits, its H2D release rule and its memory look-ahead. `runtime_policy` reads all of them, so
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slackswap.plan import PlanError
-from slackswap.simulator.runtimes import (
+from slackswap.simulator.policies import (
     FWD_WAIT_EVERY_OP,
     FWD_WAIT_NONE,
     H2D_ALL_AT_BACKWARD,

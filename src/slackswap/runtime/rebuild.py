@@ -25,8 +25,8 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from slackswap.instance import Instance
 from slackswap.plan import KEEP
-from slackswap.problem import Instance
 from slackswap.profiling.recorder import Recorder, _bind
 from slackswap.profiling.trace import EXTERNAL
 from slackswap.runtime.entry import Entry

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget
-from slackswap.problem import Instance
 from slackswap.simulator import simulate
 
 __all__ = ["base_resident", "rebuild_points", "simulated_schedule"]

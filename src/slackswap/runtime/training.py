@@ -37,8 +37,9 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import checkpoint
 
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
-from slackswap.problem import Instance, UserError
 from slackswap.runtime import RunStats, apply, check_plan
 from slackswap.runtime.entry import Entry, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError

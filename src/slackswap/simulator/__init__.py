@@ -2,7 +2,7 @@
 
 One training step on one GPU: a compute stream running the operators in order, a D2H and an H2D
 DMA engine, and a memory budget M. Semantics (the paper's ambiguities decided here; each is
-tested in ``tests/test_simulator*.py``):
+tested in ``tests/simulator/test_simulator*.py``):
 
 Memory (bytes, fragmentation-free). A saved tensor is allocated when its producer starts; an
 operator's ``op_transient_bytes`` (temporaries, gradient buffers) live while it runs. Before each
@@ -43,7 +43,7 @@ there leaves room for it and the two after it, which is what the paper's "the al
 the next three operators" asks of a runtime deciding between two operators, and what the live
 PyTorch runtime does before each operator (`slackswap.runtime.copies`). (Counting the operator
 that starts at that same instant as started would make the test at an operator boundary ask
-room for four operators; ``tests/test_simulator_scenarios.py`` works a case by hand, and
+room for four operators; ``tests/simulator/test_simulator_scenarios.py`` works a case by hand, and
 `benchmarks/README.md`, "The judge's look-ahead instant", measures what that reading changes.)
 The end of a rebuild and the end of a memory wait are not test instants: the next copy end or
 operator end tests again. Compute waits only for the swapped tensors the next operator or rebuild reads
@@ -104,8 +104,7 @@ operator do not lengthen the step (they still count in ``d2h_bytes`` / ``h2d_byt
 """
 
 from slackswap.simulator.api import score_many, simulate, simulate_many
-from slackswap.simulator.result import BatchResult, SimResult, Timeline
-from slackswap.simulator.runtimes import (
+from slackswap.simulator.policies import (
     RUNTIMES,
     ExecutionMode,
     Runtime,
@@ -114,6 +113,7 @@ from slackswap.simulator.runtimes import (
     register_runtime,
     runtime_names,
 )
+from slackswap.simulator.result import BatchResult, SimResult, Timeline
 
 __all__ = [
     "RUNTIMES",

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan, PlanError, check_actions
-from slackswap.problem import Instance
+from slackswap.simulator.policies import get_runtime
 from slackswap.simulator.result import BatchResult, SimResult
-from slackswap.simulator.runtimes import get_runtime
 
 
 def _budget_bytes(inst: Instance, budget: Budget | float | str) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from slackswap.problem import Instance
+from slackswap.instance import Instance
 from slackswap.simulator.result import SimResult, Timeline
 from slackswap.textfile import atomic_write_text
 

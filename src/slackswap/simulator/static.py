@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from slackswap.problem import Instance
+from slackswap.instance import Instance
 
 # Rows of `Static.so` (per operator, length n_ops + 1).
 O_TRANS = 0  # transient bytes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from slackswap.problem import UserError
+from slackswap.errors import UserError
 from slackswap.solvers.base import REGISTRY
 
 

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from slackswap.errors import ArgumentError, ArgumentTypeError
+from slackswap.errors import ArgumentError, ArgumentTypeError, UserError
+from slackswap.instance import Instance
 from slackswap.plan import DEFAULT_RUNTIME, Budget, Plan
-from slackswap.problem import Instance, UserError
 from slackswap.solvers.deadline import Deadline
 
 
@@ -166,7 +166,7 @@ class RegisteredSolver:
     @property
     def runtime(self) -> str:
         """The simulator runtime this solver's plans are for when no option changes it: a name
-        in `slackswap.simulator.runtimes`, which solver names may repeat (``barriers``)."""
+        in `slackswap.simulator.policies`, which solver names may repeat (``barriers``)."""
         named = self.defaults.get("runtime") or getattr(self.cls, "runtime", "")
         return str(named or DEFAULT_RUNTIME)
 

@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 
 from slackswap import __version__, rowschema
 from slackswap.errors import MAX_SECONDS, MAX_SEED, ArgumentError, ArgumentTypeError
+from slackswap.instance import Instance
 from slackswap.instances.catalog import load
 from slackswap.plan import Budget, Plan
-from slackswap.problem import Instance
 from slackswap.simulator import SimResult, simulate
 from slackswap.solvers.base import REGISTRY, Solution, Solver, Status
 from slackswap.solvers.deadline import Deadline

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.plan import RECOMP, Budget
-from slackswap.problem import Instance, UserError
 from slackswap.simulator import simulate
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP, Budget, Plan
-from slackswap.problem import Instance
 from slackswap.solvers.base import Display, Solver, Tags, register
 from slackswap.solvers.baselines._common import category_mask
 from slackswap.solvers.deadline import Deadline

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from slackswap.console import format_bytes
+from slackswap.instance import Instance
 from slackswap.plan import SWAP, Budget, Plan
-from slackswap.problem import Instance
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 from slackswap.solvers.deadline import Deadline
 

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.problem import Instance
 from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 from slackswap.solvers.exact._interrupt import call_interruptibly
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
-from slackswap.problem import Instance
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._lp import BoundProgram, BoundResult
 from slackswap.solvers.exact._plans import Scorer, local_search, repair, valid_actions

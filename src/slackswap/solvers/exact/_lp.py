@@ -18,7 +18,7 @@ Variables (bytes scaled by P, seconds by the ideal step, so coefficients are O(1
 - running sums (``Q``, ``L``, ``Rb``, ``W``, ``G``, ``R``) that keep every row sparse.
 
 Constraints, each true of every feasible simulator run (the embedding in `embed_run` and the
-test ``tests/test_exact_validity.py`` execute that argument):
+test ``tests/solvers/test_exact_validity.py`` execute that argument):
 
 1. memory at the start of every operator, both passes: tensors between producer and last
    forward reader are resident whatever the action; after that, keep and swap tensors stay
@@ -64,8 +64,8 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from slackswap.console import format_bytes
+from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
-from slackswap.problem import Instance
 from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._interrupt import call_interruptibly

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget
-from slackswap.problem import Instance
 from slackswap.simulator import SimResult, simulate, simulate_many
 from slackswap.solvers.base import REGISTRY, Solution
 from slackswap.solvers.deadline import Deadline

@@ -34,8 +34,9 @@ import math
 
 import numpy as np
 
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
-from slackswap.problem import Instance, UserError
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
 from slackswap.solvers.deadline import MARGIN, Deadline

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.problem import Instance
 from slackswap.solvers.planner._memory import static_profile as memory_static_profile
 from slackswap.solvers.planner._memory import static_profile_into
 

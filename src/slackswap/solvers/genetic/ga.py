@@ -73,8 +73,9 @@ from typing import Any
 
 import numpy as np
 
+from slackswap.errors import UserError
+from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
-from slackswap.problem import Instance, UserError
 from slackswap.simulator import score_many
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import REGISTRY, Display, Solution, Solver, Tags, register

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.problem import Instance
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,8 @@ import numpy as np
 
 from slackswap.console import format_bytes
 from slackswap.errors import ArgumentError
+from slackswap.instance import BACKWARD, Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
-from slackswap.problem import BACKWARD, Instance
 from slackswap.simulator import simulate
 from slackswap.simulator.result import COMPUTE_KINDS
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register

@@ -1,0 +1,1 @@
+"""Example models (importable as `examples.models` from the repository root)."""

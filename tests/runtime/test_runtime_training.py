@@ -1,0 +1,467 @@
+"""The training path (`slackswap.runtime.prepare`): N planned steps equal N plain ones, bit for bit."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+if os.environ.get("CI") or os.environ.get("SLACKSWAP_REQUIRE_TORCH"):
+    import torch  # CI installs torch: a missing torch there must fail, not skip
+else:
+    torch = pytest.importorskip("torch")
+
+from slackswap.plan import KEEP, RECOMP, SWAP, Plan, PlanError  # noqa: E402
+from slackswap.profiling import profile_step  # noqa: E402
+from slackswap.runtime import ShapeChangeError, apply, prepare  # noqa: E402
+from slackswap.runtime.executor import PlanExecutor  # noqa: E402
+from slackswap.runtime.policy import runtime_policy  # noqa: E402
+from slackswap.simulator import policies  # noqa: E402
+from slackswap.simulator.policies import ExecutionMode, RuntimeSpec  # noqa: E402
+from slackswap.solvers import run  # noqa: E402
+from tests import profiling_factories as pf  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+MODELS = ("gpt_dropout", "torch_encoder", "plain_cnn")
+PLANS = ("keep-all", "all-swap", "all-recompute", "blocks-recompute", "slackswap@50%")
+STEPS = 5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():  # type: ignore[no-untyped-def]
+    # Bitwise comparisons between runs: one thread, so no reduction depends on scheduling.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class Model:
+    def __init__(self, name: str):
+        made = getattr(pf, name)()
+        self.model = made[0]
+        self.inputs = made[1] if isinstance(made[1], tuple) else (made[1],)
+        self.loss_fn = made[2] if len(made) == 3 else (lambda out: out.sum())
+        self.inst = profile_step(self.model, self.inputs, self.loss_fn)
+        self._plans: dict[str, tuple[Plan, Any]] = {}
+
+    def plan(self, kind: str) -> tuple[Plan, Any]:
+        if kind not in self._plans:
+            self._plans[kind] = _plan(self.inst, kind)
+        return self._plans[kind]
+
+
+_MODELS: dict[str, Model] = {}
+
+
+def _model(name: str) -> Model:
+    if name not in _MODELS:
+        _MODELS[name] = Model(name)
+    return _MODELS[name]
+
+
+def _in_blocks(inst: Any) -> np.ndarray:
+    blocks = inst.meta["block_modules"]
+    names = [inst.op_name[int(p)].rsplit("/", 1)[0] for p in inst.tensor_producer]
+    return np.array([any(n == b or n.startswith(b + ".") for b in blocks) for n in names])
+
+
+def _plan(inst: Any, kind: str) -> tuple[Plan, Any]:
+    n = inst.n_tensors
+    recomputable = np.isfinite(inst.tensor_recompute_s)
+    if kind == "slackswap@50%":
+        rec = run(inst, 0.5, "slackswap", time_limit=0.3, find_min_budget=False)
+        assert rec.plan is not None
+        return rec.plan, 0.5
+    acts = {
+        "keep-all": np.full(n, KEEP),
+        "all-swap": np.full(n, SWAP),
+        "all-recompute": np.where(recomputable, RECOMP, KEEP),
+        "blocks-recompute": np.where(recomputable & _in_blocks(inst), RECOMP, KEEP),
+    }[kind]
+    return Plan(inst, acts.astype(np.int8)), 1.0
+
+
+def _train(m: Model, steps: int, planned: Any = None, *, start: Any = None) -> tuple[Any, Any]:
+    """``steps`` AdamW steps from a copy of the model (or ``start``: (model, optimizer))."""
+    if start is None:
+        model = copy.deepcopy(m.model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    else:
+        model, opt = start
+    p = planned(model) if planned is not None else None
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        if p is None:
+            m.loss_fn(model(*m.inputs)).backward()
+        else:
+            with p.step():
+                m.loss_fn(model(*m.inputs)).backward()
+        opt.step()
+    return model, opt
+
+
+def _differences(a: tuple[Any, Any], b: tuple[Any, Any]) -> list[str]:
+    """Parameters, buffers and optimizer state that are not bitwise equal."""
+    out = [k for (k, x), (_, y) in zip(a[0].state_dict().items(), b[0].state_dict().items(),
+                                        strict=True) if not torch.equal(x, y)]  # fmt: skip
+    for pa, pb in zip(a[0].parameters(), b[0].parameters(), strict=True):
+        sa, sb = a[1].state[pa], b[1].state[pb]
+        for key in sa:
+            if not torch.equal(sa[key], sb[key]):
+                out.append(f"optimizer {key}")
+    return out
+
+
+#: Plans whose steps after the first run on saved-tensor hooks alone (the rest, the checked path).
+FAST = {
+    (m, p) for m in MODELS for p in ("keep-all", "all-swap", "blocks-recompute", "slackswap@50%")
+}
+
+
+@pytest.mark.parametrize(("name", "plan_kind"), [(n, k) for n in MODELS for k in PLANS])
+def test_planned_training_is_bitwise_identical(name: str, plan_kind: str) -> None:
+    m = _model(name)
+    plan, budget = m.plan(plan_kind)
+    made: list[Any] = []
+
+    def planned(model: Any) -> Any:
+        made.append(prepare(model, plan, budget))
+        return made[0]
+
+    torch.manual_seed(1)
+    ref = _train(m, STEPS)
+    torch.manual_seed(1)
+    got = _train(m, STEPS, planned)
+    assert _differences(ref, got) == []
+    assert made[0].steps == STEPS
+    if (name, plan_kind) in FAST:
+        assert made[0].fast, made[0].reason
+
+
+def test_fast_steps_update_batch_norm_statistics_once() -> None:
+    # Step 1 (checked) is synchronised to the reference, so only the fast steps are compared.
+    m = _model("plain_cnn")
+    plan, budget = m.plan("all-recompute")
+    torch.manual_seed(1)
+    ref = _train(m, 1)
+    torch.manual_seed(1)
+    got = _train(m, 1)
+    planned = prepare(got[0], plan, budget)
+    opt = got[1]
+    got[0].zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(got[0](*m.inputs)).backward()
+    got[0].load_state_dict(ref[0].state_dict())
+    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))  # else both share the tensors
+    assert planned.fast, planned.reason
+    ref = _train(m, STEPS - 1, start=ref)
+    got = _train(m, STEPS - 1, lambda model: planned, start=got)
+    assert _differences(ref, got) == []
+
+
+@pytest.mark.parametrize("plan_kind", ["keep-all", "all-swap", "blocks-recompute", "slackswap@50%"])
+def test_steps_after_the_first_enter_no_dispatch_mode(plan_kind: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    m = _model("gpt_dropout")
+    plan, budget = m.plan(plan_kind)
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    entered: list[str] = []
+    seen: list[int] = []
+    real_enter = torch.utils._python_dispatch.TorchDispatchMode.__enter__
+
+    def spy(self: Any) -> Any:
+        entered.append(type(self).__name__)
+        return real_enter(self)
+
+    monkeypatch.setattr(torch.utils._python_dispatch.TorchDispatchMode, "__enter__", spy)
+    for step in range(3):
+        entered.clear()
+        hooks = [
+            mod.register_forward_hook(lambda *a: seen.append(torch._C._len_torch_dispatch_stack()))
+            for mod in model.modules()
+        ]
+        with planned.step():
+            m.loss_fn(model(*m.inputs)).backward()
+        for h in hooks:
+            h.remove()
+        if step == 0:
+            assert entered, "the first step is the checked one"
+            seen.clear()
+    assert planned.fast, planned.reason
+    assert entered == [] and seen and max(seen) == 0
+
+
+def test_a_shape_change_is_one_clear_error() -> None:
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("all-swap")
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    for _ in range(2):
+        with planned.step():
+            m.loss_fn(model(*m.inputs)).backward()
+    ids = m.inputs[0][:1]
+    with pytest.raises(ShapeChangeError, match=r"inputs are \[1, 32\] int64.*made for \[2, 32\]"):
+        with planned.step():
+            model(ids).sum().backward()
+    # Nothing stays installed: a plain step runs, and the plan's shapes still run planned.
+    model(ids).sum().backward()
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+
+
+def test_a_shape_change_replans_when_asked() -> None:
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("slackswap@50%")
+    model = copy.deepcopy(m.model)
+
+    def solver(inst: Any, b: Any) -> Any:
+        return run(inst, b, "slackswap", time_limit=0.3, find_min_budget=False).plan
+
+    planned = prepare(model, plan, budget, replan=True, solver=solver)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    first = planned.plan
+    ids = m.inputs[0][:1]
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(3)
+    ref = model(ids).sum()
+    ref.backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(3)
+    with planned.step():
+        loss = model(ids).sum()
+        loss.backward()
+    assert planned.plan is not first
+    assert planned.plan.instance.tensor_bytes.sum() < first.instance.tensor_bytes.sum()
+    assert torch.equal(loss, ref)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), ref_grads, strict=True))
+    model.zero_grad(set_to_none=True)
+    with planned.step():  # the new plan's fast steps
+        model(ids).sum().backward()
+    assert planned.fast, planned.reason
+
+
+def test_replan_needs_the_solver() -> None:
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("keep-all")
+    with pytest.raises(Exception, match="pass solver="):
+        prepare(m.model, plan, budget, replan=True, solver="slackswap")
+
+
+def test_a_step_that_raises_leaves_nothing_installed() -> None:
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("blocks-recompute")
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    with pytest.raises(ValueError, match="boom"):
+        with planned.step():
+            model(*m.inputs)
+            raise ValueError("boom")
+    assert all("forward" not in mod.__dict__ for mod in model.modules())
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: ("mine", t), lambda h: h[1]):
+        model(*m.inputs).sum().backward()  # no hook of the runtime's left to see these
+
+
+# ----- one runtime policy ---------------------------------------------------------------------
+def _register(monkeypatch, spec: RuntimeSpec) -> None:  # type: ignore[no-untyped-def]
+    policies._registered()
+    monkeypatch.setitem(policies._REGISTRY, spec.name, spec)
+
+
+def test_the_executor_takes_its_look_ahead_from_the_registry(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    _register(monkeypatch, RuntimeSpec("test-late-prefetch", "one-operator look-ahead",
+                                       lookahead_ops=1,
+                                       execution=ExecutionMode(overlap=True, prefetch=True)))  # fmt: skip
+    assert runtime_policy("test-late-prefetch", live=True).lookahead_ops == 1
+    assert runtime_policy("barrier-free", live=True).lookahead_ops == 3
+    m = _model("gpt_dropout")
+    plan, _ = m.plan("all-swap")
+    made: list[PlanExecutor] = []
+
+    def spy(*args: Any, **kwargs: Any) -> PlanExecutor:
+        made.append(PlanExecutor(*args, **kwargs))
+        return made[-1]
+
+    model = copy.deepcopy(m.model)
+    with apply(plan, 1.0, model=model, runtime="test-late-prefetch", schedule="live",
+               _executor=spy):  # fmt: skip
+        m.loss_fn(model(*m.inputs)).backward()
+    assert made[0].copies.lookahead_ops == 1
+
+
+def test_a_runtime_the_executor_cannot_follow_live_is_refused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    _register(monkeypatch, RuntimeSpec("test-barriers", "forward waits per layer", fwd_wait=1,
+                                       execution=ExecutionMode(overlap=True, prefetch=True)))  # fmt: skip
+    m = _model("gpt_dropout")
+    plan, _ = m.plan("all-swap")
+    for name in ("test-barriers", "layer-prefetch"):
+        with pytest.raises(PlanError, match=f"runtime = '{name}'.*cannot be followed live"):
+            with apply(plan, 1.0, model=m.model, runtime=name, schedule="live"):
+                pass
+        # Replayed, the simulator's own schedule for the runtime is followed.
+        assert runtime_policy(name, live=False).overlap
+
+
+def test_another_step_after_the_first_is_a_step_mismatch() -> None:
+    from slackswap.runtime import StepMismatchError
+
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("all-swap")
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    model.eval()  # no dropout: other tensors saved, in another order
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(StepMismatchError, match="plan's step has|saved .* tensors"):
+        with planned.step():
+            m.loss_fn(model(*m.inputs)).backward()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("plan_kind", ["keep-all", "all-swap", "blocks-recompute", "slackswap@50%"])
+def test_cuda_planned_training_is_bitwise_identical(plan_kind: str) -> None:
+    # Side-stream copies into pinned memory, prefetched by the look-ahead rule: same bits.
+    made = pf.gpt_dropout()
+    model = made[0].cuda()
+    ids = made[1][0].cuda()
+    targets = torch.roll(ids, -1, dims=1)
+
+    def loss_fn(logits: Any) -> Any:
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]),
+                                                 targets.view(-1))  # fmt: skip
+
+    inst = profile_step(model, (ids,), loss_fn)
+    plan, budget = _plan(inst, plan_kind)
+    m = Model.__new__(Model)
+    m.model, m.inputs, m.loss_fn, m.inst = model, (ids,), loss_fn, inst
+    torch.manual_seed(1)
+    ref = _train(m, STEPS)
+    planned_steps: list[Any] = []
+
+    def planned(mod: Any) -> Any:
+        planned_steps.append(prepare(mod, plan, budget))
+        return planned_steps[0]
+
+    torch.manual_seed(1)
+    got = _train(m, STEPS, planned)
+    assert _differences(ref, got) == []
+    assert planned_steps[0].fast, planned_steps[0].reason
+
+
+@pytest.mark.parametrize("plan_kind", PLANS)
+@pytest.mark.parametrize("name", MODELS)
+def test_fast_steps_stay_within_the_plans_memory(name: str, plan_kind: str) -> None:
+    # Measured by the storage tracker (a dispatch mode of its own, outside the runtime): a later
+    # step holds no more than the simulator's peak for the plan, within the runtime tests' 10%
+    # (host copies are not device memory; a swapped rebuild input comes back when read).
+    from slackswap.runtime.memory import StorageTracker
+    from slackswap.simulator import simulate
+
+    m = _model(name)
+    plan, budget = m.plan(plan_kind)
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    peaks = []
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        with StorageTracker(list(model.parameters())) as tracker:
+            with planned.step():
+                m.loss_fn(model(*m.inputs)).backward()
+        peaks.append(tracker.peak_bytes)
+    sim = simulate(m.inst, plan, budget)
+    assert peaks[1] <= sim.peak_bytes * 1.10, (peaks, sim.peak_bytes)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("name", MODELS)
+def test_random_mixes_in_fast_steps_are_bitwise_identical(name: str, seed: int) -> None:
+    # Each saved tensor kept, swapped or (where it can be) recomputed at random. The checked
+    # first step is synchronised to the reference, so the fast steps alone are compared.
+    m = _model(name)
+    rng = np.random.default_rng(seed)
+    acts = rng.integers(0, 3, m.inst.n_tensors)
+    acts[(acts == RECOMP) & ~np.isfinite(m.inst.tensor_recompute_s)] = KEEP
+    plan = Plan(m.inst, acts.astype(np.int8))
+    torch.manual_seed(1)
+    ref = _train(m, 1)
+    got = (copy.deepcopy(ref[0]), None)
+    planned = prepare(got[0], plan, 1.0)
+    got[0].zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(got[0](*m.inputs)).backward()
+    got[0].load_state_dict(ref[0].state_dict())
+    opt = torch.optim.AdamW(got[0].parameters(), lr=1e-2)
+    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    torch.manual_seed(2)
+    ref = _train(m, 3, start=ref)
+    torch.manual_seed(2)
+    got = _train(m, 3, lambda model: planned, start=(got[0], opt))
+    assert _differences(ref, got) == [], planned.reason
+
+
+def _solver_plans(inst: Any) -> dict[str, tuple[Plan, float]]:
+    """Every registered static solver's plan at 50% and 30% of P that fits there barrier-free,
+    as run barrier-free (the runtime tests' set); identical plans once."""
+    from slackswap.simulator import simulate
+    from slackswap.solvers.base import REGISTRY
+
+    out: dict[str, tuple[Plan, float]] = {}
+    seen: set[tuple[bytes, float]] = set()
+    for b in (0.5, 0.3):
+        for entry in REGISTRY:
+            if not entry.tags.static_plan:
+                continue
+            rec = run(inst, b, entry.name, time_limit=0.3, find_min_budget=False)
+            if rec.plan is None:
+                continue
+            acts = np.asarray(rec.plan.actions)
+            if not simulate(inst, acts, b).feasible:  # e.g. offload plans meant for "sync"
+                continue
+            key = (acts.tobytes(), b)
+            if key not in seen:
+                seen.add(key)
+                out[f"{entry.name}@{b:.0%}"] = (Plan(inst, acts), b)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_static_solvers_plan_trains_bitwise_identically(name: str) -> None:
+    # Five AdamW steps per plan; the checked first step is synchronised to the reference (its
+    # batch-norm double update is the executor's), so the four fast steps are what is compared.
+    m = _model(name)
+    plans = _solver_plans(m.inst)
+    assert plans
+    wrong, slow = [], []
+    for label, (plan, budget) in plans.items():
+        torch.manual_seed(1)
+        ref = _train(m, 1)
+        model = copy.deepcopy(ref[0])
+        planned = prepare(model, plan, budget)
+        model.zero_grad(set_to_none=True)
+        with planned.step():
+            m.loss_fn(model(*m.inputs)).backward()
+        model.load_state_dict(ref[0].state_dict())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+        torch.manual_seed(2)
+        ref = _train(m, STEPS - 1, start=ref)
+        torch.manual_seed(2)
+        got = _train(m, STEPS - 1, lambda _, p=planned: p, start=(model, opt))
+        if _differences(ref, got):
+            wrong.append(label)
+        if not planned.fast:
+            slow.append(f"{label}: {planned.reason}")
+    assert wrong == []
+    print(f"{len(plans)} plans; checked at every step: {slow}")
