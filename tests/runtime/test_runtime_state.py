@@ -15,7 +15,6 @@ else:
     torch = pytest.importorskip("torch")
 
 from slackswap.cli import main  # noqa: E402
-from slackswap.instances.format import save_instance  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, Budget, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import rebuild  # noqa: E402
@@ -86,7 +85,7 @@ def test_a_rebuild_updates_the_running_statistics_once(resnet) -> None:  # type:
 
 
 def _check(capsys, tmp_path, inst, acts, *extra: str):  # type: ignore[no-untyped-def]
-    save_instance(inst, tmp_path / "inst.json")
+    inst.save(tmp_path / "inst.json")
     Plan(inst, acts).save(tmp_path / "plan.json")
     rc = main(["run", f"{FACTORIES}:resnet", "--budget", "100%", "--instance",
                str(tmp_path / "inst.json"), "--plan", str(tmp_path / "plan.json"), "--check",
