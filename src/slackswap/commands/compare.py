@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def build_sweep(args: argparse.Namespace) -> Any:
     """The sweep the arguments describe (a sweep file, overridden by explicit options)."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import Sweep, parse_budgets, ref_from_arg
     from slackswap.analysis.sweepfile import load_sweep, parse_solvers
 
@@ -119,7 +119,7 @@ def build_sweep(args: argparse.Namespace) -> Any:
 
 
 def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import SolverSpec
     from slackswap.solvers import REGISTRY
 
@@ -143,7 +143,7 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + pandas + pyarrow + scipy (~2.2 s) to start-up
+    # lazy: would add numba + pandas + pyarrow + scipy (~2.2 s) to this module's import
     from slackswap.analysis.runner import run_sweep
 
     sweep = build_sweep(args)

@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds pandas + pyarrow (~0.8 s) to start-up
+    # lazy: would add pandas + pyarrow (~0.8 s) to this module's import
     from slackswap.analysis.gapanalysis import format_gaps, gaps
     from slackswap.analysis.results import read_results
 
@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     print(format_gaps(gaps(df)))
     if args.output is None:
         return 0
-    # lazy: at module level it adds matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to start-up
+    # lazy: would add matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to this module's import
     from slackswap.analysis.report import write_report
 
     phase("report", f"drawing the figures into {args.output}", args.progress)
@@ -94,7 +94,7 @@ def _check_output(directory: str, formats: tuple[str, ...], *, overwrite: bool) 
     """Refuse to replace figures or traces already in ``directory`` unless ``overwrite``."""
     from pathlib import Path
 
-    # lazy: at module level it adds matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to start-up
+    # lazy: would add matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to this module's import
     from slackswap.analysis.report import FIGURE_NAMES, TRACE_PATTERN
 
     names = [f"{n}.{fmt}" for n in FIGURE_NAMES for fmt in formats]

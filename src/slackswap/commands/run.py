@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         train_steps,
     )
 
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY, run
 
     if args.steps < 1:

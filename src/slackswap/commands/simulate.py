@@ -19,7 +19,7 @@ MS = 1e3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator.policies import RUNTIMES
 
     p = sub.add_parser(
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator import simulate
 
     if args.trace is not None:  # checked before the work, not after it
@@ -62,7 +62,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
     result = simulate(inst, plan, budget, runtime=args.runtime, timeline=bool(args.trace))
     if args.trace:
-        # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+        # lazy: would add numba + scipy (~1.4 s) to this module's import
         from slackswap.simulator.chrome_trace import write_chrome_trace
 
         try:

@@ -104,7 +104,7 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_solvers(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import describe_solvers
 
     entries = describe_solvers()
@@ -116,7 +116,7 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 def cmd_runtimes(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
     from slackswap.solvers import REGISTRY
 
@@ -194,10 +194,10 @@ def solver_entry(e: dict[str, Any], width: int = 100) -> str:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.warmup import warm_up
 
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY, Status, run
 
     if args.output is not None:  # checked before the work, not after it

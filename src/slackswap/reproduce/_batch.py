@@ -27,7 +27,7 @@ def run_cases(
 ) -> dict[tuple[str, float, str], dict[str, Any]]:
     """Each case's results row (`RunRecord.to_row` plus the job's columns), by (model, budget,
     solver). The minimum-budget bisection is off, as in the reports' own solves."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import (
         Job,
         SolverSpec,
@@ -36,7 +36,7 @@ def run_cases(
         ref_from_arg,
     )
 
-    # lazy: at module level it adds numba + pandas + pyarrow + scipy (~2.2 s) to start-up
+    # lazy: would add numba + pandas + pyarrow + scipy (~2.2 s) to this module's import
     from slackswap.analysis.runner import run_sweep
 
     refs: dict[str, Any] = {}

@@ -65,7 +65,7 @@ TITANX_BUDGET = Budget.fraction(1.29)
 
 def titanx_fact() -> Fact:
     """The Titan X check as a fact, with each policy's stalls where it differs."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import run
 
     over: dict[str, float] = {}
@@ -95,7 +95,7 @@ def titanx_fact() -> Fact:
 
 def heuristic_solvers() -> list[str]:
     """Every registered policy that is neither exact nor a time-limited search."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers.base import REGISTRY
 
     return [e.name for e in REGISTRY if not e.tags.exact and not e.tags.uses_time_limit]
@@ -107,7 +107,7 @@ def fig4_sweep(
     budgets: tuple[str, ...] = BUDGETS,
     min_budget: bool = False,
 ) -> Any:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_arg
 
     names = solvers or heuristic_solvers()
@@ -140,7 +140,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.runner import run_sweep
     from slackswap.solvers import REGISTRY
 

@@ -40,7 +40,7 @@ def fig6_sweep(
     layers: int | None = None,
 ) -> Any:
     """Both sweeps as one; ``layers`` shrinks the models (tests)."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point
 
     extra = {"layers": layers} if layers else {}
@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.runner import run_sweep
     from slackswap.solvers import REGISTRY
 

@@ -41,7 +41,7 @@ def certified_gaps(
     The solves run as batch jobs (`run_cases`; ``args`` gives ``--jobs``, ``--backend`` and the
     progress mode, else one after another, silently); searches and exact solvers get
     ``time_limit``, the others none."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY, RunRecord
 
     exact = {name: REGISTRY[name].tags.exact for name in solvers}
@@ -147,7 +147,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]

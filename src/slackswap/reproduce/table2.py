@@ -62,7 +62,7 @@ def vdnn_why() -> str:
 
     import numpy as np
 
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator import simulate
     from slackswap.solvers import run
 
@@ -120,7 +120,7 @@ def vdnn_why() -> str:
 
 def measure(model: str, solver: str) -> tuple[float, float, float, float, float] | None:
     """The toolkit's row, or None when the solver finds no plan at 40%."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import run
 
     return ratios(run(model, BUDGET, solver, find_min_budget=False).to_row())
@@ -145,7 +145,7 @@ def solver_note(solver: str) -> str:
     """The paragraph of the solver's docstring that states its measured deviations, if any."""
     import inspect
 
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY
 
     paras = [
@@ -161,7 +161,7 @@ def solver_note(solver: str) -> str:
 def table2_cells(args: argparse.Namespace | None = None) -> list[Cell]:
     """Every cell; the solves run as batch jobs (``args``: ``--jobs``, progress; see
     `run_cases`)."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers.base import REGISTRY
 
     rows = run_cases(

@@ -84,7 +84,7 @@ WHY = {
 def plan_ms(model: str, frac: float, repeats: int) -> float:
     """Median CPU time (ms) of the thread running SlackSwap's solve (all repair rounds), after
     one warm-up: on a shared machine wall time also counts other processes' turns."""
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY
     from slackswap.solvers.deadline import Deadline
 
@@ -148,7 +148,7 @@ def explain_barriers() -> list[dict[str, Any]]:
 
     import numpy as np
 
-    # lazy: at module level it adds numba + scipy (~1.4 s) to start-up
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator import simulate
     from slackswap.solvers import run
 
