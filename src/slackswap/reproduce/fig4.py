@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from slackswap.analysis import figures as F
 from slackswap.analysis.checks import output_dir
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
@@ -140,6 +139,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # lazy: pyplot, PIL and fonts; at module level `slackswap --help` took 0.33 s longer
+    from slackswap.analysis import figures as F
+
     # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.runner import run_sweep
     from slackswap.solvers import REGISTRY
