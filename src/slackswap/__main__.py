@@ -16,6 +16,7 @@ def main() -> int:
     """The command line's entry point: the exit status of `slackswap.cli.main`."""
     interrupts.install()  # the console script calls this, having imported only this module
     interrupts.window("start")
+    # lazy: imported after install(), so a Ctrl-C during the imports ends with one line
     from slackswap.cli import main as cli_main
 
     status = cli_main()

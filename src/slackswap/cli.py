@@ -7,7 +7,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from slackswap import __version__
+from slackswap import __version__, interrupts
+from slackswap.commands.common import Parser  # its help shows defaults, in every subcommand
+from slackswap.errors import UserError
+from slackswap.textfile import one_line
 
 # Each module defines ``register(subparsers)`` and sets ``func`` on the parsers it adds.
 COMMAND_MODULES = (
@@ -52,8 +55,6 @@ def _add_epilogs(parser: argparse.ArgumentParser, path: str = "slackswap") -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from slackswap.commands.common import Parser  # its help shows defaults, in every subcommand
-
     parser = Parser(
         prog="slackswap",
         description="Plan activation memory in DNN training: keep, swap or recompute.",
@@ -70,9 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad input, with a one-line message; 130 after
     a Ctrl-C, whatever it interrupted)."""
-    from slackswap import interrupts
-    from slackswap.errors import UserError
-    from slackswap.textfile import one_line
 
     try:
         # Inside the try: an argument's type check or a bad plug-in may raise UserError (one

@@ -37,7 +37,11 @@ from typing import Any
 import numpy as np
 
 from slackswap.instance import Instance
-from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
+from slackswap.instances.catalog import build_model
+from slackswap.instances.format import instance_to_dict
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan, PlanError
+from slackswap.simulator import RUNTIMES, simulate, simulate_many
+from slackswap.simulator.policies import get_runtime
 from slackswap.solvers.base import REGISTRY, Solver, Status, Tags
 from slackswap.solvers.running import TIME_LIMIT_SLACK, RunRecord, run
 
@@ -62,7 +66,6 @@ _SAME = 1e-9  # relative tolerance between a record's figures and the simulator'
 @cache
 def small_instances() -> tuple[Instance, Instance]:
     """Two small instances every check defaults to: 2-layer GPT-2 XL and Llama-7B blocks."""
-    from slackswap.instances.catalog import build_model
 
     return (
         build_model("gpt2-xl", layers=2, seq=256, batch=2, name="conf-gpt2"),
@@ -151,8 +154,6 @@ def check_plans(
 ) -> list[RunRecord]:
     """Every budget: the record agrees with its status, the plan with the simulator, bounds and
     claims with the simulated step; the instance is left untouched. Returns the records."""
-    from slackswap.instances.format import instance_to_dict
-    from slackswap.simulator import simulate
 
     s = solver_under_test(solver)
     before = instance_to_dict(instance)
@@ -424,7 +425,6 @@ def check_runtime(
     only tensors the plan swaps, each once; an infeasible one has an infinite
     step and a reason); a plan feasible at a budget stays feasible at every larger one; results
     are deterministic and `simulate_many` agrees with `simulate` bit for bit."""
-    from slackswap.simulator import RUNTIMES, simulate, simulate_many
 
     assert _known(runtime) or runtime in RUNTIMES, f"runtime {runtime!r} is not registered"
     for inst in tuple(instances) if instances is not None else small_instances():
@@ -473,8 +473,6 @@ def check_runtime(
 
 def _known(runtime: str) -> bool:
     """Whether the compiled kernel knows ``runtime`` (plug-ins loaded; a bad one raises)."""
-    from slackswap.plan import PlanError
-    from slackswap.simulator.policies import get_runtime
 
     try:
         get_runtime(runtime)

@@ -24,7 +24,7 @@ from slackswap.instance import Instance
 from slackswap.instances.catalog import build_model, load
 from slackswap.models.hardware import get_gpu
 from slackswap.plan import MAX_BUDGET_BYTES, Budget, PlanError, budget_too_big
-from slackswap.solvers.base import REGISTRY
+from slackswap.solvers import REGISTRY
 from slackswap.userdoc import unknown_keys
 
 if TYPE_CHECKING:
@@ -204,7 +204,6 @@ class SolverSpec:
         cls, name: str, options: dict[str, Any] | None = None, time_limit: float | None = None
     ) -> SolverSpec:
         """``name`` as registered (any case), its options and time limit."""
-        from slackswap.solvers import REGISTRY
 
         return cls(REGISTRY.canonical(name), tuple(sorted((options or {}).items())), time_limit)
 

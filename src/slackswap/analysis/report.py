@@ -30,6 +30,7 @@ from slackswap.plan import Budget
 from slackswap.simulator import simulate
 from slackswap.simulator.chrome_trace import write_chrome_trace
 from slackswap.solvers import run
+from slackswap.solvers.base import REGISTRY
 
 #: Every figure a report may draw (each as NAME.FORMAT), and the pattern of its trace files.
 FIGURE_NAMES = (
@@ -145,7 +146,6 @@ def _solver_rows(sub: pd.DataFrame, budget: float, k: int) -> list[pd.Series]:
 def featured_first(labels: list[str]) -> list[str]:
     """The labels of featured solvers (``Display.featured``: SlackSwap and the paper's four
     baselines), lowest first, then the others in the order given (fastest first here)."""
-    from slackswap.solvers.base import REGISTRY
 
     def featured(label: str) -> int | None:
         entry = REGISTRY.get(label)  # a plain name only: a run with changed options is not it

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import slackswap
 from slackswap.instances.catalog import build_model
+from slackswap.simulator import simulate
+from slackswap.solvers import REGISTRY, run
 from slackswap.solvers.planner._memory import need_ops, static_arrays
 from slackswap.solvers.planner._passes import plan_passes
 
@@ -155,8 +157,6 @@ def _warm_one(inst: Instance, solver: Any, numba_calls: list[int]) -> None:
 
     # Here, not at the top: compile_planner's helper process imports this module and needs
     # neither the simulator nor the solver registry.
-    from slackswap.simulator import simulate
-    from slackswap.solvers import REGISTRY, run
 
     try:
         if solver == "":

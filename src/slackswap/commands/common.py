@@ -8,6 +8,7 @@ from typing import Any
 # Tables, JSON and the argparse helpers the reports share live in slackswap.console (the reports
 # and analysis sit below the commands); the commands import them from here as before.
 from slackswap.instance import Instance
+from slackswap.instances.catalog import load
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -53,6 +54,5 @@ class Parser(argparse.ArgumentParser):
 
 def load_instance_arg(name_or_path: str) -> Instance:
     """An instance from a CLI argument; user errors surface as one line, exit 2."""
-    from slackswap.instances.catalog import load
 
     return load(name_or_path)

@@ -7,9 +7,11 @@ import json
 import sys
 from typing import Any
 
-from slackswap.analysis.progress import add_progress_arguments
-from slackswap.console import add_execution_arguments
+from slackswap.analysis import checks
+from slackswap.analysis.progress import add_progress_arguments, failure_summary
+from slackswap.console import add_execution_arguments, format_bytes, format_percent, format_table
 from slackswap.errors import UserError
+from slackswap.plan import Budget
 from slackswap.userdoc import parse_option_value
 
 
@@ -77,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def build_sweep(args: argparse.Namespace) -> Any:
     """The sweep the arguments describe (a sweep file, overridden by explicit options)."""
-    from slackswap.analysis import checks
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import Sweep, parse_budgets, ref_from_arg
     from slackswap.analysis.sweepfile import load_sweep, parse_solvers
 
@@ -117,6 +119,7 @@ def build_sweep(args: argparse.Namespace) -> Any:
 
 
 def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import SolverSpec
     from slackswap.solvers import REGISTRY
 
@@ -140,7 +143,7 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.analysis.progress import failure_summary
+    # lazy: would add numba + pandas + pyarrow + scipy (~2.2 s) to this module's import
     from slackswap.analysis.runner import run_sweep
 
     sweep = build_sweep(args)
@@ -186,8 +189,6 @@ def format_results(df: Any) -> str:
     """The per-job table (ms, %, bytes) for the terminal; rows without a plan say why and, when
     known, the smallest budget that fits that solver."""
     import pandas as pd
-
-    from slackswap.console import format_bytes, format_percent, format_table
 
     def f(x: Any, scale: float, digits: int) -> str:
         return "-" if pd.isna(x) else f"{scale * float(x):.{digits}f}"
@@ -235,8 +236,6 @@ def format_results(df: Any) -> str:
 def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:
     """A budget as given: a share of P in %, bytes as bytes (with their share of P)."""
     import pandas as pd
-
-    from slackswap.plan import Budget
 
     key = getattr(r, "budget", None)  # the job's budget as given (absent from a bare record)
     if pd.isna(r.budget_fraction):

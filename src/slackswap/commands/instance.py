@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from slackswap.analysis.checks import output_file, text
 from slackswap.commands.common import HelpFormatter, load_instance_arg
 from slackswap.console import format_bytes, format_table, positive_float, positive_int, print_json
 from slackswap.errors import UserError
+from slackswap.instances.catalog import build_model
+from slackswap.instances.linkbudget import link_budget_table
+from slackswap.models.hardware import GPUS, LINKS
+from slackswap.models.offload_calculator import ESSAY_LINKS, estimate
+from slackswap.models.transformer import TRANSFORMERS, transformer_config
+from slackswap.models.vgg import VGGConfig
 
 GB = 1e9
 GIB = 2**30
@@ -117,8 +124,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _model_defaults() -> str:
     """The bundled models' defaults, for ``instance build --help``."""
-    from slackswap.models.transformer import TRANSFORMERS
-    from slackswap.models.vgg import VGGConfig
 
     lines = ["defaults (layers, seq, batch):"]
     for name, cfg in TRANSFORMERS.items():
@@ -136,10 +141,6 @@ def _usage(p: argparse.ArgumentParser) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from slackswap.analysis.checks import output_file, text
-    from slackswap.instances.catalog import build_model
-    from slackswap.models.hardware import GPUS, LINKS
-
     output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
     text(args.name, "--name")
     if args.gpu.lower() not in GPUS:
@@ -206,8 +207,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_linkbudget(args: argparse.Namespace) -> int:
-    from slackswap.instances.linkbudget import link_budget_table
-
     rows = link_budget_table()
     if args.json:
         print_json([r.to_dict() for r in rows])
@@ -232,9 +231,6 @@ def cmd_linkbudget(args: argparse.Namespace) -> int:
 
 
 def cmd_offload(args: argparse.Namespace) -> int:
-    from slackswap.models.offload_calculator import ESSAY_LINKS, estimate
-    from slackswap.models.transformer import TRANSFORMERS, transformer_config
-
     if args.model not in TRANSFORMERS:
         raise UserError(
             f"offload: unknown transformer {args.model!r} (one of {', '.join(TRANSFORMERS)})"

@@ -6,8 +6,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from slackswap.analysis.checks import output_file, text
 from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.console import format_bytes, positive_float, print_json
+from slackswap.errors import UserError
+from slackswap.models.hardware import get_gpu, hardware
+from slackswap.profiling import require_torch
+from slackswap.profiling.factory import call_factory
 
 if TYPE_CHECKING:
     from slackswap.instance import Instance
@@ -53,7 +58,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _note_precision(inst: Instance, gpu: str) -> None:
     """Say so when the step's activations are not in the precision the GPU's roofline assumes:
     sizes are recorded as the step ran them, never rescaled."""
-    from slackswap.models.hardware import get_gpu
 
     want = "float32" if get_gpu(gpu).precision == "fp32" else "bfloat16"
     floats = [d for d in inst.meta.get("saved_dtypes", []) if "float" in d]
@@ -66,17 +70,12 @@ def _note_precision(inst: Instance, gpu: str) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from slackswap.analysis.checks import output_file, text
-
     # Before the work, not after, and before torch's import (seconds of it, on a loaded machine).
     output_file(args.output, "-o", overwrite=args.overwrite)
     text(args.name, "--name")
-    from slackswap.profiling import require_torch
 
     torch = require_torch()
-    from slackswap.errors import UserError
-    from slackswap.models.hardware import hardware
-    from slackswap.profiling.factory import call_factory
+    # lazy: needs torch, an optional dependency (and ~1.5 s to import)
     from slackswap.profiling.step import profile_step
 
     try:

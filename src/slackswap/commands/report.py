@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slackswap.analysis.progress import add_progress_arguments
+from slackswap.analysis.checks import output_dir
+from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.errors import UserError
+from slackswap.textfile import check_output_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # lazy: would add pandas + pyarrow (~0.8 s) to this module's import
     from slackswap.analysis.gapanalysis import format_gaps, gaps
     from slackswap.analysis.results import read_results
 
@@ -68,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     print(format_gaps(gaps(df)))
     if args.output is None:
         return 0
-    from slackswap.analysis.progress import phase
+    # lazy: would add matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to this module's import
     from slackswap.analysis.report import write_report
 
     phase("report", f"drawing the figures into {args.output}", args.progress)
@@ -91,9 +94,8 @@ def _check_output(directory: str, formats: tuple[str, ...], *, overwrite: bool) 
     """Refuse to replace figures or traces already in ``directory`` unless ``overwrite``."""
     from pathlib import Path
 
-    from slackswap.analysis.checks import output_dir
+    # lazy: would add matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to this module's import
     from slackswap.analysis.report import FIGURE_NAMES, TRACE_PATTERN
-    from slackswap.textfile import check_output_path
 
     names = [f"{n}.{fmt}" for n in FIGURE_NAMES for fmt in formats]
     d = check_output_path(Path(directory), "-o")

@@ -8,15 +8,21 @@ import sys
 import warnings
 from typing import Any
 
+from slackswap.analysis import checks
 from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.console import format_bytes, format_percent, print_json
+from slackswap.errors import UserError
+from slackswap.instances.format import load_instance
+from slackswap.models.hardware import hardware
+from slackswap.plan import Budget, Plan
+from slackswap.profiling import require_torch
+from slackswap.profiling.factory import call_factory
 
 MS = 1e3
 
 
 def _seconds(text: str) -> float:
     """``--time-limit``, bounded as ``solve`` bounds it (one line, exit 2)."""
-    from slackswap.analysis import checks
 
     return checks.seconds(text, "--time-limit")
 
@@ -71,14 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from slackswap.profiling import require_torch
-
     torch = require_torch()
-    from slackswap.errors import UserError
-    from slackswap.instances.format import load_instance
-    from slackswap.models.hardware import hardware
-    from slackswap.plan import Budget, Plan
-    from slackswap.profiling.factory import call_factory
+    # lazy: needs torch, an optional dependency (and ~1.5 s to import)
     from slackswap.profiling.step import profile_step
     from slackswap.runtime import RUNTIME_MODES, BudgetWarning, check_plan
     from slackswap.runtime.measure import (
@@ -89,6 +89,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         train_difference,
         train_steps,
     )
+
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY, run
 
     if args.steps < 1:
@@ -284,6 +286,5 @@ def _print_table(r: dict[str, Any], timing: str) -> None:
 
 def _seed(text: str) -> int:
     """A seed as ``solve`` takes it: a torch seed beyond 64 bits failed inside torch."""
-    from slackswap.analysis import checks
 
     return checks.seed(text, "--seed")

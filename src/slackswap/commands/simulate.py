@@ -6,9 +6,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from slackswap.analysis.checks import output_file
 from slackswap.commands.common import load_instance_arg
 from slackswap.console import format_bytes, format_table, print_json
 from slackswap.errors import UserError
+from slackswap.plan import Budget, Plan
 
 if TYPE_CHECKING:
     from slackswap.simulator.result import SimResult
@@ -17,6 +19,7 @@ MS = 1e3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator.policies import RUNTIMES
 
     p = sub.add_parser(
@@ -46,12 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from slackswap.plan import Budget, Plan
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator import simulate
 
     if args.trace is not None:  # checked before the work, not after it
-        from slackswap.analysis.checks import output_file
-
         output_file(args.trace, "--trace", overwrite=args.overwrite)
     inst = load_instance_arg(args.instance)
     budget = Budget.parse(args.budget)
@@ -61,6 +62,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
     result = simulate(inst, plan, budget, runtime=args.runtime, timeline=bool(args.trace))
     if args.trace:
+        # lazy: would add numba + scipy (~1.4 s) to this module's import
         from slackswap.simulator.chrome_trace import write_chrome_trace
 
         try:

@@ -9,10 +9,12 @@ import os
 import sys
 from typing import Any, NoReturn
 
-from slackswap.analysis.progress import add_progress_arguments
+from slackswap.analysis import checks
+from slackswap.analysis.progress import JobProgress, add_progress_arguments
 from slackswap.commands.common import load_instance_arg
 from slackswap.console import format_bytes, format_percent, print_json
 from slackswap.errors import UserError
+from slackswap.plan import Budget
 from slackswap.userdoc import parse_option_value
 
 
@@ -81,14 +83,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _seconds(text: str) -> float:
     """``--time-limit``, checked as ``compare`` and sweep files check it (one line, exit 2)."""
-    from slackswap.analysis import checks
 
     return checks.seconds(text, "--time-limit")
 
 
 def _seed(text: str) -> int:
-    from slackswap.analysis import checks
-
     return checks.seed(text, "--seed")
 
 
@@ -105,6 +104,7 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_solvers(args: argparse.Namespace) -> int:
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import describe_solvers
 
     entries = describe_solvers()
@@ -116,6 +116,7 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 def cmd_runtimes(args: argparse.Namespace) -> int:
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
     from slackswap.solvers import REGISTRY
 
@@ -193,10 +194,10 @@ def solver_entry(e: dict[str, Any], width: int = 100) -> str:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from slackswap.analysis import checks
-    from slackswap.analysis.progress import JobProgress
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.warmup import warm_up
-    from slackswap.plan import Budget
+
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY, Status, run
 
     if args.output is not None:  # checked before the work, not after it

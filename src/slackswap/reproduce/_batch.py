@@ -9,6 +9,7 @@ from typing import Any
 
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.console import add_execution_arguments
+from slackswap.plan import Budget
 
 #: One solve: (catalog model, budget as a fraction of P, registered solver, time limit seconds).
 Case = tuple[str, float, str, float | None]
@@ -26,6 +27,7 @@ def run_cases(
 ) -> dict[tuple[str, float, str], dict[str, Any]]:
     """Each case's results row (`RunRecord.to_row` plus the job's columns), by (model, budget,
     solver). The minimum-budget bisection is off, as in the reports' own solves."""
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import (
         Job,
         SolverSpec,
@@ -33,8 +35,9 @@ def run_cases(
         default_job_timeout,
         ref_from_arg,
     )
+
+    # lazy: would add numba + pandas + pyarrow + scipy (~2.2 s) to this module's import
     from slackswap.analysis.runner import run_sweep
-    from slackswap.plan import Budget
 
     refs: dict[str, Any] = {}
     jobs: list[Job] = []

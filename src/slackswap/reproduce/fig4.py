@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis.checks import output_dir
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.analysis.progress import failed as job_failed
@@ -63,6 +64,7 @@ TITANX_BUDGET = Budget.fraction(1.29)
 
 def titanx_fact() -> Fact:
     """The Titan X check as a fact, with each policy's stalls where it differs."""
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import run
 
     over: dict[str, float] = {}
@@ -92,6 +94,7 @@ def titanx_fact() -> Fact:
 
 def heuristic_solvers() -> list[str]:
     """Every registered policy that is neither exact nor a time-limited search."""
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers.base import REGISTRY
 
     return [e.name for e in REGISTRY if not e.tags.exact and not e.tags.uses_time_limit]
@@ -103,6 +106,7 @@ def fig4_sweep(
     budgets: tuple[str, ...] = BUDGETS,
     min_budget: bool = False,
 ) -> Any:
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_arg
 
     names = solvers or heuristic_solvers()
@@ -135,8 +139,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # lazy: pyplot, PIL and fonts; at module level `slackswap --help` took 0.33 s longer
     from slackswap.analysis import figures as F
-    from slackswap.analysis.checks import output_dir
+
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.runner import run_sweep
     from slackswap.solvers import REGISTRY
 

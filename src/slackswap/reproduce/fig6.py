@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis.checks import output_dir
 from slackswap.analysis.facts import Fact, no_plan_reasons, pct, render, span
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.console import add_execution_arguments
@@ -38,6 +39,7 @@ def fig6_sweep(
     layers: int | None = None,
 ) -> Any:
     """Both sweeps as one; ``layers`` shrinks the models (tests)."""
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point
 
     extra = {"layers": layers} if layers else {}
@@ -67,8 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # lazy: pyplot, PIL and fonts; at module level `slackswap --help` took 0.33 s longer
     from slackswap.analysis import figures as F
-    from slackswap.analysis.checks import output_dir
+
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.analysis.runner import run_sweep
     from slackswap.solvers import REGISTRY
 

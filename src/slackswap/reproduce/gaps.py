@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from slackswap.console import add_hidden_alias, format_table
-from slackswap.reproduce._batch import add_batch_arguments
+from slackswap.errors import UserError
+from slackswap.plan import Budget, PlanError
+from slackswap.reproduce._batch import add_batch_arguments, run_cases
 
 DEFAULT_MODELS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 DEFAULT_BUDGETS = (0.5, 0.2)
@@ -39,7 +41,7 @@ def certified_gaps(
     The solves run as batch jobs (`run_cases`; ``args`` gives ``--jobs``, ``--backend`` and the
     progress mode, else one after another, silently); searches and exact solvers get
     ``time_limit``, the others none."""
-    from slackswap.reproduce._batch import run_cases
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY, RunRecord
 
     exact = {name: REGISTRY[name].tags.exact for name in solvers}
@@ -145,8 +147,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.errors import UserError
-    from slackswap.plan import Budget, PlanError
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from slackswap.console import format_table, print_json
+from slackswap.instances.catalog import build_model, load
+from slackswap.models.offload_calculator import ESSAY_LINKS, estimate
+from slackswap.models.transformer import transformer_config
 
 GIB = 2**30
 
@@ -51,8 +54,6 @@ def vgg_why(inst: Any, paper_a_bytes: float, paper_step_s: float, paper_f: float
 
 
 def table1_rows() -> list[Row]:
-    from slackswap.instances.catalog import build_model, load
-
     paper = {
         "bert-large": (13.9, 173, 782, 0.11),
         "gpt2-xl": (22.3, 399, 1200, 0.15),
@@ -78,9 +79,6 @@ def table1_rows() -> list[Row]:
 
 
 def essay_rows() -> list[Row]:
-    from slackswap.models.offload_calculator import ESSAY_LINKS, estimate
-    from slackswap.models.transformer import transformer_config
-
     def est(model: str, seq: int, link: str = "pcie5"):  # type: ignore[no-untyped-def]
         return estimate(transformer_config(model, seq=seq, batch=1), link_Bps=ESSAY_LINKS[link])
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import slackswap
 from slackswap.console import print_json
-from slackswap.reproduce._batch import add_batch_arguments
-from slackswap.reproduce._cells import Cell
+from slackswap.reproduce._batch import add_batch_arguments, run_cases
+from slackswap.reproduce._cells import Cell, print_table
 
 BUDGET = 0.4
 REL_TOL, ABS_TOL, SMALL = 0.15, 0.03, 0.2
@@ -46,7 +47,6 @@ WHY: dict[str, str] = {
 def block_times(model: str, block: int | None = None) -> tuple[float, float, float]:
     """One transformer block's copy time (its saved bytes over the link), forward and backward
     compute (seconds); the middle block unless given."""
-    import slackswap
 
     inst = slackswap.load(model)
     nf = inst.n_forward_ops
@@ -62,7 +62,7 @@ def vdnn_why() -> str:
 
     import numpy as np
 
-    import slackswap
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator import simulate
     from slackswap.solvers import run
 
@@ -120,6 +120,7 @@ def vdnn_why() -> str:
 
 def measure(model: str, solver: str) -> tuple[float, float, float, float, float] | None:
     """The toolkit's row, or None when the solver finds no plan at 40%."""
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import run
 
     return ratios(run(model, BUDGET, solver, find_min_budget=False).to_row())
@@ -144,6 +145,7 @@ def solver_note(solver: str) -> str:
     """The paragraph of the solver's docstring that states its measured deviations, if any."""
     import inspect
 
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY
 
     paras = [
@@ -159,7 +161,7 @@ def solver_note(solver: str) -> str:
 def table2_cells(args: argparse.Namespace | None = None) -> list[Cell]:
     """Every cell; the solves run as batch jobs (``args``: ``--jobs``, progress; see
     `run_cases`)."""
-    from slackswap.reproduce._batch import run_cases
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers.base import REGISTRY
 
     rows = run_cases(
@@ -185,8 +187,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.reproduce._cells import print_table
-
     cells = table2_cells(args)
     if args.json:
         out: dict[str, Any] = {"budget_fraction": BUDGET, "cells": [c.as_dict() for c in cells]}

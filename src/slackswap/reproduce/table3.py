@@ -18,8 +18,10 @@ import time
 from typing import Any
 
 from slackswap.console import format_table, print_json
-from slackswap.reproduce._batch import add_batch_arguments
-from slackswap.reproduce._cells import Cell
+from slackswap.instances.catalog import load
+from slackswap.plan import Budget
+from slackswap.reproduce._batch import add_batch_arguments, run_cases
+from slackswap.reproduce._cells import Cell, print_table
 
 TOLERANCE_POINTS = 2.5
 PLAN_TARGET_MS = 10.0
@@ -82,8 +84,7 @@ WHY = {
 def plan_ms(model: str, frac: float, repeats: int) -> float:
     """Median CPU time (ms) of the thread running SlackSwap's solve (all repair rounds), after
     one warm-up: on a shared machine wall time also counts other processes' turns."""
-    from slackswap.instances.catalog import load
-    from slackswap.plan import Budget
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers import REGISTRY
     from slackswap.solvers.deadline import Deadline
 
@@ -105,7 +106,6 @@ def table3_cells(
     """The throughput cells (and, with ``repeats``, the planning-time cells). The solves run as
     batch jobs (``args``: ``--jobs``, progress; see `run_cases`), the planning-time plans after
     them, one at a time."""
-    from slackswap.reproduce._batch import run_cases
 
     ga = ("ga", "ga-random")
     cases = [
@@ -148,7 +148,7 @@ def explain_barriers() -> list[dict[str, Any]]:
 
     import numpy as np
 
-    from slackswap.instances.catalog import load
+    # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.simulator import simulate
     from slackswap.solvers import run
 
@@ -187,8 +187,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from slackswap.reproduce._cells import print_table
-
     cells = table3_cells(ga_seconds=args.ga_seconds, repeats=args.repeats, args=args)
     barriers = explain_barriers() if args.explain_barriers else None
     if args.json:

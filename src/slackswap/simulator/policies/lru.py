@@ -44,7 +44,7 @@ from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
 from slackswap.simulator.policies import register_runtime
 from slackswap.simulator.policies.base import Runtime
-from slackswap.simulator.result import SimResult
+from slackswap.simulator.result import SimResult, Timeline
 
 RUNTIME = "on-demand-lru"
 DESCRIPTION = (
@@ -472,8 +472,6 @@ def simulate_lru(
 
 
 def _timeline(run: _LRURun) -> Any:
-    from slackswap.simulator.result import Timeline
-
     comp = run.comp
     log = run.link.log or []
     return Timeline(
