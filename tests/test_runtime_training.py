@@ -122,30 +122,11 @@ def _differences(a: tuple[Any, Any], b: tuple[Any, Any]) -> list[str]:
 FAST = {
     (m, p) for m in MODELS for p in ("keep-all", "all-swap", "blocks-recompute", "slackswap@50%")
 }
-#: Recomputing the CNN's batch-norm in the checked first step updates its running statistics
-#: twice (`native_batch_norm`'s schema does not mark them written): fixed in the executor
-#: separately; the fast steps put them back themselves (test below).
-BN_DOUBLE_UPDATE = {("plain_cnn", "all-recompute")}
 
 
 @pytest.mark.parametrize(
     ("name", "plan_kind"),
-    [
-        pytest.param(
-            n,
-            k,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the checked first step updates batch-norm statistics twice when it "
-                "recomputes them (native_batch_norm's schema does not mark them written): "
-                "fixed in the executor separately",
-            ),
-        )
-        if (n, k) in BN_DOUBLE_UPDATE
-        else (n, k)
-        for n in MODELS
-        for k in PLANS
-    ],
+    [(n, k) for n in MODELS for k in PLANS],
 )
 def test_planned_training_is_bitwise_identical(name: str, plan_kind: str) -> None:
     m = _model(name)

@@ -13,14 +13,14 @@ How each piece is observed:
   data), so storage addresses stay unique for the whole trace.
 - Release: the pack hook keeps a detached alias of each saved tensor, not the tensor itself,
   so before each forward operator the storages whose only remaining references are those
-  aliases (``torch._C._storage_Use_Count``) are known to have been dropped by the step (a
+  aliases (`torchapi.storage_use_count`) are known to have been dropped by the step (a
   Python local such as ``q`` in an attention block keeps its buffer until the function
   returns, after its last reader): `Trace.released_after`.
 - Frees: a ``weakref.finalize`` on each storage an operator allocates notes the operator after
   which it was freed (`Trace.freed_after`): an unsaved buffer a Python local holds lives past
   its last reader too.
 - Context: module forward hooks give the module path and the block; in backward, the autograd
-  node being run (``torch._C._current_autograd_node``) is mapped back to the forward context that
+  node being run (`torchapi.current_node_key`) is mapped back to the forward context that
   created it, through its sequence number.
 """
 
@@ -32,12 +32,19 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import flop_counter
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten
 
 from slackswap.profiling.costs import NO_KERNEL, op_kind
+from slackswap.profiling.torchapi import (
+    StorageWeakRef,
+    TorchDispatchMode,
+    current_node_key,
+    disable_current_modes,
+    node_key,
+    storage_key,
+    storage_use_count,
+    tree_flatten,
+)
 from slackswap.profiling.trace import EXTERNAL, OpRecord, Trace, Value
 
 _Context = tuple[str, int, bool]  # module path, last block entered, inside it
@@ -114,7 +121,7 @@ class Recorder(TorchDispatchMode):
         except (RuntimeError, NotImplementedError):
             return None  # sparse, nested or other storage-less tensors
         ref = StorageWeakRef(s)
-        k = int(ref.cdata)
+        k = storage_key(ref)
         if k not in self._refs:
             self._refs[k] = ref
         return k
@@ -190,10 +197,10 @@ class Recorder(TorchDispatchMode):
         return module, self._block, self._in_block
 
     def _backward_context(self) -> _Context:
-        node = torch._C._current_autograd_node()
+        node = current_node_key()
         ctx = None
-        if node is not None:
-            ctx = self._fwd_context.get(int(node._sequence_nr()))
+        if node >= 0:
+            ctx = self._fwd_context.get(node)
         if ctx is None:
             # Engine work outside any recorded node (the seed gradient, AccumulateGrad): it
             # belongs with the operator that ran just before it.
@@ -207,7 +214,7 @@ class Recorder(TorchDispatchMode):
             t = ref()
             fn = None if t is None else t.grad_fn
             if fn is not None:
-                self._fwd_context.setdefault(int(fn._sequence_nr()), ctx)
+                self._fwd_context.setdefault(node_key(fn), ctx)
         self._pending.clear()
 
     def start_backward(self) -> None:
@@ -226,7 +233,7 @@ class Recorder(TorchDispatchMode):
         if v is None:
             return t  # parameters and buffers are not activations
         self.trace.saved.append(v)
-        with _disable_current_modes():
+        with disable_current_modes():
             alias = t.detach()  # a tensor of our own: the step's references to t stay countable
         self._saved_tensors.append(alias)
         k = self._key(t)
@@ -251,7 +258,7 @@ class Recorder(TorchDispatchMode):
         after = len(self.trace.ops) - 1
         for k, n in list(self._aliases.items()):
             # +1: the storage's Python object, which PyTorch keeps while the storage lives.
-            if torch._C._storage_Use_Count(self._refs[k].cdata) <= n + 1:
+            if storage_use_count(self._refs[k]) <= n + 1:
                 self.trace.released_after[k] = after
                 del self._aliases[k]
 
@@ -366,8 +373,7 @@ class Recorder(TorchDispatchMode):
 
 def _node_key() -> int:
     """The sequence number of the autograd node running now; -1 outside any node."""
-    node = torch._C._current_autograd_node()
-    return -1 if node is None else int(node._sequence_nr())
+    return current_node_key()
 
 
 def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
 from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
+from slackswap.profiling.torchapi import disable_current_modes
 from slackswap.runtime.entry import Entry
 from slackswap.runtime.schedule import base_resident, rebuild_points
 
@@ -115,7 +115,7 @@ class CopyEngine:
         and the step's last reference (its last forward reader) are done."""
         src = e.device
         self.swapped_bytes += e.nbytes
-        with _disable_current_modes():
+        with disable_current_modes():
             if src.device.type == "cuda":
                 host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
                 if self._copy_stream is not None:

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.problem import Instance, UserError
 from slackswap.profiling.recorder import Recorder
+from slackswap.profiling.torchapi import StorageWeakRef, storage_key
 from slackswap.profiling.trace import EXTERNAL
 from slackswap.runtime.copies import CopyEngine
 from slackswap.runtime.entry import Entry, Handle
@@ -320,7 +320,7 @@ class PlanExecutor(Recorder):
             ref = self._refs.get(k)
             if ref is None or ref.expired() or k in self._unplanned_keys:
                 continue
-            if e.device is not None and int(StorageWeakRef(e.device).cdata) == k:
+            if e.device is not None and storage_key(StorageWeakRef(e.device)) == k:
                 continue  # this runtime still holds it (an offload not yet done)
             held.append(i)
         return sorted(held)

@@ -1,7 +1,7 @@
 """`Rebuilder`: record each forward operator's call, and rebuild a recomputed tensor from them.
 
 During the forward pass each operator's call is kept as a template: its flattened arguments
-(``torch.utils._pytree``) with every activation replaced by the number of its value (a `_Ref`,
+(pytree) with every activation replaced by the number of its value (a `_Ref`,
 never the tensor, so nothing stays alive), parameters, buffers and model inputs as themselves,
 and the RNG state it ran with when it is random (``torch.Tag.nondeterministic_seeded``). When
 autograd first unpacks a recomputed tensor, the chain of recorded operators that produced it is
@@ -22,12 +22,16 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from slackswap.plan import KEEP
 from slackswap.problem import Instance
 from slackswap.profiling.recorder import Recorder, _bind
+from slackswap.profiling.torchapi import (
+    below_autograd,
+    disable_current_modes,
+    tree_flatten,
+    tree_unflatten,
+)
 from slackswap.profiling.trace import EXTERNAL
 from slackswap.runtime.entry import Entry
 
@@ -292,7 +296,7 @@ class Rebuilder:
         # kernels return more outputs when grad is on (the workspace of mkldnn_rnn_layer, which
         # nn.LSTM runs on CPU). Autograd stays out of the replay, as it was below the mode.
         with _rng_restored(rec.rng), torch.set_grad_enabled(rec.grad):
-            with torch._C._AutoDispatchBelowAutograd():
+            with below_autograd():
                 out = rec.func(*args, **kwargs)
         outs = tensors_of(out)
         for v, where in rec.writes.items():
@@ -331,7 +335,7 @@ class _Cache(dict[int, Any]):
 
 def _rng_state(tensors: list[torch.Tensor]) -> Any:
     """The CPU generator's state and that of each CUDA device ``tensors`` are on."""
-    with _disable_current_modes():
+    with disable_current_modes():
         cpu = torch.get_rng_state()
         devs = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
         cuda = [(d, torch.cuda.get_rng_state(d)) for d in devs]
@@ -345,7 +349,7 @@ def _rng_restored(rng: Any) -> Iterator[None]:
         yield
         return
     cpu, cuda = rng
-    with _disable_current_modes():
+    with disable_current_modes():
         saved_cpu = torch.get_rng_state()
         saved_cuda = [(d, torch.cuda.get_rng_state(d)) for d, _ in cuda]
         torch.set_rng_state(cpu)
@@ -354,7 +358,7 @@ def _rng_restored(rng: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        with _disable_current_modes():
+        with disable_current_modes():
             torch.set_rng_state(saved_cpu)
             for d, s in saved_cuda:
                 torch.cuda.set_rng_state(s, d)

@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import checkpoint
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance, UserError
+from slackswap.profiling.torchapi import disable_current_modes
 from slackswap.runtime import RunStats, apply, check_plan
 from slackswap.runtime.entry import Entry, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError
@@ -694,7 +694,8 @@ class _FastStep:
                 for p in wanted.get((path, k), ()):
                     old = rp.records[p]
                     rb._records[p] = type(old)(old.func, old.args, old.mutated,
-                                               _rng_state(devices), old.writes)  # fmt: skip
+                                               _rng_state(devices), old.grad,
+                                               old.writes)  # fmt: skip
 
             handles.append(mod.register_forward_pre_hook(pre))
         try:
@@ -856,7 +857,7 @@ class _FastStep:
         self.stats.swapped_bytes += e.nbytes
         # Host memory is not the step's device memory: made with any dispatch mode (a
         # `StorageTracker` measuring the step) disabled, as the checked path does.
-        with _disable_current_modes():
+        with disable_current_modes():
             if src.device.type == "cuda":
                 host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
                 if self._copy_stream is not None:
