@@ -34,18 +34,16 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
-from slackswap.profiling.costs import NO_KERNEL, op_kind
+from slackswap.profiling.costs import op_kind
 from slackswap.profiling.torchapi import (
-    StorageWeakRef,
     TorchDispatchMode,
     current_node_key,
     disable_current_modes,
     node_key,
-    storage_key,
     storage_use_count,
-    tree_flatten,
 )
-from slackswap.profiling.trace import EXTERNAL, OpRecord, Trace, Value
+from slackswap.profiling.trace import OpRecord, Trace
+from slackswap.profiling.values import ValueNumbering, number_call, tensors
 
 _Context = tuple[str, int, bool]  # module path, last block entered, inside it
 
@@ -57,10 +55,6 @@ class _Handle:
 
     def __init__(self, index: int):
         self.index = index
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
 
 
 def _extent_bytes(t: torch.Tensor) -> int:
@@ -75,9 +69,10 @@ class Recorder(TorchDispatchMode):
         self.trace = Trace()
         self.phase = 0
         self.timing = timing
-        self._refs: dict[int, StorageWeakRef] = {}
-        self._current: dict[int, int] = {}  # storage key -> current value id
-        self._params: set[int] = set()
+        #: Storages and their values (the trace's ``values`` and ``preexisting``).
+        self.numbering = ValueNumbering()
+        self.trace.values = self.numbering.values
+        self.trace.preexisting = self.numbering.preexisting
         self._saved_tensors: list[torch.Tensor] = []  # detached aliases, held until the end
         self._aliases: dict[int, int] = {}  # storage key -> aliases held, until released
         #: Note when each storage an operator allocates is freed (`Trace.freed_after`).
@@ -97,11 +92,7 @@ class Recorder(TorchDispatchMode):
 
     def attach(self, model: torch.nn.Module, blocks: list[torch.nn.Module]) -> None:
         """Note ``model``'s parameters and buffers (not activations) and hook its modules."""
-        for p in (*model.parameters(), *model.buffers()):
-            k = self._key(p)
-            if k is not None and k not in self._params:
-                self._params.add(k)
-                self.trace.param_bytes += p.untyped_storage().nbytes()
+        self.trace.param_bytes += self.numbering.add_params((*model.parameters(), *model.buffers()))
         self._block_ids = {id(m) for m in blocks}
         for p in model.parameters():
             if p.requires_grad:
@@ -116,35 +107,11 @@ class Recorder(TorchDispatchMode):
 
     # ----- storages and values -------------------------------------------------------------------
     def _key(self, t: torch.Tensor) -> int | None:
-        try:
-            s = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return None  # sparse, nested or other storage-less tensors
-        ref = StorageWeakRef(s)
-        k = storage_key(ref)
-        if k not in self._refs:
-            self._refs[k] = ref
-        return k
-
-    def _new_value(self, key: int, t: torch.Tensor, producer: int) -> int:
-        vid = len(self.trace.values)
-        nbytes = int(t.untyped_storage().nbytes())
-        dtype = str(t.dtype).replace("torch.", "")
-        self.trace.values.append(Value(key, nbytes, producer, dtype, tuple(t.shape)))
-        self._current[key] = vid
-        return vid
+        return self.numbering.key(t)
 
     def value_of(self, t: torch.Tensor) -> int | None:
-        """The current value of ``t``'s storage (created as external if never seen); None for
-        parameters, buffers and storage-less tensors."""
-        k = self._key(t)
-        if k is None or k in self._params:
-            return None
-        vid = self._current.get(k)
-        if vid is None:
-            vid = self._new_value(k, t, EXTERNAL)
-            self.trace.preexisting.add(k)  # no operator of the step allocated it
-        return vid
+        """The current value of ``t``'s storage (`ValueNumbering.value_of`)."""
+        return self.numbering.value_of(t)
 
     # ----- module hooks --------------------------------------------------------------------------
     def _pre_hook(self, name: str, module: torch.nn.Module):  # type: ignore[no-untyped-def]
@@ -154,7 +121,7 @@ class Recorder(TorchDispatchMode):
                 self._block = self.trace.n_blocks
                 self._in_block = True
                 self.trace.block_modules.append(name)
-                for t in _tensors(args):
+                for t in tensors(args):
                     v = self.value_of(t)
                     if v is not None:
                         self.trace.block_inputs.setdefault(v, self._block)
@@ -167,7 +134,7 @@ class Recorder(TorchDispatchMode):
                 self._module_stack.pop()
             if id(module) in self._block_ids and self._in_block and self._block >= 0:
                 if self.trace.block_modules[self._block] == name:
-                    for t in _tensors(output):
+                    for t in tensors(output):
                         v = self.value_of(t)
                         if v is not None:
                             self.trace.block_outputs[v] = self._block
@@ -258,7 +225,8 @@ class Recorder(TorchDispatchMode):
         after = len(self.trace.ops) - 1
         for k, n in list(self._aliases.items()):
             # +1: the storage's Python object, which PyTorch keeps while the storage lives.
-            if storage_use_count(self._refs[k]) <= n + 1:
+            ref = self.numbering.ref(k)
+            if ref is not None and storage_use_count(ref) <= n + 1:
                 self.trace.released_after[k] = after
                 del self._aliases[k]
 
@@ -276,8 +244,7 @@ class Recorder(TorchDispatchMode):
         self._saved_tensors.clear()
         self._aliases.clear()
         self._pending.clear()
-        self._current.clear()
-        self._refs.clear()
+        self.numbering.release()
 
     # ----- the dispatch mode ---------------------------------------------------------------------
     def __torch_dispatch__(
@@ -295,57 +262,38 @@ class Recorder(TorchDispatchMode):
             ctx = self._forward_context()
         else:
             ctx = self._backward_context()
-        inputs = _tensors((args, kwargs))
-        schema = func._schema
-        bound = _bind(schema, args, kwargs)
-        mutated = [
-            t
-            for a in schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write
-            for t in _tensors(bound.get(a.name))
-        ]
-        in_keys = {self._key(t) for t in inputs}
-        reads = [v for v in (self.value_of(t) for t in inputs) if v is not None]
+        cuda = self.timing and any(t.is_cuda for t in tensors((args, kwargs)))
+        elapsed = 0.0
 
-        cuda = self.timing and any(t.is_cuda for t in inputs)
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = func(*args, **kwargs)
-        outputs = _tensors(out)
-        if cuda or (self.timing and any(t.is_cuda for t in outputs)):
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
+        def run(func: Any, args: Any, kwargs: Any) -> Any:
+            nonlocal elapsed
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = func(*args, **kwargs)
+            if cuda or (self.timing and any(t.is_cuda for t in tensors(out))):
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - t0
+            return out
 
+        index = len(self.trace.ops)
+        out, call = number_call(self.numbering, func, args, kwargs, run, index)
+        inputs, mutated, outputs, fresh = call.inputs, call.mutated, call.outputs, call.fresh
         if self.phase == 0:
             self._pending.extend((weakref.ref(t), ctx) for t in (*outputs, *mutated))
-        aten = func.overloadpacket.__name__
-        fresh = [t for t in outputs if self._key(t) not in in_keys]
         if not mutated and not fresh:
-            return out  # a view or alias: no kernel, no new value
+            return out  # a view or an alias: no kernel, no new value
         if self.watch_frees:
             for t in fresh:
                 self._watch(t)
-        if aten in NO_KERNEL:
-            # An allocation only: its storage gets a value nobody computed; the operator that
-            # first writes it becomes the producer.
-            for t in fresh:
-                k = self._key(t)
-                if k is not None:
-                    self._new_value(k, t, EXTERNAL)
-            return out
-        index = len(self.trace.ops)
-        writes: list[int] = []
-        written: set[int] = set()
-        for t in (*mutated, *fresh):
-            k = self._key(t)
-            if k is not None and k not in self._params and k not in written:
-                written.add(k)
-                writes.append(self._new_value(k, t, index))
+        if call.writes is None:
+            return out  # a bare allocation
+        aten = func.overloadpacket.__name__
+        bound, reads, writes = call.bound, call.reads, call.writes
         touched: dict[int, int] = {}
         for t in (*inputs, *outputs):
             k = self._key(t)
-            if k is not None and k not in self._params:
+            if k is not None and not self.numbering.is_param(k):
                 touched[k] = int(t.untyped_storage().nbytes())
         # Bytes moved: every input read once, every written tensor (fresh or in place) once more.
         moved = sum(_extent_bytes(t) for t in _unique(inputs))
@@ -384,12 +332,6 @@ def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
             seen.add(id(t))
             out.append(t)
     return out
-
-
-def _bind(schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    bound = {a.name: v for a, v in zip(schema.arguments, args, strict=False)}
-    bound.update(kwargs)
-    return bound
 
 
 def _shape(x: Any) -> tuple[int, ...] | None:

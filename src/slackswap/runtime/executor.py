@@ -100,7 +100,7 @@ class PlanExecutor(Recorder):
             quiet=self.quiet,
         )
         self.rebuilder = Rebuilder(
-            self,
+            self.numbering,
             instance,
             self.entries,
             self._entry_of_value,
@@ -236,7 +236,7 @@ class PlanExecutor(Recorder):
         if len(self.trace.ops) > index:
             self._check_op(index)
             if forward:
-                self.rebuilder.remember(index, func, before, out)
+                self.rebuilder.remember(index, func, before, out, self.trace.ops[index].writes)
         elif forward and len(self.trace.values) > n_values:
             self.rebuilder.note_allocations(out, n_values)
         return out
@@ -278,8 +278,8 @@ class PlanExecutor(Recorder):
     def _pack(self, t: torch.Tensor) -> Any:
         if self._internal:
             return t
-        k = self._key(t)
-        if k is None or k in self._params:
+        k = self.numbering.key(t)
+        if k is None or self.numbering.is_param(k):
             return t
         v = self.value_of(t)
         i = self._entry_of_value.get(v) if v is not None else None
@@ -317,7 +317,7 @@ class PlanExecutor(Recorder):
         held = []
         for i, k in self._origin.items():
             e = self.entries[i]
-            ref = self._refs.get(k)
+            ref = self.numbering.ref(k)
             if ref is None or ref.expired() or k in self._unplanned_keys:
                 continue
             if e.device is not None and storage_key(StorageWeakRef(e.device)) == k:

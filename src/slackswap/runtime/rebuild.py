@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from slackswap.plan import KEEP
 from slackswap.problem import Instance
-from slackswap.profiling.recorder import Recorder, _bind
 from slackswap.profiling.torchapi import (
     below_autograd,
     disable_current_modes,
@@ -33,9 +32,22 @@ from slackswap.profiling.torchapi import (
     tree_unflatten,
 )
 from slackswap.profiling.trace import EXTERNAL
+from slackswap.profiling.values import bind
 from slackswap.runtime.entry import Entry
 
-__all__ = ["Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
+__all__ = ["Numbering", "Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
+
+
+class Numbering(Protocol):
+    """The step's numbering of storages and values, as a `Rebuilder` reads it
+    (`slackswap.profiling.values.ValueNumbering` is one)."""
+
+    def key(self, t: torch.Tensor) -> int | None: ...
+    def is_param(self, k: int | None) -> bool: ...
+    def value_of(self, t: torch.Tensor) -> int | None: ...
+    def current(self, k: int | None) -> int | None: ...
+    def producer(self, v: int) -> int: ...
+    def storage(self, v: int) -> int: ...
 
 
 def tensors_of(obj: Any) -> list[torch.Tensor]:
@@ -104,14 +116,14 @@ class _OpRecord:
 class Rebuilder:
     """Records the step's forward operators and rebuilds recomputed saved tensors from them.
 
-    ``recorder``: the executor, whose numbering of storages and values the records use.
+    ``numbering``: the step's numbering of storages and values, which the records use.
     ``materialise``: the device storage of a saved tensor, fetched back or rebuilt when not
     resident. ``quiet``: a context in which the executor lets operators through unnumbered.
     """
 
     def __init__(
         self,
-        recorder: Recorder,
+        numbering: Numbering,
         instance: Instance,
         entries: list[Entry],
         entry_of_value: dict[int, int],
@@ -119,7 +131,7 @@ class Rebuilder:
         materialise: Callable[[Entry], Any],
         quiet: Callable[[], AbstractContextManager[None]],
     ):
-        self.recorder = recorder
+        self.numbering = numbering
         self.instance = instance
         self.entries = entries
         self.entry_of_value = entry_of_value
@@ -147,20 +159,20 @@ class Rebuilder:
     def _template(self, func: Any, args: Any, kwargs: Any) -> Any:
         """The call's flattened arguments with every tensor replaced by what a rebuild needs to
         find it again, and the flat positions of the arguments the operator writes."""
-        rec = self.recorder
-        bound = _bind(func._schema, args, kwargs)
+        rec = self.numbering
+        bound = bind(func._schema, args, kwargs)
         written = {id(t) for t in written_arguments(func._schema, bound)}
         flat, spec = tree_flatten((args, kwargs))
         mutated = frozenset(i for i, x in enumerate(flat) if id(x) in written)
         out: list[Any] = []
         for x in flat:
             if isinstance(x, torch.Tensor):
-                k = rec._key(x)
-                if k is None or k in rec._params:
+                k = rec.key(x)
+                if k is None or rec.is_param(k):
                     out.append(x)  # parameters and buffers: alive for the whole step
                     continue
                 v = rec.value_of(x)
-                if v is not None and rec.trace.values[v].producer == EXTERNAL:
+                if v is not None and rec.producer(v) == EXTERNAL:
                     if v not in self._allocs:
                         self._externals.setdefault(v, x)  # a model input
                 out.append(_Ref(v, x) if v is not None else x)
@@ -168,24 +180,26 @@ class Rebuilder:
                 out.append(x)
         return spec, out, mutated
 
-    def remember(self, index: int, func: Any, before: tuple[Any, Any, bool], out: Any) -> None:
+    def remember(
+        self, index: int, func: Any, before: tuple[Any, Any, bool], out: Any, written: list[int]
+    ) -> None:
         """Keep forward operator ``index``'s call (``before``, from `before_call`) and where
-        each value it wrote is found in its outputs or mutated arguments."""
-        rec = self.recorder
+        each value it wrote (``written``) is found in its outputs or mutated arguments."""
+        rec = self.numbering
         (spec, flat, mutated_set), rng, grad = before
         outs = tensors_of(out)
         mutated = [i for i in sorted(mutated_set) if isinstance(flat[i], _Ref)]
         writes: dict[int, Any] = {}
-        for v in rec.trace.ops[index].writes:
-            key = rec.trace.values[v].storage
+        for v in written:
+            key = rec.storage(v)
             where: Any = None
             for k, t in enumerate(outs):
-                if rec._key(t) == key:
+                if rec.key(t) == key:
                     where = ("out", k)
                     break
             else:
                 for i in mutated:
-                    if rec.trace.values[flat[i].value].storage == key:
+                    if rec.storage(flat[i].value) == key:
                         where = ("arg", i)
                         break
             writes[v] = where
@@ -194,10 +208,9 @@ class Rebuilder:
     def note_allocations(self, out: Any, first_new_value: int) -> None:
         """A forward call the profile does not number as an operator made new values (a bare
         allocation, values from ``first_new_value`` on): a rebuild makes a fresh buffer."""
-        rec = self.recorder
+        rec = self.numbering
         for t in tensors_of(out):
-            k = rec._key(t)
-            v = rec._current.get(k) if k is not None else None
+            v = rec.current(rec.key(t))
             if v is not None and v >= first_new_value:
                 self._allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
 
@@ -231,7 +244,7 @@ class Rebuilder:
             v = stack.pop()
             if (v != value and self._is_input(v)) or v in self._externals or v in self._allocs:
                 continue
-            p = self.recorder.trace.values[v].producer
+            p = self.numbering.producer(v)
             rec = self._records.get(p) if p != EXTERNAL else None
             if rec is None or p in ops:
                 continue
@@ -268,7 +281,7 @@ class Rebuilder:
             storage = torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
             cache[value] = storage
             return storage
-        p = self.recorder.trace.values[value].producer
+        p = self.numbering.producer(value)
         rec = self._records.get(p) if p != EXTERNAL else None
         if rec is None:
             raise RuntimeError(f"value {value} cannot be rebuilt (no recorded producer)")

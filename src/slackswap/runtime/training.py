@@ -128,10 +128,29 @@ class _Replay:
 
 
 class _TraceOf:
-    """The first step's numbering, as a `Rebuilder` reads it (``recorder.trace``)."""
+    """The first step's numbering of values, as a fast step's `Rebuilder` reads it (it
+    replays recorded operators, records none)."""
 
     def __init__(self, trace: Any):
         self.trace = trace
+
+    def producer(self, v: int) -> int:
+        return int(self.trace.values[v].producer)
+
+    def storage(self, v: int) -> int:
+        return int(self.trace.values[v].storage)
+
+    def key(self, t: torch.Tensor) -> int | None:
+        raise RuntimeError("a fast step's rebuilder records no operator")
+
+    def is_param(self, k: int | None) -> bool:
+        raise RuntimeError("a fast step's rebuilder records no operator")
+
+    def value_of(self, t: torch.Tensor) -> int | None:
+        raise RuntimeError("a fast step's rebuilder records no operator")
+
+    def current(self, k: int | None) -> int | None:
+        raise RuntimeError("a fast step's rebuilder records no operator")
 
 
 class PlannedStep:
@@ -620,7 +639,7 @@ class _FastStep:
         rp = learned.replay
         if rp is not None:
             self.rebuilder = Rebuilder(
-                rp.trace,  # only its trace is read by a rebuild
+                rp.trace,
                 self.inst,
                 self.entries,
                 rp.entry_of_value,
