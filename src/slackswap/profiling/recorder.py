@@ -34,18 +34,16 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
+from slackswap.profiling.context import ModuleContext
 from slackswap.profiling.costs import op_kind
 from slackswap.profiling.torchapi import (
     TorchDispatchMode,
     current_node_key,
     disable_current_modes,
-    node_key,
     storage_use_count,
 )
 from slackswap.profiling.trace import OpRecord, Trace
 from slackswap.profiling.values import ValueNumbering, number_call, tensors
-
-_Context = tuple[str, int, bool]  # module path, last block entered, inside it
 
 
 class _Handle:
@@ -78,32 +76,22 @@ class Recorder(TorchDispatchMode):
         #: Note when each storage an operator allocates is freed (`Trace.freed_after`).
         self.watch_frees = True
         self._watched: set[int] = set()
-        self._module_stack: list[str] = []
-        self._block = -1
-        self._in_block = False
-        self._model_done = False
-        # node sequence nr -> (module, block, in_block) of the forward operator that made it
-        self._fwd_context: dict[int, _Context] = {}
-        self._pending: list[tuple[weakref.ref[torch.Tensor], _Context]] = []
-        self._last_bwd_context: _Context | None = None
-        self._hooks: list[Any] = []
-        self._block_ids: set[int] = set()
+        #: Where the step is (module, block); numbers block inputs and outputs.
+        self.context = ModuleContext(
+            self.numbering,
+            on_block_input=lambda v, b: self.trace.block_inputs.setdefault(v, b),
+            on_block_output=self.trace.block_outputs.__setitem__,
+        )
+        self.trace.block_modules = self.context.block_modules
         self.attach(model, blocks)
 
     def attach(self, model: torch.nn.Module, blocks: list[torch.nn.Module]) -> None:
         """Note ``model``'s parameters and buffers (not activations) and hook its modules."""
         self.trace.param_bytes += self.numbering.add_params((*model.parameters(), *model.buffers()))
-        self._block_ids = {id(m) for m in blocks}
         for p in model.parameters():
             if p.requires_grad:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_accumulated))
-        names = {id(m): n for n, m in model.named_modules()}
-        for m in model.modules():
-            name = names[id(m)]
-            self._hooks.append(m.register_forward_pre_hook(self._pre_hook(name, m)))
-            self._hooks.append(
-                m.register_forward_hook(self._post_hook(name, m, m is model), always_call=True)
-            )
+                self.context.add_hook(p.register_post_accumulate_grad_hook(self._grad_accumulated))
+        self.context.attach(model, blocks)
 
     # ----- storages and values -------------------------------------------------------------------
     def _key(self, t: torch.Tensor) -> int | None:
@@ -113,37 +101,7 @@ class Recorder(TorchDispatchMode):
         """The current value of ``t``'s storage (`ValueNumbering.value_of`)."""
         return self.numbering.value_of(t)
 
-    # ----- module hooks --------------------------------------------------------------------------
-    def _pre_hook(self, name: str, module: torch.nn.Module):  # type: ignore[no-untyped-def]
-        def hook(mod: torch.nn.Module, args: Any) -> None:
-            self._module_stack.append(name)
-            if id(module) in self._block_ids and not self._in_block:
-                self._block = self.trace.n_blocks
-                self._in_block = True
-                self.trace.block_modules.append(name)
-                for t in tensors(args):
-                    v = self.value_of(t)
-                    if v is not None:
-                        self.trace.block_inputs.setdefault(v, self._block)
-
-        return hook
-
-    def _post_hook(self, name: str, module: torch.nn.Module, root: bool):  # type: ignore[no-untyped-def]
-        def hook(mod: torch.nn.Module, args: Any, output: Any) -> None:
-            if self._module_stack and self._module_stack[-1] == name:
-                self._module_stack.pop()
-            if id(module) in self._block_ids and self._in_block and self._block >= 0:
-                if self.trace.block_modules[self._block] == name:
-                    for t in tensors(output):
-                        v = self.value_of(t)
-                        if v is not None:
-                            self.trace.block_outputs[v] = self._block
-                    self._in_block = False
-            if root:
-                self._model_done = True
-
-        return hook
-
+    # ----- hooks -------------------------------------------------------------------------------
     def _grad_accumulated(self, p: torch.Tensor) -> None:
         """A parameter's gradient reached ``.grad``: its buffer was in use until now (the
         autograd node that made it may run further operators first)."""
@@ -152,37 +110,11 @@ class Recorder(TorchDispatchMode):
             self.trace.grad_accumulated[k] = len(self.trace.ops) - 1
 
     def remove_hooks(self) -> None:
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
-
-    def _forward_context(self) -> _Context:
-        if self._module_stack:
-            module = self._module_stack[-1] or "model"
-        else:
-            module = "loss" if self._model_done else "input"
-        return module, self._block, self._in_block
-
-    def _backward_context(self) -> _Context:
-        node = current_node_key()
-        ctx = None
-        if node >= 0:
-            ctx = self._fwd_context.get(node)
-        if ctx is None:
-            # Engine work outside any recorded node (the seed gradient, AccumulateGrad): it
-            # belongs with the operator that ran just before it.
-            ctx = self._last_bwd_context or ("loss", self._block, self._in_block)
-        self._last_bwd_context = ctx
-        return ctx
+        self.context.remove_hooks()
 
     def resolve_grad_fns(self) -> None:
         """Map the autograd nodes of the last forward outputs to their forward context."""
-        for ref, ctx in self._pending:
-            t = ref()
-            fn = None if t is None else t.grad_fn
-            if fn is not None:
-                self._fwd_context.setdefault(node_key(fn), ctx)
-        self._pending.clear()
+        self.context.resolve_grad_fns()
 
     def start_backward(self) -> None:
         self.resolve_grad_fns()
@@ -243,7 +175,7 @@ class Recorder(TorchDispatchMode):
         self.watch_frees = False  # what the end of the step frees is not the step's doing
         self._saved_tensors.clear()
         self._aliases.clear()
-        self._pending.clear()
+        self.context.release()
         self.numbering.release()
 
     # ----- the dispatch mode ---------------------------------------------------------------------
@@ -259,9 +191,9 @@ class Recorder(TorchDispatchMode):
             self.resolve_grad_fns()
             if self._aliases:
                 self._note_released()
-            ctx = self._forward_context()
+            ctx = self.context.forward_context()
         else:
-            ctx = self._backward_context()
+            ctx = self.context.backward_context()
         cuda = self.timing and any(t.is_cuda for t in tensors((args, kwargs)))
         elapsed = 0.0
 
@@ -280,7 +212,7 @@ class Recorder(TorchDispatchMode):
         out, call = number_call(self.numbering, func, args, kwargs, run, index)
         inputs, mutated, outputs, fresh = call.inputs, call.mutated, call.outputs, call.fresh
         if self.phase == 0:
-            self._pending.extend((weakref.ref(t), ctx) for t in (*outputs, *mutated))
+            self.context.note_outputs((*outputs, *mutated), ctx)
         if not mutated and not fresh:
             return out  # a view or an alias: no kernel, no new value
         if self.watch_frees:
