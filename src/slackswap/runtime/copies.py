@@ -30,7 +30,7 @@ import torch
 from slackswap.plan import RECOMP, SWAP
 from slackswap.problem import Instance
 from slackswap.profiling.torchapi import disable_current_modes
-from slackswap.runtime.entry import Entry
+from slackswap.runtime.entry import Entry, EntryState
 from slackswap.runtime.schedule import base_resident, rebuild_points
 
 __all__ = ["CopyEngine"]
@@ -294,5 +294,5 @@ class CopyEngine:
             self._admitted_bytes -= e.nbytes
             e.admitted = False
         e.host = e.event = None
-        e.released = True
+        e.to(EntryState.RELEASED)
         self._drop_released(e)

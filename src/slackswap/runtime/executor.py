@@ -35,7 +35,7 @@ from slackswap.profiling.torchapi import StorageWeakRef, TorchDispatchMode, stor
 from slackswap.profiling.trace import EXTERNAL, Value
 from slackswap.profiling.values import ValueNumbering, number_call
 from slackswap.runtime.copies import CopyEngine
-from slackswap.runtime.entry import Entry, Handle
+from slackswap.runtime.entry import Entry, EntryState, Handle
 from slackswap.runtime.rebuild import Rebuilder, view
 
 
@@ -350,7 +350,7 @@ class PlanExecutor(TorchDispatchMode):
         e = self.entries[i]
         if not e.packed:
             self._check_tensor(i, v, t)  # type: ignore[arg-type]
-            e.packed = True
+            e.to(EntryState.SAVED)
             e.device = t.untyped_storage()
             if e.action != KEEP:
                 self._origin[i] = k

@@ -40,7 +40,7 @@ from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.problem import Instance, UserError
 from slackswap.profiling.torchapi import disable_current_modes
 from slackswap.runtime import RunStats, apply, check_plan
-from slackswap.runtime.entry import Entry, Handle
+from slackswap.runtime.entry import Entry, EntryState, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError
 from slackswap.runtime.policy import RuntimePolicy, runtime_policy
 from slackswap.runtime.rebuild import Rebuilder, _rng_state, tensors_of, view
@@ -789,7 +789,7 @@ class _FastStep:
                 e.device = t.untyped_storage()  # a rebuild reads it: held until then
             return t
         if not e.packed:
-            e.packed = True
+            e.to(EntryState.SAVED)
             if action == SWAP:
                 self._offload(e, t)  # a rebuild that reads it fetches it back, as autograd does
             else:
@@ -953,7 +953,7 @@ class _FastStep:
             # read) and counts as released only once that rebuild is done.
             self._finished.add(e.index)
             return
-        e.released = True
+        e.to(EntryState.RELEASED)
         e.host = e.device = e.event = None
 
 
