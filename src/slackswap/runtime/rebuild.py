@@ -112,6 +112,10 @@ class _OpRecord:
         self.grad = grad
         self.writes = writes
 
+    def with_rng(self, rng: Any) -> _OpRecord:
+        """The same call, replayed from RNG state ``rng`` (`_rng_state`)."""
+        return _OpRecord(self.func, self.args, self.mutated, rng, self.grad, self.writes)
+
 
 class Rebuilder:
     """Records the step's forward operators and rebuilds recomputed saved tensors from them.
@@ -138,14 +142,17 @@ class Rebuilder:
         self.materialise = materialise
         self.quiet = quiet
         self.rebuilds = 0
-        self._records: dict[int, _OpRecord] = {}
-        self._externals: dict[int, torch.Tensor] = {}  # model inputs, by value
-        self._allocs: dict[int, tuple[int, torch.device]] = {}  # value -> (bytes, device)
+        #: Forward operator index -> its recorded call (`before_call`, `remember`).
+        self.records: dict[int, _OpRecord] = {}
+        #: Model inputs, by value: taken as they are by a rebuild.
+        self.externals: dict[int, torch.Tensor] = {}
+        #: Values of bare allocations -> (bytes, device): a rebuild makes a fresh buffer.
+        self.allocs: dict[int, tuple[int, torch.device]] = {}
 
     def clear(self) -> None:
         """Drop every reference to the step's tensors."""
-        self._records.clear()
-        self._externals.clear()
+        self.records.clear()
+        self.externals.clear()
 
     # ----- recording ---------------------------------------------------------------------------
     def before_call(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any, bool]:
@@ -173,8 +180,8 @@ class Rebuilder:
                     continue
                 v = rec.value_of(x)
                 if v is not None and rec.producer(v) == EXTERNAL:
-                    if v not in self._allocs:
-                        self._externals.setdefault(v, x)  # a model input
+                    if v not in self.allocs:
+                        self.externals.setdefault(v, x)  # a model input
                 out.append(_Ref(v, x) if v is not None else x)
             else:
                 out.append(x)
@@ -203,7 +210,7 @@ class Rebuilder:
                         where = ("arg", i)
                         break
             writes[v] = where
-        self._records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, grad, writes)
+        self.records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, grad, writes)
 
     def note_allocations(self, out: Any, first_new_value: int) -> None:
         """A forward call the profile does not number as an operator made new values (a bare
@@ -212,7 +219,7 @@ class Rebuilder:
         for t in tensors_of(out):
             v = rec.current(rec.key(t))
             if v is not None and v >= first_new_value:
-                self._allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
+                self.allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
 
     # ----- rebuilding --------------------------------------------------------------------------
     def rebuild(self, e: Entry) -> None:
@@ -242,10 +249,10 @@ class Rebuilder:
         stack = [value]
         while stack:
             v = stack.pop()
-            if (v != value and self._is_input(v)) or v in self._externals or v in self._allocs:
+            if (v != value and self._is_input(v)) or v in self.externals or v in self.allocs:
                 continue
             p = self.numbering.producer(v)
-            rec = self._records.get(p) if p != EXTERNAL else None
+            rec = self.records.get(p) if p != EXTERNAL else None
             if rec is None or p in ops:
                 continue
             ops.add(p)
@@ -274,15 +281,15 @@ class Rebuilder:
     def _compute(self, value: int, cache: dict[int, Any]) -> Any:
         if value in cache:
             return cache[value]
-        if value in self._externals:
-            return self._externals[value].untyped_storage()
-        if value in self._allocs:
-            nbytes, device = self._allocs[value]
+        if value in self.externals:
+            return self.externals[value].untyped_storage()
+        if value in self.allocs:
+            nbytes, device = self.allocs[value]
             storage = torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
             cache[value] = storage
             return storage
         p = self.numbering.producer(value)
-        rec = self._records.get(p) if p != EXTERNAL else None
+        rec = self.records.get(p) if p != EXTERNAL else None
         if rec is None:
             raise RuntimeError(f"value {value} cannot be rebuilt (no recorded producer)")
         self._run_recorded(rec, cache)

@@ -374,8 +374,8 @@ class _LearningExecutor(PlanExecutor):
         # The operator records outlive the step (a fast step replays them); the tensors go.
         if self.learned is not None:
             rb = self.rebuilder
-            self.kept = (self.trace, dict(rb._records), dict(rb._allocs),
-                         dict(self._entry_of_value), dict(rb._externals),
+            self.kept = (self.trace, dict(rb.records), dict(rb.allocs),
+                         dict(self._entry_of_value), dict(rb.externals),
                          set(self.rng_free), dict(self.rng_at))  # fmt: skip
         super().close()
 
@@ -646,8 +646,8 @@ class _FastStep:
                 materialise=self._materialise,
                 quiet=nullcontext,
             )
-            self.rebuilder._records = dict(rp.records)  # random ones get today's RNG state
-            self.rebuilder._allocs = rp.allocs
+            self.rebuilder.records = dict(rp.records)  # random ones get today's RNG state
+            self.rebuilder.allocs = rp.allocs
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
     @contextmanager
@@ -712,9 +712,7 @@ class _FastStep:
                 counts[path] = k + 1
                 for p in wanted.get((path, k), ()):
                     old = rp.records[p]
-                    rb._records[p] = type(old)(old.func, old.args, old.mutated,
-                                               _rng_state(devices), old.grad,
-                                               old.writes)  # fmt: skip
+                    rb.records[p] = old.with_rng(_rng_state(devices))
 
             handles.append(mod.register_forward_pre_hook(pre))
         try:
@@ -727,7 +725,7 @@ class _FastStep:
         for e in self.entries:
             e.device = e.host = e.event = None
         if self.rebuilder is not None:
-            self.rebuilder._externals = {}
+            self.rebuilder.externals = {}
 
     # ----- shapes -----------------------------------------------------------------------------
     def _check_inputs(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -735,7 +733,7 @@ class _FastStep:
             return
         if self.rebuilder is not None and self.learned.replay is not None:
             flat = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
-            self.rebuilder._externals = {
+            self.rebuilder.externals = {
                 v: flat[k] for v, k in self.learned.replay.externals.items() if k < len(flat)
             }
         want = self.learned.inputs
