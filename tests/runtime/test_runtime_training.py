@@ -123,7 +123,10 @@ FAST = {
 }
 
 
-@pytest.mark.parametrize(("name", "plan_kind"), [(n, k) for n in MODELS for k in PLANS])
+@pytest.mark.parametrize(
+    ("name", "plan_kind"),
+    [(n, k) for n in MODELS for k in PLANS],
+)
 def test_planned_training_is_bitwise_identical(name: str, plan_kind: str) -> None:
     m = _model(name)
     plan, budget = m.plan(plan_kind)

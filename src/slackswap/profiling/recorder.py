@@ -13,14 +13,14 @@ How each piece is observed:
   data), so storage addresses stay unique for the whole trace.
 - Release: the pack hook keeps a detached alias of each saved tensor, not the tensor itself,
   so before each forward operator the storages whose only remaining references are those
-  aliases (``torch._C._storage_Use_Count``) are known to have been dropped by the step (a
+  aliases (`torchapi.storage_use_count`) are known to have been dropped by the step (a
   Python local such as ``q`` in an attention block keeps its buffer until the function
   returns, after its last reader): `Trace.released_after`.
 - Frees: a ``weakref.finalize`` on each storage an operator allocates notes the operator after
   which it was freed (`Trace.freed_after`): an unsaved buffer a Python local holds lives past
   its last reader too.
 - Context: module forward hooks give the module path and the block; in backward, the autograd
-  node being run (``torch._C._current_autograd_node``) is mapped back to the forward context that
+  node being run (`torchapi.current_node_key`) is mapped back to the forward context that
   created it, through its sequence number.
 """
 
@@ -32,15 +32,18 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import flop_counter
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten
 
-from slackswap.profiling.costs import NO_KERNEL, op_kind
-from slackswap.profiling.trace import EXTERNAL, OpRecord, Trace, Value
-
-_Context = tuple[str, int, bool]  # module path, last block entered, inside it
+from slackswap.profiling.context import ModuleContext
+from slackswap.profiling.costs import op_kind
+from slackswap.profiling.torchapi import (
+    TorchDispatchMode,
+    current_node_key,
+    disable_current_modes,
+    storage_use_count,
+)
+from slackswap.profiling.trace import OpRecord, Trace
+from slackswap.profiling.values import ValueNumbering, number_call, tensors
 
 
 class _Handle:
@@ -50,10 +53,6 @@ class _Handle:
 
     def __init__(self, index: int):
         self.index = index
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
 
 
 def _extent_bytes(t: torch.Tensor) -> int:
@@ -68,108 +67,41 @@ class Recorder(TorchDispatchMode):
         self.trace = Trace()
         self.phase = 0
         self.timing = timing
-        self._refs: dict[int, StorageWeakRef] = {}
-        self._current: dict[int, int] = {}  # storage key -> current value id
-        self._params: set[int] = set()
+        #: Storages and their values (the trace's ``values`` and ``preexisting``).
+        self.numbering = ValueNumbering()
+        self.trace.values = self.numbering.values
+        self.trace.preexisting = self.numbering.preexisting
         self._saved_tensors: list[torch.Tensor] = []  # detached aliases, held until the end
         self._aliases: dict[int, int] = {}  # storage key -> aliases held, until released
         #: Note when each storage an operator allocates is freed (`Trace.freed_after`).
         self.watch_frees = True
         self._watched: set[int] = set()
-        self._module_stack: list[str] = []
-        self._block = -1
-        self._in_block = False
-        self._model_done = False
-        # node sequence nr -> (module, block, in_block) of the forward operator that made it
-        self._fwd_context: dict[int, _Context] = {}
-        self._pending: list[tuple[weakref.ref[torch.Tensor], _Context]] = []
-        self._last_bwd_context: _Context | None = None
-        self._hooks: list[Any] = []
-        self._block_ids: set[int] = set()
+        #: Where the step is (module, block); numbers block inputs and outputs.
+        self.context = ModuleContext(
+            self.numbering,
+            on_block_input=lambda v, b: self.trace.block_inputs.setdefault(v, b),
+            on_block_output=self.trace.block_outputs.__setitem__,
+        )
+        self.trace.block_modules = self.context.block_modules
         self.attach(model, blocks)
 
     def attach(self, model: torch.nn.Module, blocks: list[torch.nn.Module]) -> None:
         """Note ``model``'s parameters and buffers (not activations) and hook its modules."""
-        for p in (*model.parameters(), *model.buffers()):
-            k = self._key(p)
-            if k is not None and k not in self._params:
-                self._params.add(k)
-                self.trace.param_bytes += p.untyped_storage().nbytes()
-        self._block_ids = {id(m) for m in blocks}
+        self.trace.param_bytes += self.numbering.add_params((*model.parameters(), *model.buffers()))
         for p in model.parameters():
             if p.requires_grad:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_accumulated))
-        names = {id(m): n for n, m in model.named_modules()}
-        for m in model.modules():
-            name = names[id(m)]
-            self._hooks.append(m.register_forward_pre_hook(self._pre_hook(name, m)))
-            self._hooks.append(
-                m.register_forward_hook(self._post_hook(name, m, m is model), always_call=True)
-            )
+                self.context.add_hook(p.register_post_accumulate_grad_hook(self._grad_accumulated))
+        self.context.attach(model, blocks)
 
     # ----- storages and values -------------------------------------------------------------------
     def _key(self, t: torch.Tensor) -> int | None:
-        try:
-            s = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return None  # sparse, nested or other storage-less tensors
-        ref = StorageWeakRef(s)
-        k = int(ref.cdata)
-        if k not in self._refs:
-            self._refs[k] = ref
-        return k
-
-    def _new_value(self, key: int, t: torch.Tensor, producer: int) -> int:
-        vid = len(self.trace.values)
-        nbytes = int(t.untyped_storage().nbytes())
-        dtype = str(t.dtype).replace("torch.", "")
-        self.trace.values.append(Value(key, nbytes, producer, dtype, tuple(t.shape)))
-        self._current[key] = vid
-        return vid
+        return self.numbering.key(t)
 
     def value_of(self, t: torch.Tensor) -> int | None:
-        """The current value of ``t``'s storage (created as external if never seen); None for
-        parameters, buffers and storage-less tensors."""
-        k = self._key(t)
-        if k is None or k in self._params:
-            return None
-        vid = self._current.get(k)
-        if vid is None:
-            vid = self._new_value(k, t, EXTERNAL)
-            self.trace.preexisting.add(k)  # no operator of the step allocated it
-        return vid
+        """The current value of ``t``'s storage (`ValueNumbering.value_of`)."""
+        return self.numbering.value_of(t)
 
-    # ----- module hooks --------------------------------------------------------------------------
-    def _pre_hook(self, name: str, module: torch.nn.Module):  # type: ignore[no-untyped-def]
-        def hook(mod: torch.nn.Module, args: Any) -> None:
-            self._module_stack.append(name)
-            if id(module) in self._block_ids and not self._in_block:
-                self._block = self.trace.n_blocks
-                self._in_block = True
-                self.trace.block_modules.append(name)
-                for t in _tensors(args):
-                    v = self.value_of(t)
-                    if v is not None:
-                        self.trace.block_inputs.setdefault(v, self._block)
-
-        return hook
-
-    def _post_hook(self, name: str, module: torch.nn.Module, root: bool):  # type: ignore[no-untyped-def]
-        def hook(mod: torch.nn.Module, args: Any, output: Any) -> None:
-            if self._module_stack and self._module_stack[-1] == name:
-                self._module_stack.pop()
-            if id(module) in self._block_ids and self._in_block and self._block >= 0:
-                if self.trace.block_modules[self._block] == name:
-                    for t in _tensors(output):
-                        v = self.value_of(t)
-                        if v is not None:
-                            self.trace.block_outputs[v] = self._block
-                    self._in_block = False
-            if root:
-                self._model_done = True
-
-        return hook
-
+    # ----- hooks -------------------------------------------------------------------------------
     def _grad_accumulated(self, p: torch.Tensor) -> None:
         """A parameter's gradient reached ``.grad``: its buffer was in use until now (the
         autograd node that made it may run further operators first)."""
@@ -178,37 +110,11 @@ class Recorder(TorchDispatchMode):
             self.trace.grad_accumulated[k] = len(self.trace.ops) - 1
 
     def remove_hooks(self) -> None:
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
-
-    def _forward_context(self) -> _Context:
-        if self._module_stack:
-            module = self._module_stack[-1] or "model"
-        else:
-            module = "loss" if self._model_done else "input"
-        return module, self._block, self._in_block
-
-    def _backward_context(self) -> _Context:
-        node = torch._C._current_autograd_node()
-        ctx = None
-        if node is not None:
-            ctx = self._fwd_context.get(int(node._sequence_nr()))
-        if ctx is None:
-            # Engine work outside any recorded node (the seed gradient, AccumulateGrad): it
-            # belongs with the operator that ran just before it.
-            ctx = self._last_bwd_context or ("loss", self._block, self._in_block)
-        self._last_bwd_context = ctx
-        return ctx
+        self.context.remove_hooks()
 
     def resolve_grad_fns(self) -> None:
         """Map the autograd nodes of the last forward outputs to their forward context."""
-        for ref, ctx in self._pending:
-            t = ref()
-            fn = None if t is None else t.grad_fn
-            if fn is not None:
-                self._fwd_context.setdefault(int(fn._sequence_nr()), ctx)
-        self._pending.clear()
+        self.context.resolve_grad_fns()
 
     def start_backward(self) -> None:
         self.resolve_grad_fns()
@@ -226,7 +132,7 @@ class Recorder(TorchDispatchMode):
         if v is None:
             return t  # parameters and buffers are not activations
         self.trace.saved.append(v)
-        with _disable_current_modes():
+        with disable_current_modes():
             alias = t.detach()  # a tensor of our own: the step's references to t stay countable
         self._saved_tensors.append(alias)
         k = self._key(t)
@@ -251,7 +157,8 @@ class Recorder(TorchDispatchMode):
         after = len(self.trace.ops) - 1
         for k, n in list(self._aliases.items()):
             # +1: the storage's Python object, which PyTorch keeps while the storage lives.
-            if torch._C._storage_Use_Count(self._refs[k].cdata) <= n + 1:
+            ref = self.numbering.ref(k)
+            if ref is not None and storage_use_count(ref) <= n + 1:
                 self.trace.released_after[k] = after
                 del self._aliases[k]
 
@@ -268,9 +175,8 @@ class Recorder(TorchDispatchMode):
         self.watch_frees = False  # what the end of the step frees is not the step's doing
         self._saved_tensors.clear()
         self._aliases.clear()
-        self._pending.clear()
-        self._current.clear()
-        self._refs.clear()
+        self.context.release()
+        self.numbering.release()
 
     # ----- the dispatch mode ---------------------------------------------------------------------
     def __torch_dispatch__(
@@ -285,60 +191,41 @@ class Recorder(TorchDispatchMode):
             self.resolve_grad_fns()
             if self._aliases:
                 self._note_released()
-            ctx = self._forward_context()
+            ctx = self.context.forward_context()
         else:
-            ctx = self._backward_context()
-        inputs = _tensors((args, kwargs))
-        schema = func._schema
-        bound = _bind(schema, args, kwargs)
-        mutated = [
-            t
-            for a in schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write
-            for t in _tensors(bound.get(a.name))
-        ]
-        in_keys = {self._key(t) for t in inputs}
-        reads = [v for v in (self.value_of(t) for t in inputs) if v is not None]
+            ctx = self.context.backward_context()
+        cuda = self.timing and any(t.is_cuda for t in tensors((args, kwargs)))
+        elapsed = 0.0
 
-        cuda = self.timing and any(t.is_cuda for t in inputs)
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = func(*args, **kwargs)
-        outputs = _tensors(out)
-        if cuda or (self.timing and any(t.is_cuda for t in outputs)):
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
+        def run(func: Any, args: Any, kwargs: Any) -> Any:
+            nonlocal elapsed
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = func(*args, **kwargs)
+            if cuda or (self.timing and any(t.is_cuda for t in tensors(out))):
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - t0
+            return out
 
+        index = len(self.trace.ops)
+        out, call = number_call(self.numbering, func, args, kwargs, run, index)
+        inputs, mutated, outputs, fresh = call.inputs, call.mutated, call.outputs, call.fresh
         if self.phase == 0:
-            self._pending.extend((weakref.ref(t), ctx) for t in (*outputs, *mutated))
-        aten = func.overloadpacket.__name__
-        fresh = [t for t in outputs if self._key(t) not in in_keys]
+            self.context.note_outputs((*outputs, *mutated), ctx)
         if not mutated and not fresh:
-            return out  # a view or alias: no kernel, no new value
+            return out  # a view or an alias: no kernel, no new value
         if self.watch_frees:
             for t in fresh:
                 self._watch(t)
-        if aten in NO_KERNEL:
-            # An allocation only: its storage gets a value nobody computed; the operator that
-            # first writes it becomes the producer.
-            for t in fresh:
-                k = self._key(t)
-                if k is not None:
-                    self._new_value(k, t, EXTERNAL)
-            return out
-        index = len(self.trace.ops)
-        writes: list[int] = []
-        written: set[int] = set()
-        for t in (*mutated, *fresh):
-            k = self._key(t)
-            if k is not None and k not in self._params and k not in written:
-                written.add(k)
-                writes.append(self._new_value(k, t, index))
+        if call.writes is None:
+            return out  # a bare allocation
+        aten = func.overloadpacket.__name__
+        bound, reads, writes = call.bound, call.reads, call.writes
         touched: dict[int, int] = {}
         for t in (*inputs, *outputs):
             k = self._key(t)
-            if k is not None and k not in self._params:
+            if k is not None and not self.numbering.is_param(k):
                 touched[k] = int(t.untyped_storage().nbytes())
         # Bytes moved: every input read once, every written tensor (fresh or in place) once more.
         moved = sum(_extent_bytes(t) for t in _unique(inputs))
@@ -366,8 +253,7 @@ class Recorder(TorchDispatchMode):
 
 def _node_key() -> int:
     """The sequence number of the autograd node running now; -1 outside any node."""
-    node = torch._C._current_autograd_node()
-    return -1 if node is None else int(node._sequence_nr())
+    return current_node_key()
 
 
 def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -378,12 +264,6 @@ def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
             seen.add(id(t))
             out.append(t)
     return out
-
-
-def _bind(schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    bound = {a.name: v for a, v in zip(schema.arguments, args, strict=False)}
-    bound.update(kwargs)
-    return bound
 
 
 def _shape(x: Any) -> tuple[int, ...] | None:

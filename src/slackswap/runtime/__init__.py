@@ -28,8 +28,8 @@ with the simulator's barrier-free semantics (`slackswap.simulator`):
 
 PyTorch pieces used and why: ``torch.autograd.graph.saved_tensors_hooks`` (what
 ``save_on_cpu`` and torchtune's offloading use) to hand autograd a handle instead of each
-saved tensor and to learn the moment each one is needed again; a ``TorchDispatchMode`` (the
-profiler's `Recorder`, run again) to number operators and values exactly as the profile did,
+saved tensor and to learn the moment each one is needed again; a ``TorchDispatchMode`` (with
+the profiler's value numbering) to number operators and values exactly as the profile did,
 so each saved tensor is matched to the instance's by value, dtype, shape and producing
 operator, and to record each forward operator's call so a chain can be replayed per tensor
 (``torch.utils.checkpoint`` recomputes whole regions, not single tensors, so only its idea of

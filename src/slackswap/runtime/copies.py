@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
-from slackswap.runtime.entry import Entry
+from slackswap.profiling.torchapi import disable_current_modes
+from slackswap.runtime.entry import Entry, EntryState
 from slackswap.runtime.schedule import base_resident, rebuild_points
 
 __all__ = ["CopyEngine"]
@@ -115,7 +115,7 @@ class CopyEngine:
         and the step's last reference (its last forward reader) are done."""
         src = e.device
         self.swapped_bytes += e.nbytes
-        with _disable_current_modes():
+        with disable_current_modes():
             if src.device.type == "cuda":
                 host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
                 if self._copy_stream is not None:
@@ -294,5 +294,5 @@ class CopyEngine:
             self._admitted_bytes -= e.nbytes
             e.admitted = False
         e.host = e.event = None
-        e.released = True
+        e.to(EntryState.RELEASED)
         self._drop_released(e)

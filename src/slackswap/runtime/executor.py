@@ -1,8 +1,11 @@
 """`PlanExecutor`: keep, swap or recompute each saved tensor of one live step, as a plan says.
 
-Imported only by `slackswap.runtime.apply`, after torch has been found. The executor is the
-profiler's `Recorder` (a ``TorchDispatchMode``) run again, so every operator and value gets the
-number the profile gave it and the step is matched to the instance operator by operator and
+Imported only by `slackswap.runtime.apply`, after torch has been found. The executor is a
+``TorchDispatchMode`` that numbers the step with the profiler's own parts, by composition: the
+storages and values (`profiling.values.ValueNumbering` and its operator rule `number_call`) and
+where the step is (`profiling.context.ModuleContext`), not the profiler's timing, FLOPs or
+memory bookkeeping. So every operator and value gets the number the profile gave it and the
+step is matched to the instance operator by operator and
 each saved tensor by value, dtype, shape and producing operator (the first difference named in
 a `StepMismatchError`); ``saved_tensors_hooks`` (what ``save_on_cpu`` and torchtune's offloading
 use) hand autograd a `Handle` instead of each saved tensor and tell when it is needed again.
@@ -19,19 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.profiling.recorder import Recorder
-from slackswap.profiling.trace import EXTERNAL
+from slackswap.profiling.context import ModuleContext
+from slackswap.profiling.torchapi import StorageWeakRef, TorchDispatchMode, storage_key
+from slackswap.profiling.trace import EXTERNAL, Value
+from slackswap.profiling.values import ValueNumbering, number_call
 from slackswap.runtime.copies import CopyEngine
-from slackswap.runtime.entry import Entry, Handle
+from slackswap.runtime.entry import Entry, EntryState, Handle
 from slackswap.runtime.rebuild import Rebuilder, view
 
 
@@ -45,7 +50,29 @@ def _aten_of(op_name: str) -> tuple[int, str]:
     return phase, op_name.rsplit("/", 1)[-1].split("#", 1)[0]
 
 
-class PlanExecutor(Recorder):
+@dataclass
+class StepOp:
+    """One operator of the live step, numbered as the profile numbered it."""
+
+    aten: str
+    phase: int  # 0 forward, 1 backward
+    module: str  # module path of its forward context
+    writes: list[int] = field(default_factory=list)  # the values it wrote
+
+
+@dataclass
+class StepTrace:
+    """The live step's operators and values (`ValueNumbering.values`) so far."""
+
+    ops: list[StepOp] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+
+
+def _run(func: Any, args: Any, kwargs: Any) -> Any:
+    return func(*args, **kwargs)
+
+
+class PlanExecutor(TorchDispatchMode):
     """Runs one step under ``actions`` (tensor order) for ``instance``; see `slackswap.runtime`."""
 
     def __init__(
@@ -66,8 +93,12 @@ class PlanExecutor(Recorder):
                 f"instance {instance.name!r} has no runtime signature (meta.runtime_signature): "
                 "profile the step again with this version of slackswap"
             )
-        super().__init__(torch.nn.Module(), [], timing=False)
-        self.watch_frees = False  # the profile's bookkeeping, not needed to run a plan
+        super().__init__()
+        #: The profile's numbering of storages and values, rebuilt as the step runs.
+        self.numbering = ValueNumbering()
+        self.trace = StepTrace(values=self.numbering.values)
+        self.context = ModuleContext(self.numbering)
+        self.phase = 0
         self.instance = instance
         self.actions = actions
         self.budget_bytes = budget_bytes
@@ -101,7 +132,7 @@ class PlanExecutor(Recorder):
             quiet=self.quiet,
         )
         self.rebuilder = Rebuilder(
-            self,
+            self.numbering,
             instance,
             self.entries,
             self._entry_of_value,
@@ -138,7 +169,8 @@ class PlanExecutor(Recorder):
         """Take ``model`` as the step's model: its parameters and buffers are not activations,
         its blocks get the profiler's hooks (they take part in the numbering)."""
         self.model = model
-        self.attach(model, _block_modules(model, self.instance))
+        self.numbering.add_params((*model.parameters(), *model.buffers()))
+        self.context.attach(model, _block_modules(model, self.instance))
         self.copies.use_device(any(t.is_cuda for t in model.parameters()))
         if self.on_adopt is not None:
             self.on_adopt(model)
@@ -152,7 +184,7 @@ class PlanExecutor(Recorder):
     def installed(self) -> Iterator[PlanExecutor]:
         """Install the dispatch mode and the saved-tensor hooks; remove everything on exit."""
         with ExitStack() as stack:
-            stack.callback(self.remove_hooks)
+            stack.callback(self.context.remove_hooks)
             if self.model is None:
                 # The first module called inside the with block is the step's model.
                 self._global_hook = torch.nn.modules.module.register_module_forward_pre_hook(
@@ -198,7 +230,8 @@ class PlanExecutor(Recorder):
         for e in self.entries:
             e.device = e.host = e.event = None
         self.rebuilder.clear()
-        self.release()
+        self.context.release()
+        self.numbering.release()
 
     def current_op(self) -> int:
         """The instance index of the next operator the step runs."""
@@ -219,7 +252,8 @@ class PlanExecutor(Recorder):
         backward_starts = index == self.n_fwd and self.phase == 0
         self.copies.poll_offloads(backward_starts)
         if backward_starts:
-            self.start_backward()
+            self.context.resolve_grad_fns()
+            self.phase = 1
             self.held = self._held_outside()
         self.copies.let_go_due()
         # Copies start right before the next profiled operator itself (or its autograd node's
@@ -233,13 +267,32 @@ class PlanExecutor(Recorder):
         forward = self.phase == 0
         if forward:
             before = self.rebuilder.before_call(func, args, kwargs)
-        out = super().__torch_dispatch__(func, types, args, kwargs)
+        out = self._number(func, args, kwargs)
         if len(self.trace.ops) > index:
             self._check_op(index)
             if forward:
-                self.rebuilder.remember(index, func, before, out)
+                self.rebuilder.remember(index, func, before, out, self.trace.ops[index].writes)
         elif forward and len(self.trace.values) > n_values:
             self.rebuilder.note_allocations(out, n_values)
+        return out
+
+    def value_of(self, t: torch.Tensor) -> int | None:
+        """The current value of ``t``'s storage (`ValueNumbering.value_of`)."""
+        return self.numbering.value_of(t)
+
+    def _number(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run the call and number it as the profiler did (`number_call`)."""
+        if self.phase == 0:
+            self.context.resolve_grad_fns()
+            ctx = self.context.forward_context()
+        else:
+            ctx = self.context.backward_context()
+        out, call = number_call(self.numbering, func, args, kwargs, _run, len(self.trace.ops))
+        if self.phase == 0:
+            self.context.note_outputs((*call.outputs, *call.mutated), ctx)
+        if call.writes is not None:
+            aten = func.overloadpacket.__name__
+            self.trace.ops.append(StepOp(aten, self.phase, ctx[0], call.writes))
         return out
 
     def _check_op(self, index: int) -> None:
@@ -279,8 +332,8 @@ class PlanExecutor(Recorder):
     def _pack(self, t: torch.Tensor) -> Any:
         if self._internal:
             return t
-        k = self._key(t)
-        if k is None or k in self._params:
+        k = self.numbering.key(t)
+        if k is None or self.numbering.is_param(k):
             return t
         v = self.value_of(t)
         i = self._entry_of_value.get(v) if v is not None else None
@@ -298,7 +351,7 @@ class PlanExecutor(Recorder):
         e = self.entries[i]
         if not e.packed:
             self._check_tensor(i, v, t)  # type: ignore[arg-type]
-            e.packed = True
+            e.to(EntryState.SAVED)
             e.device = t.untyped_storage()
             if e.action != KEEP:
                 self._origin[i] = k
@@ -318,10 +371,10 @@ class PlanExecutor(Recorder):
         held = []
         for i, k in self._origin.items():
             e = self.entries[i]
-            ref = self._refs.get(k)
+            ref = self.numbering.ref(k)
             if ref is None or ref.expired() or k in self._unplanned_keys:
                 continue
-            if e.device is not None and int(StorageWeakRef(e.device).cdata) == k:
+            if e.device is not None and storage_key(StorageWeakRef(e.device)) == k:
                 continue  # this runtime still holds it (an offload not yet done)
             held.append(i)
         return sorted(held)

@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from slackswap.profiling.torchapi import TorchDispatchMode, tree_flatten
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:

@@ -1,7 +1,7 @@
 """`Rebuilder`: record each forward operator's call, and rebuild a recomputed tensor from them.
 
 During the forward pass each operator's call is kept as a template: its flattened arguments
-(``torch.utils._pytree``) with every activation replaced by the number of its value (a `_Ref`,
+(pytree) with every activation replaced by the number of its value (a `_Ref`,
 never the tensor, so nothing stays alive), parameters, buffers and model inputs as themselves,
 and the RNG state it ran with when it is random (``torch.Tag.nondeterministic_seeded``). When
 autograd first unpacks a recomputed tensor, the chain of recorded operators that produced it is
@@ -19,19 +19,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from slackswap.instance import Instance
 from slackswap.plan import KEEP
-from slackswap.profiling.recorder import Recorder, _bind
+from slackswap.profiling.torchapi import (
+    below_autograd,
+    disable_current_modes,
+    tree_flatten,
+    tree_unflatten,
+)
 from slackswap.profiling.trace import EXTERNAL
+from slackswap.profiling.values import bind
 from slackswap.runtime.entry import Entry
 
-__all__ = ["Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
+__all__ = ["Numbering", "Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
+
+
+class Numbering(Protocol):
+    """The step's numbering of storages and values, as a `Rebuilder` reads it
+    (`slackswap.profiling.values.ValueNumbering` is one)."""
+
+    def key(self, t: torch.Tensor) -> int | None: ...
+    def is_param(self, k: int | None) -> bool: ...
+    def value_of(self, t: torch.Tensor) -> int | None: ...
+    def current(self, k: int | None) -> int | None: ...
+    def producer(self, v: int) -> int: ...
+    def storage(self, v: int) -> int: ...
 
 
 def tensors_of(obj: Any) -> list[torch.Tensor]:
@@ -96,18 +112,22 @@ class _OpRecord:
         self.grad = grad
         self.writes = writes
 
+    def with_rng(self, rng: Any) -> _OpRecord:
+        """The same call, replayed from RNG state ``rng`` (`_rng_state`)."""
+        return _OpRecord(self.func, self.args, self.mutated, rng, self.grad, self.writes)
+
 
 class Rebuilder:
     """Records the step's forward operators and rebuilds recomputed saved tensors from them.
 
-    ``recorder``: the executor, whose numbering of storages and values the records use.
+    ``numbering``: the step's numbering of storages and values, which the records use.
     ``materialise``: the device storage of a saved tensor, fetched back or rebuilt when not
     resident. ``quiet``: a context in which the executor lets operators through unnumbered.
     """
 
     def __init__(
         self,
-        recorder: Recorder,
+        numbering: Numbering,
         instance: Instance,
         entries: list[Entry],
         entry_of_value: dict[int, int],
@@ -115,21 +135,24 @@ class Rebuilder:
         materialise: Callable[[Entry], Any],
         quiet: Callable[[], AbstractContextManager[None]],
     ):
-        self.recorder = recorder
+        self.numbering = numbering
         self.instance = instance
         self.entries = entries
         self.entry_of_value = entry_of_value
         self.materialise = materialise
         self.quiet = quiet
         self.rebuilds = 0
-        self._records: dict[int, _OpRecord] = {}
-        self._externals: dict[int, torch.Tensor] = {}  # model inputs, by value
-        self._allocs: dict[int, tuple[int, torch.device]] = {}  # value -> (bytes, device)
+        #: Forward operator index -> its recorded call (`before_call`, `remember`).
+        self.records: dict[int, _OpRecord] = {}
+        #: Model inputs, by value: taken as they are by a rebuild.
+        self.externals: dict[int, torch.Tensor] = {}
+        #: Values of bare allocations -> (bytes, device): a rebuild makes a fresh buffer.
+        self.allocs: dict[int, tuple[int, torch.device]] = {}
 
     def clear(self) -> None:
         """Drop every reference to the step's tensors."""
-        self._records.clear()
-        self._externals.clear()
+        self.records.clear()
+        self.externals.clear()
 
     # ----- recording ---------------------------------------------------------------------------
     def before_call(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any, bool]:
@@ -143,59 +166,60 @@ class Rebuilder:
     def _template(self, func: Any, args: Any, kwargs: Any) -> Any:
         """The call's flattened arguments with every tensor replaced by what a rebuild needs to
         find it again, and the flat positions of the arguments the operator writes."""
-        rec = self.recorder
-        bound = _bind(func._schema, args, kwargs)
+        rec = self.numbering
+        bound = bind(func._schema, args, kwargs)
         written = {id(t) for t in written_arguments(func._schema, bound)}
         flat, spec = tree_flatten((args, kwargs))
         mutated = frozenset(i for i, x in enumerate(flat) if id(x) in written)
         out: list[Any] = []
         for x in flat:
             if isinstance(x, torch.Tensor):
-                k = rec._key(x)
-                if k is None or k in rec._params:
+                k = rec.key(x)
+                if k is None or rec.is_param(k):
                     out.append(x)  # parameters and buffers: alive for the whole step
                     continue
                 v = rec.value_of(x)
-                if v is not None and rec.trace.values[v].producer == EXTERNAL:
-                    if v not in self._allocs:
-                        self._externals.setdefault(v, x)  # a model input
+                if v is not None and rec.producer(v) == EXTERNAL:
+                    if v not in self.allocs:
+                        self.externals.setdefault(v, x)  # a model input
                 out.append(_Ref(v, x) if v is not None else x)
             else:
                 out.append(x)
         return spec, out, mutated
 
-    def remember(self, index: int, func: Any, before: tuple[Any, Any, bool], out: Any) -> None:
+    def remember(
+        self, index: int, func: Any, before: tuple[Any, Any, bool], out: Any, written: list[int]
+    ) -> None:
         """Keep forward operator ``index``'s call (``before``, from `before_call`) and where
-        each value it wrote is found in its outputs or mutated arguments."""
-        rec = self.recorder
+        each value it wrote (``written``) is found in its outputs or mutated arguments."""
+        rec = self.numbering
         (spec, flat, mutated_set), rng, grad = before
         outs = tensors_of(out)
         mutated = [i for i in sorted(mutated_set) if isinstance(flat[i], _Ref)]
         writes: dict[int, Any] = {}
-        for v in rec.trace.ops[index].writes:
-            key = rec.trace.values[v].storage
+        for v in written:
+            key = rec.storage(v)
             where: Any = None
             for k, t in enumerate(outs):
-                if rec._key(t) == key:
+                if rec.key(t) == key:
                     where = ("out", k)
                     break
             else:
                 for i in mutated:
-                    if rec.trace.values[flat[i].value].storage == key:
+                    if rec.storage(flat[i].value) == key:
                         where = ("arg", i)
                         break
             writes[v] = where
-        self._records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, grad, writes)
+        self.records[index] = _OpRecord(func, (spec, flat), mutated_set, rng, grad, writes)
 
     def note_allocations(self, out: Any, first_new_value: int) -> None:
         """A forward call the profile does not number as an operator made new values (a bare
         allocation, values from ``first_new_value`` on): a rebuild makes a fresh buffer."""
-        rec = self.recorder
+        rec = self.numbering
         for t in tensors_of(out):
-            k = rec._key(t)
-            v = rec._current.get(k) if k is not None else None
+            v = rec.current(rec.key(t))
             if v is not None and v >= first_new_value:
-                self._allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
+                self.allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
 
     # ----- rebuilding --------------------------------------------------------------------------
     def rebuild(self, e: Entry) -> None:
@@ -225,10 +249,10 @@ class Rebuilder:
         stack = [value]
         while stack:
             v = stack.pop()
-            if (v != value and self._is_input(v)) or v in self._externals or v in self._allocs:
+            if (v != value and self._is_input(v)) or v in self.externals or v in self.allocs:
                 continue
-            p = self.recorder.trace.values[v].producer
-            rec = self._records.get(p) if p != EXTERNAL else None
+            p = self.numbering.producer(v)
+            rec = self.records.get(p) if p != EXTERNAL else None
             if rec is None or p in ops:
                 continue
             ops.add(p)
@@ -257,15 +281,15 @@ class Rebuilder:
     def _compute(self, value: int, cache: dict[int, Any]) -> Any:
         if value in cache:
             return cache[value]
-        if value in self._externals:
-            return self._externals[value].untyped_storage()
-        if value in self._allocs:
-            nbytes, device = self._allocs[value]
+        if value in self.externals:
+            return self.externals[value].untyped_storage()
+        if value in self.allocs:
+            nbytes, device = self.allocs[value]
             storage = torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
             cache[value] = storage
             return storage
-        p = self.recorder.trace.values[value].producer
-        rec = self._records.get(p) if p != EXTERNAL else None
+        p = self.numbering.producer(value)
+        rec = self.records.get(p) if p != EXTERNAL else None
         if rec is None:
             raise RuntimeError(f"value {value} cannot be rebuilt (no recorded producer)")
         self._run_recorded(rec, cache)
@@ -292,7 +316,7 @@ class Rebuilder:
         # kernels return more outputs when grad is on (the workspace of mkldnn_rnn_layer, which
         # nn.LSTM runs on CPU). Autograd stays out of the replay, as it was below the mode.
         with _rng_restored(rec.rng), torch.set_grad_enabled(rec.grad):
-            with torch._C._AutoDispatchBelowAutograd():
+            with below_autograd():
                 out = rec.func(*args, **kwargs)
         outs = tensors_of(out)
         for v, where in rec.writes.items():
@@ -331,7 +355,7 @@ class _Cache(dict[int, Any]):
 
 def _rng_state(tensors: list[torch.Tensor]) -> Any:
     """The CPU generator's state and that of each CUDA device ``tensors`` are on."""
-    with _disable_current_modes():
+    with disable_current_modes():
         cpu = torch.get_rng_state()
         devs = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
         cuda = [(d, torch.cuda.get_rng_state(d)) for d in devs]
@@ -345,7 +369,7 @@ def _rng_restored(rng: Any) -> Iterator[None]:
         yield
         return
     cpu, cuda = rng
-    with _disable_current_modes():
+    with disable_current_modes():
         saved_cpu = torch.get_rng_state()
         saved_cuda = [(d, torch.cuda.get_rng_state(d)) for d, _ in cuda]
         torch.set_rng_state(cpu)
@@ -354,7 +378,7 @@ def _rng_restored(rng: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        with _disable_current_modes():
+        with disable_current_modes():
             torch.set_rng_state(saved_cpu)
             for d, s in saved_cuda:
                 torch.cuda.set_rng_state(s, d)

@@ -34,14 +34,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import checkpoint
 
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
+from slackswap.profiling.torchapi import disable_current_modes
 from slackswap.runtime import RunStats, apply, check_plan
-from slackswap.runtime.entry import Entry, Handle
+from slackswap.runtime.entry import Entry, EntryState, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError
 from slackswap.runtime.policy import RuntimePolicy, runtime_policy
 from slackswap.runtime.rebuild import Rebuilder, _rng_state, tensors_of, view
@@ -129,10 +129,29 @@ class _Replay:
 
 
 class _TraceOf:
-    """The first step's numbering, as a `Rebuilder` reads it (``recorder.trace``)."""
+    """The first step's numbering of values, as a fast step's `Rebuilder` reads it (it
+    replays recorded operators, records none)."""
 
     def __init__(self, trace: Any):
         self.trace = trace
+
+    def producer(self, v: int) -> int:
+        return int(self.trace.values[v].producer)
+
+    def storage(self, v: int) -> int:
+        return int(self.trace.values[v].storage)
+
+    def key(self, t: torch.Tensor) -> int | None:
+        raise RuntimeError("a fast step's rebuilder records no operator")
+
+    def is_param(self, k: int | None) -> bool:
+        raise RuntimeError("a fast step's rebuilder records no operator")
+
+    def value_of(self, t: torch.Tensor) -> int | None:
+        raise RuntimeError("a fast step's rebuilder records no operator")
+
+    def current(self, k: int | None) -> int | None:
+        raise RuntimeError("a fast step's rebuilder records no operator")
 
 
 class PlannedStep:
@@ -356,8 +375,8 @@ class _LearningExecutor(PlanExecutor):
         # The operator records outlive the step (a fast step replays them); the tensors go.
         if self.learned is not None:
             rb = self.rebuilder
-            self.kept = (self.trace, dict(rb._records), dict(rb._allocs),
-                         dict(self._entry_of_value), dict(rb._externals),
+            self.kept = (self.trace, dict(rb.records), dict(rb.allocs),
+                         dict(self._entry_of_value), dict(rb.externals),
                          set(self.rng_free), dict(self.rng_at))  # fmt: skip
         super().close()
 
@@ -621,15 +640,15 @@ class _FastStep:
         rp = learned.replay
         if rp is not None:
             self.rebuilder = Rebuilder(
-                rp.trace,  # only its trace is read by a rebuild
+                rp.trace,
                 self.inst,
                 self.entries,
                 rp.entry_of_value,
                 materialise=self._materialise,
                 quiet=nullcontext,
             )
-            self.rebuilder._records = dict(rp.records)  # random ones get today's RNG state
-            self.rebuilder._allocs = rp.allocs
+            self.rebuilder.records = dict(rp.records)  # random ones get today's RNG state
+            self.rebuilder.allocs = rp.allocs
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
     @contextmanager
@@ -694,9 +713,7 @@ class _FastStep:
                 counts[path] = k + 1
                 for p in wanted.get((path, k), ()):
                     old = rp.records[p]
-                    rb._records[p] = type(old)(old.func, old.args, old.mutated,
-                                               _rng_state(devices), old.grad,
-                                               old.writes)  # fmt: skip
+                    rb.records[p] = old.with_rng(_rng_state(devices))
 
             handles.append(mod.register_forward_pre_hook(pre))
         try:
@@ -709,7 +726,7 @@ class _FastStep:
         for e in self.entries:
             e.device = e.host = e.event = None
         if self.rebuilder is not None:
-            self.rebuilder._externals = {}
+            self.rebuilder.externals = {}
 
     # ----- shapes -----------------------------------------------------------------------------
     def _check_inputs(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -717,7 +734,7 @@ class _FastStep:
             return
         if self.rebuilder is not None and self.learned.replay is not None:
             flat = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
-            self.rebuilder._externals = {
+            self.rebuilder.externals = {
                 v: flat[k] for v, k in self.learned.replay.externals.items() if k < len(flat)
             }
         want = self.learned.inputs
@@ -771,7 +788,7 @@ class _FastStep:
                 e.device = t.untyped_storage()  # a rebuild reads it: held until then
             return t
         if not e.packed:
-            e.packed = True
+            e.to(EntryState.SAVED)
             if action == SWAP:
                 self._offload(e, t)  # a rebuild that reads it fetches it back, as autograd does
             else:
@@ -858,7 +875,7 @@ class _FastStep:
         self.stats.swapped_bytes += e.nbytes
         # Host memory is not the step's device memory: made with any dispatch mode (a
         # `StorageTracker` measuring the step) disabled, as the checked path does.
-        with _disable_current_modes():
+        with disable_current_modes():
             if src.device.type == "cuda":
                 host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
                 if self._copy_stream is not None:
@@ -935,7 +952,7 @@ class _FastStep:
             # read) and counts as released only once that rebuild is done.
             self._finished.add(e.index)
             return
-        e.released = True
+        e.to(EntryState.RELEASED)
         e.host = e.device = e.event = None
 
 
