@@ -167,6 +167,33 @@ def test_fast_steps_update_batch_norm_statistics_once() -> None:
     assert _differences(ref, got) == []
 
 
+@pytest.mark.parametrize(("plan_kind", "hooked"), [("keep-all", False), ("all-swap", True)])
+def test_a_keep_all_plan_runs_later_steps_with_no_saved_tensor_hook(  # type: ignore[no-untyped-def]
+    plan_kind: str, hooked: bool, monkeypatch
+) -> None:
+    # Keeping every saved tensor is autograd's own behaviour: after the checked first step the
+    # training path installs nothing per saved tensor (and still gives the plain step's bits).
+    m = _model("gpt_dropout")
+    plan, budget = m.plan(plan_kind)
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    installed: list[int] = []
+    real = torch.autograd.graph.saved_tensors_hooks
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        installed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd.graph, "saved_tensors_hooks", counting)
+    model.zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    assert planned.fast, planned.reason
+    assert bool(installed) is hooked
+
+
 @pytest.mark.parametrize("plan_kind", ["keep-all", "all-swap", "blocks-recompute", "slackswap@50%"])
 def test_steps_after_the_first_enter_no_dispatch_mode(plan_kind: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     m = _model("gpt_dropout")

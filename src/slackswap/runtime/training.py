@@ -12,7 +12,10 @@ and nothing else, no dispatch mode:
   before the step's first operator when the model's inputs changed shape (or, with
   ``replan=True``, the step is profiled and solved again with the same solver and runs as the
   checked first step of the new plan);
-- a kept tensor (and a parameter, or a value the plan does not cover) is handed back as is;
+- a kept tensor (and a parameter, or a value the plan does not cover) is handed back as is; a
+  plan that keeps every tensor (no checkpointed block, no replay) installs no hook at all after
+  the first step, since autograd's own handling is then the plan (the inputs' shapes are still
+  checked);
 - a swapped tensor's storage is copied to host memory when first packed (pinned, on a side
   stream, on CUDA) and back when autograd first unpacks it; on CUDA with a prefetching runtime
   the copies back are started ahead by the runtime's look-ahead rule on the plan's memory
@@ -651,6 +654,18 @@ class _FastStep:
             self.rebuilder.allocs = rp.allocs
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
+    @property
+    def hooks_needed(self) -> bool:
+        """False for a plan that keeps every saved tensor it covers, outside any checkpointed
+        block: autograd's own handling is then the plan, so the step runs with no saved-tensor
+        hook at all (no Python per saved tensor). The first step checked the operators; the
+        inputs' shapes are still checked before each step."""
+        return bool(
+            self.learned.checkpointed
+            or self.learned.replay is not None
+            or any(int(a) != KEEP for a in self.actions)
+        )
+
     @contextmanager
     def running(self) -> Iterator[RunStats]:
         owner = self.owner
@@ -663,7 +678,10 @@ class _FastStep:
             stack.callback(h.remove)
             if self.learned.replay is not None and self.learned.replay.random:
                 stack.enter_context(self._capturing_rng(self.learned.replay))
-            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
+            if self.hooks_needed:
+                stack.enter_context(
+                    torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+                )
             self._stack = stack
             try:
                 yield self.stats
@@ -684,7 +702,7 @@ class _FastStep:
                 return
             if self.error is not None:
                 raise self.error
-            if self.pos != len(self.expected):
+            if self.hooks_needed and self.pos != len(self.expected):
                 raise StepMismatchError(
                     f"the step saved {self.pos} tensors for autograd where the first step of "
                     f"the plan saved {len(self.expected)} (forward and backward must both run "
