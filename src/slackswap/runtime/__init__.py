@@ -81,6 +81,7 @@ from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP, Budget, Plan, PlanError
 from slackswap.profiling import require_torch
+from slackswap.runtime.policy import runtime_policy
 from slackswap.runtime.schedule import simulated_schedule
 from slackswap.simulator import simulate
 from slackswap.simulator.policies import execution_modes
@@ -151,6 +152,7 @@ def __getattr__(name: str) -> Any:
         # Simulator runtime -> how this package runs it (`ExecutionMode`): read from the one
         # runtime registry at each use, so the names are the registered ones.
         return execution_modes()
+    # lazy (each below): the module imports torch, an optional dependency
     if name == "StepMismatchError":
         from slackswap.runtime.executor import StepMismatchError
 
@@ -238,8 +240,7 @@ def apply(
     require_torch()
     import torch
 
-    from slackswap.runtime.executor import PlanExecutor  # imports torch: after the check above
-    from slackswap.runtime.policy import runtime_policy
+    from slackswap.runtime.executor import PlanExecutor  # lazy: imports torch, after the check
 
     stats = check_plan(plan, budget, instance=instance, runtime=runtime)
     if schedule is None:
@@ -263,7 +264,7 @@ def apply(
     stats.op_index = ex.current_op
     own = tracker is None
     if tracker is None:
-        from slackswap.runtime.memory import StorageTracker
+        from slackswap.runtime.memory import StorageTracker  # lazy: imports torch
 
         tracker = StorageTracker(() if model is None else model.parameters())
         tracker.op_index = ex.current_op

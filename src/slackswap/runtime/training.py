@@ -42,6 +42,7 @@ from torch.utils.checkpoint import checkpoint
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
+from slackswap.profiling import profile_step
 from slackswap.profiling.torchapi import disable_current_modes
 from slackswap.runtime import RunStats, apply, check_plan
 from slackswap.runtime.entry import Entry, EntryState, Handle
@@ -319,8 +320,6 @@ class PlannedStep:
 
     def _replan(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
         """Profile the step again on the new inputs and solve it with the same solver."""
-        from slackswap.profiling import profile_step
-
         if kwargs:
             raise ShapeChangeError(
                 "replan=True: the model takes keyword inputs, which profiling cannot replay; "
