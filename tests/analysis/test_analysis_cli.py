@@ -15,15 +15,11 @@ import pytest
 from slackswap.analysis.results import read_results, read_rows
 from slackswap.cli import main
 from slackswap.solvers import RunRecord
-from tests.analysis_toys import registered
 
 TESTS = Path(__file__).parent.parent
 
 
-@pytest.fixture(autouse=True)
-def toys():
-    with registered():
-        yield
+pytestmark = pytest.mark.usefixtures("toys")  # the toy solvers, registered (conftest)
 
 
 def test_json_lines_one_per_job(capsys) -> None:

@@ -16,15 +16,11 @@ import slackswap
 from slackswap.analysis.results import COLUMNS, ResultsWriter, read_results, read_rows
 from slackswap.cli import main
 from slackswap.errors import UserError
-from tests.analysis_toys import registered
 
 SRC = Path(slackswap.__file__).resolve().parents[1]  # the slackswap under test
 
 
-@pytest.fixture(autouse=True)
-def toys():
-    with registered():
-        yield
+pytestmark = pytest.mark.usefixtures("toys")  # the toy solvers, registered (conftest)
 
 
 def row(job_id: str, **kw) -> dict:

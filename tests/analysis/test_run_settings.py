@@ -20,15 +20,11 @@ from slackswap.analysis.runner import run_sweep
 from slackswap.analysis.sweepfile import load_sweep
 from slackswap.cli import main
 from slackswap.errors import UserError
-from tests.analysis_toys import registered
 
 SRC = Path(slackswap.__file__).resolve().parents[1]  # the slackswap under test
 
 
-@pytest.fixture(autouse=True)
-def toys():
-    with registered():
-        yield
+pytestmark = pytest.mark.usefixtures("toys")  # the toy solvers, registered (conftest)
 
 
 def error_of(argv: list[str], capsys) -> str:

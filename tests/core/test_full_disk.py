@@ -13,13 +13,8 @@ import pytest
 from slackswap.analysis import results as results_mod
 from slackswap.analysis.results import ResultsWriteError, ResultsWriter, read_rows
 from slackswap.cli import main
-from tests.analysis_toys import registered
 
-
-@pytest.fixture(autouse=True)
-def toys():
-    with registered():
-        yield
+pytestmark = pytest.mark.usefixtures("toys")  # the toy solvers, registered (conftest)
 
 
 def _enospc() -> OSError:
