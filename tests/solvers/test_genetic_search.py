@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slackswap.instances.catalog import build_model
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic._repair import Repair, static_profile
 from slackswap.solvers.genetic._search import SearchConfig, deap_random, search
 from tests.strategies import small_instances
@@ -151,7 +152,7 @@ def test_seeds_are_not_repaired_but_mutants_are() -> None:
 def test_time_limit_is_honoured() -> None:
     fit = Placeholder(delay_s=0.01)
     t0 = time.perf_counter()
-    res = search(N_GENES, fit, SearchConfig(pop_size=16, time_limit_s=0.5), seed=0)
+    res = search(N_GENES, fit, SearchConfig(pop_size=16), seed=0, deadline=Deadline.begin(0.5))
     wall = time.perf_counter() - t0
     assert res.stop == "time"
     assert wall <= 0.5 * 1.1
@@ -410,13 +411,15 @@ def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_repl
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "fork")
-    cfg = SearchConfig(pop_size=16, islands=2, migration_interval=3, time_limit_s=0.4)
+    cfg = SearchConfig(pop_size=16, islands=2, migration_interval=3)
     fit = Placeholder(delay_s=0.002)
     t0 = time.perf_counter()
-    timed = search(N_GENES, fit, cfg, seed=8, n_jobs=2, processes=True)
+    timed = search(
+        N_GENES, fit, cfg, seed=8, n_jobs=2, processes=True, deadline=Deadline.begin(0.4)
+    )
     assert time.perf_counter() - t0 <= 0.4 * 1.1
     assert timed.stop == "time" and timed.generations >= 5
-    replay_cfg = replace(cfg, time_limit_s=None, max_generations=timed.generations)
+    replay_cfg = replace(cfg, max_generations=timed.generations)
     replay = search(N_GENES, Placeholder(), replay_cfg, seed=8, n_jobs=1)
     assert replay.best is not None and timed.best is not None
     assert np.array_equal(replay.best, timed.best) and replay.evaluations == timed.evaluations
@@ -506,10 +509,13 @@ def test_a_worker_that_never_answers_fails_the_search_soon_after_the_limit(
         "slackswap.solvers.genetic._search.worker_start_method", lambda: FRESH_METHODS[0]
     )
     monkeypatch.setattr("slackswap.solvers.genetic._search.FRESH_WORKER_MIN_S", 0.0)
-    cfg = SearchConfig(pop_size=8, islands=2, migration_interval=2, time_limit_s=0.5)
+    cfg = SearchConfig(pop_size=8, islands=2, migration_interval=2)
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="island worker 1 sent nothing"):
-        search(N_GENES, BreaksAway(hang=True), cfg, seed=0, n_jobs=2, processes=True)
+        search(
+            N_GENES, BreaksAway(hang=True), cfg, seed=0, n_jobs=2, processes=True,
+            deadline=Deadline.begin(0.5),
+        )  # fmt: skip
     assert time.perf_counter() - t0 < 0.5 + WORKER_GRACE_S + 3
 
 
@@ -536,9 +542,12 @@ def test_a_short_run_takes_turns_rather_than_wait_for_fresh_workers(
 ) -> None:
     monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "spawn")
     log = tmp_path / "pids.log"
-    cfg = SearchConfig(pop_size=16, islands=2, time_limit_s=0.5)
+    cfg = SearchConfig(pop_size=16, islands=2)
     t0 = time.perf_counter()
-    res = search(N_GENES, PidLoggingPlaceholder(log), cfg, seed=2, n_jobs=2, processes=True)
+    res = search(
+        N_GENES, PidLoggingPlaceholder(log), cfg, seed=2, n_jobs=2, processes=True,
+        deadline=Deadline.begin(0.5),
+    )  # fmt: skip
     assert time.perf_counter() - t0 <= 0.5 * 1.1 and res.stop == "time"
     assert set(log.read_text().split()) == {str(os.getpid())}
 

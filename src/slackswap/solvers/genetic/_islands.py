@@ -49,6 +49,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from slackswap.interrupts import spawning, tie_to_parent
+from slackswap.solvers.deadline import Deadline
 
 #: Genomes in transit: each one's genes and its DEAP fitness ``wvalues``.
 Snapshot = list[tuple[bytes, tuple[float, ...]]]
@@ -125,10 +126,11 @@ class Rules:
 
     max_generations: int | None
     evaluation_share: int | None
-    time_limit_s: float | None
-    t0: float
-    clock: Callable[[], float]
+    deadline: Deadline
     target_step_s: float | None = None
+
+    def clock(self) -> float:
+        return self.deadline.clock()
 
     def own_stop(self, generation: int, evaluations: int, best_step_s: float = math.inf) -> str:
         if self.target_step_s is not None and best_step_s <= self.target_step_s:
@@ -142,9 +144,9 @@ class Rules:
     def time_up(self, generation_s: float, lag: int) -> bool:
         """Whether the next generation, and ``lag`` more, might end past the limit. Twice the
         estimate for the next leaves room for one that a busy machine slows down."""
-        if self.time_limit_s is None:
+        if not self.deadline.limited:
             return False
-        return self.clock() - self.t0 + (2 + lag) * generation_s > self.time_limit_s
+        return self.deadline.elapsed() + (2 + lag) * generation_s > self.deadline.usable_s
 
 
 #: How long past the time limit (s) the calling thread waits for a worker that sends nothing.
@@ -545,8 +547,8 @@ def run_islands(
             links[g] = mine
             runners.append(runner)
         deadline = None
-        if rules.time_limit_s is not None:
-            deadline = rules.t0 + rules.time_limit_s + WORKER_GRACE_S
+        if rules.deadline.limited:
+            deadline = rules.deadline.at + WORKER_GRACE_S
         hub = _HubPost(workers, links, deadline, rules.clock)
         reports = run_group(
             islands[0::workers], rules, board, hub,

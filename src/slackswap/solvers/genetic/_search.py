@@ -37,7 +37,6 @@ import array
 import math
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ import numpy as np
 from deap import algorithms, base, creator, tools
 from deap.tools import crossover, mutation, selection
 
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic._islands import (
     IslandReport,
     Rules,
@@ -108,7 +108,6 @@ class SearchConfig:
     tournsize: int = 3
     max_evaluations: int | None = None
     max_generations: int | None = None
-    time_limit_s: float | None = None
     islands: int = 1
     migration_interval: int = 10
     migrants: int = 2
@@ -568,14 +567,13 @@ def search(
     seeds: Sequence[np.ndarray] = (),
     arity: Sequence[int] | None = None,
     repair: BatchRepair | None = None,
-    start: float | None = None,
-    clock: Callable[[], float] = time.perf_counter,
+    deadline: Deadline | None = None,
     n_jobs: int = 1,
     processes: bool = False,
 ) -> SearchResult:
     """Run the generational loop until a stop rule fires. ``arity`` bounds each gene (see
-    `make_toolbox`); ``start`` is the clock reading the time limit counts from (default: now), so
-    a caller's set-up time counts against it.
+    `make_toolbox`); ``deadline`` is the caller's (`Deadline`; None: no time limit), so its
+    set-up time counts against it.
 
     With ``config.islands`` > 1 the population is that many islands (each ``pop_size``
     genomes, its own generator drawn from ``seed``) that evolve apart and, every
@@ -589,10 +587,12 @@ def search(
     (say, a counter) stays in the worker. The evaluation limit is shared out: each island stops
     once it has scored its share.
     """
-    t0 = clock() if start is None else start
+    if deadline is None:
+        deadline = Deadline.never()
+    t0, clock = deadline.start, deadline.clock
     if config.islands < 1:
         raise ValueError("islands must be at least 1")
-    limits = (config.max_evaluations, config.max_generations, config.time_limit_s)
+    limits = (config.max_evaluations, config.max_generations, deadline.limit_s)
     max_gen = config.max_generations
     if all(x is None for x in limits):
         max_gen = DEFAULT_GENERATIONS
@@ -626,7 +626,7 @@ def search(
         # Each island scores a whole population before its first generation: with many
         # islands on a large instance that alone can pass the time limit, so the clock is
         # looked at here too; islands not populated in time are left out of the run.
-        if k and config.time_limit_s is not None and clock() - t0 >= config.time_limit_s:
+        if k and deadline.expired():
             islands = islands[:k]
             break
         isl.populate([_clone(ind) for ind in unique], clock)
@@ -634,7 +634,7 @@ def search(
     share = None
     if config.max_evaluations is not None:
         share = -(-config.max_evaluations // config.islands)
-    rules = Rules(max_gen, share, config.time_limit_s, t0, clock, config.target_step_s)
+    rules = Rules(max_gen, share, deadline, config.target_step_s)
     workers = max(1, min(n_jobs, len(islands)))
     reports, timed_out = run_islands(
         islands,
@@ -682,10 +682,9 @@ def _start_method(rules: Rules) -> str | None:
     """How the island workers start (`worker_start_method`), or None for in turn where fresh
     workers would cost a shorter run more than they give."""
     method = worker_start_method()
-    if method in (None, "fork") or rules.time_limit_s is None:
+    if method in (None, "fork") or not rules.deadline.limited:
         return method
-    left = rules.time_limit_s - (rules.clock() - rules.t0)
-    return method if left >= FRESH_WORKER_MIN_S else None
+    return method if rules.deadline.remaining() >= FRESH_WORKER_MIN_S else None
 
 
 def _merge_logs(reports: Sequence[IslandReport], t0: float) -> list[tuple[float, int, float]]:

@@ -326,7 +326,6 @@ class GeneticSearch(Solver):
             tournsize=self.tournsize,
             max_evaluations=self.max_evaluations,
             max_generations=self.max_generations,
-            time_limit_s=deadline.usable_s if deadline.limited else None,
             islands=self.islands,
             migration_interval=self.migration_interval,
             migrants=self.migrants,
@@ -351,8 +350,7 @@ class GeneticSearch(Solver):
                 seeds=[a for _, a in seeds],
                 arity=np.where(np.isfinite(instance.tensor_recompute_s), 3, 2).tolist(),
                 repair=repair,
-                start=deadline.start,
-                clock=deadline.clock,
+                deadline=deadline,
                 n_jobs=self.n_jobs,
                 processes=self.processes,
             )
