@@ -115,24 +115,9 @@ class CopyEngine:
         and the step's last reference (its last forward reader) are done."""
         src = e.device
         self.swapped_bytes += e.nbytes
-        with disable_current_modes():
-            if src.device.type == "cuda":
-                host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
-                if self._copy_stream is not None:
-                    self._copy_stream.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(self._copy_stream):
-                        host.untyped_storage().copy_(src, non_blocking=True)
-                        e.event = torch.cuda.Event()
-                        e.event.record(self._copy_stream)
-                    # The allocator must not reuse the buffer before the copy stream read it.
-                    torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
-                    self._offloading.append(e)
-                else:
-                    host.untyped_storage().copy_(src)
-            else:
-                host = torch.empty(src.nbytes(), dtype=torch.uint8)
-                host.untyped_storage().copy_(src)
-        e.host = host.untyped_storage()
+        e.host, e.event = copy_to_host(src, self._copy_stream)
+        if e.event is not None:
+            self._offloading.append(e)
         if e.event is None and (self._schedule is None or e.index not in self._hold_until):
             # Copied synchronously (and, replaying, saved only after the simulated copy ended):
             # the runtime's reference goes at once.
@@ -296,3 +281,29 @@ class CopyEngine:
         e.host = e.event = None
         e.to(EntryState.RELEASED)
         self._drop_released(e)
+
+
+def copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
+    """Copy the device storage ``src`` to a new host storage: pinned and on ``copy_stream``
+    after the work queued so far (CUDA with a side stream; the CUDA event returned marks the
+    copy's end), or at once (CPU, or CUDA without one; no event). Host memory is not the step's
+    device memory: made with any dispatch mode (a `StorageTracker` measuring the step) disabled.
+    """
+    event = None
+    with disable_current_modes():
+        if src.device.type == "cuda":
+            host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
+            if copy_stream is not None:
+                copy_stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(copy_stream):
+                    host.untyped_storage().copy_(src, non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record(copy_stream)
+                # The allocator must not reuse the buffer before the copy stream read it.
+                torch.empty((0,), device=src.device).set_(src).record_stream(copy_stream)
+            else:
+                host.untyped_storage().copy_(src)
+        else:
+            host = torch.empty(src.nbytes(), dtype=torch.uint8)
+            host.untyped_storage().copy_(src)
+    return host.untyped_storage(), event

@@ -43,8 +43,8 @@ from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.profiling import profile_step
-from slackswap.profiling.torchapi import disable_current_modes
 from slackswap.runtime import RunStats, apply, check_plan
+from slackswap.runtime.copies import copy_to_host
 from slackswap.runtime.entry import Entry, EntryState, Handle
 from slackswap.runtime.executor import PlanExecutor, StepMismatchError
 from slackswap.runtime.policy import RuntimePolicy, runtime_policy
@@ -890,25 +890,7 @@ class _FastStep:
     def _offload(self, e: Entry, t: torch.Tensor) -> None:
         src = t.untyped_storage()
         self.stats.swapped_bytes += e.nbytes
-        # Host memory is not the step's device memory: made with any dispatch mode (a
-        # `StorageTracker` measuring the step) disabled, as the checked path does.
-        with disable_current_modes():
-            if src.device.type == "cuda":
-                host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
-                if self._copy_stream is not None:
-                    self._copy_stream.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(self._copy_stream):
-                        host.untyped_storage().copy_(src, non_blocking=True)
-                        e.event = torch.cuda.Event()
-                        e.event.record(self._copy_stream)
-                    # The allocator must not reuse the buffer before the copy stream read it.
-                    torch.empty((0,), device=src.device).set_(src).record_stream(self._copy_stream)
-                else:
-                    host.untyped_storage().copy_(src)
-            else:
-                host = torch.empty(src.nbytes(), dtype=torch.uint8)
-                host.untyped_storage().copy_(src)
-        e.host = host.untyped_storage()
+        e.host, e.event = copy_to_host(src, self._copy_stream)
 
     def _fetch(self, e: Entry) -> None:
         host = e.host
