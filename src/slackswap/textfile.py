@@ -118,7 +118,12 @@ def check_output_path(
     keeps beside it are (a lock, a journal)."""
     p = Path(path)
     what = f"{name} {shown(p)}" if name else shown(p)
-    raw = os.fsencode(p)
+    try:
+        raw = os.fsencode(p)
+    except UnicodeEncodeError as exc:  # a lone surrogate from Python (argv cannot hold one)
+        raise UserError(
+            f"{what}: a file name cannot hold {exc.object[exc.start]!r} (not encodable)"
+        ) from None
     if b"\0" in raw:
         raise UserError(f"{what}: a file name cannot hold a NUL character")
     existing = p.parent

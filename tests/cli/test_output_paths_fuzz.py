@@ -239,3 +239,10 @@ def test_a_path_with_a_line_break_is_named_on_one_line(tmp_path, inst_file, caps
     bad = tmp_path / "x\ny.json"
     bad.write_bytes(b"\xff")
     assert "x\\ny.json: not UTF-8" in refused(["instance", "info", str(bad)], capsys)
+
+
+def test_a_name_holding_a_lone_surrogate_is_refused_in_one_line(tmp_path: Path) -> None:
+    # From Python a str path may hold one (argv cannot): os.fsencode raised UnicodeEncodeError.
+    with pytest.raises(UserError) as caught:
+        check_output_path(tmp_path / "a\ud800.json", "-o")
+    assert "\n" not in str(caught.value) and "not encodable" in str(caught.value)
