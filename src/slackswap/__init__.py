@@ -9,10 +9,15 @@ only when used::
     record = slackswap.solve(inst, 0.5, solver="slackswap")
 """
 
-from __future__ import annotations
+# First, before any other import: when this is the `slackswap` command (``python -m slackswap``
+# or the console script, which both import the package first), a Ctrl-C from here on ends with
+# one line and exit status 130, not a traceback from whatever was importing.
+from slackswap._startup import take_sigint_if_command
 
-import importlib
-from typing import Any
+take_sigint_if_command()
+
+import importlib  # noqa: E402
+from typing import Any  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,11 @@
 """Ctrl-C at any moment ends the ``slackswap`` command with one line and exit status 130, and
 the processes it starts never outlive it.
 
-`install` (the entry point's first statement, before any heavy import) takes SIGINT:
+SIGINT is taken as early as a program can: the package's ``__init__``, the first code of ours
+both ``python -m slackswap`` and the console script run, takes it when started as the command
+(`slackswap._startup`), and `install` (the entry point's first statement) puts this module's
+handler in its place. Only the interpreter's own start-up comes before (about 10 ms here: a
+Ctrl-C there is Python's traceback, or a death by the signal before Python has a handler). Then:
 
 * until the command itself runs (interpreter start, the imports of numpy, OR-Tools and the
   solver registry, building the parser) a Ctrl-C ends the process at once: a
@@ -12,7 +16,8 @@ the processes it starts never outlive it.
   raised in an at-fork hook or a ``__del__``) or the clean-up hang, the process still ends,
   ``GRACE_S`` seconds later;
 * inside ``os.fork`` (the fork and every at-fork hook) a Ctrl-C is held and ends the process
-  as the call returns;
+  as the call returns; inside numba's compiler (`begin_ending_at_once`) it ends the process at
+  once;
 * once the command has returned (its output written; the interpreter shutting down, exit hooks
   stopping workers and removing their temporary folders) a Ctrl-C is ignored: the work is done,
   and neither a traceback from an exit hook nor skipped clean-up is better (see
@@ -23,7 +28,8 @@ ignore SIGINT (a terminal sends it to the whole process group; the parent stops 
 with the parent, even one killed with ``kill -9``.
 
 ``SLACKSWAP_TEST_SLEEP_IN=WINDOW[:SECONDS]`` makes `window` sleep in the named window, so tests
-can send SIGINT inside each one at will. The windows: ``start`` (before the command line's
+can send SIGINT inside each one at will. The windows: ``package`` (the package's import, just
+after its early `install`), ``start`` (before the command line's
 modules are imported), ``imports`` (before the parser and its commands), ``registry`` (before
 the solver modules and OR-Tools), ``command`` (the command runs), ``fork`` (inside ``os.fork``,
 in its at-fork hooks), ``after-fork`` (in an at-fork hook registered after ours, in the parent),
@@ -33,7 +39,6 @@ interpreter, whose shutdown runs exit hooks and joins workers).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -43,8 +48,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-EXIT_INTERRUPTED = 130
-LINE = "slackswap: interrupted"
+from slackswap._startup import EXIT_INTERRUPTED, LINE, window
+
 #: Seconds a Ctrl-C leaves the command to clean up before the process is ended regardless.
 GRACE_S = 2.0
 #: Seconds between a worker's looks at its parent (where the kernel cannot be asked to tell).
@@ -55,6 +60,7 @@ _state: dict[str, Any] = {
     "installed": False,  # the handler is ours (the command line, not a library caller)
     "soft": False,  # the command runs: raise KeyboardInterrupt rather than end at once
     "in_fork": 0,  # inside os.fork's hooks: hold the signal
+    "at_once": 0,  # inside code that cannot take a KeyboardInterrupt: end at once
     "held": False,  # a signal came inside os.fork
     "interrupted": False,
     "said": False,
@@ -128,12 +134,31 @@ def _on_sigint(signum: int, frame: Any) -> None:
     if _state["in_fork"]:
         _state["held"] = True
         return
-    if not _state["soft"]:
+    if not _state["soft"] or _state["at_once"]:
         exit_now()
     if not first:  # the watchdog is armed: the process ends within GRACE_S whatever happens
         return
     _arm_watchdog()
     raise KeyboardInterrupt
+
+
+def begin_ending_at_once() -> None:
+    """Until the matching `end_ending_at_once`, a Ctrl-C ends the process at once (the line,
+    exit status 130), as before the command runs. For code that cannot take a
+    `KeyboardInterrupt` and writes nothing of ours meanwhile: numba's compiler, whose LLVM
+    calls back into Python through ctypes (an exception raised there is "Exception ignored",
+    a traceback, and the compile goes on until the watchdog). Pairs nest."""
+    _state["at_once"] += 1
+
+
+def end_ending_at_once() -> None:
+    """The end of a `begin_ending_at_once`."""
+    _state["at_once"] = max(0, _state["at_once"] - 1)
+
+
+def ends_at_once() -> bool:
+    """Whether a Ctrl-C now would end the process at once (inside `begin_ending_at_once`)."""
+    return bool(_state["at_once"])
 
 
 def _arm_watchdog() -> None:
@@ -195,6 +220,8 @@ def tie_to_parent(parent_pid: int | None = None) -> None:
     armed = False
     if sys.platform.startswith("linux"):
         try:
+            import ctypes  # here: the command's start-up imports this module first thing
+
             libc = ctypes.CDLL(None, use_errno=True)
             armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
         except (OSError, AttributeError):  # no prctl (an unusual libc): the watcher instead
@@ -233,18 +260,3 @@ def _watch_parent(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(PARENT_POLL_S)
     os._exit(1)
-
-
-def window(name: str) -> None:
-    """Sleep here when ``SLACKSWAP_TEST_SLEEP_IN`` names this window (tests only); first write
-    the file ``SLACKSWAP_TEST_SLEEP_FLAG`` names, if any, so a test knows the sleep began."""
-    wanted = os.environ.get("SLACKSWAP_TEST_SLEEP_IN")
-    if not wanted:
-        return
-    which, _, seconds = wanted.partition(":")
-    if which == name:
-        flag = os.environ.get("SLACKSWAP_TEST_SLEEP_FLAG")
-        if flag:
-            with open(flag, "w") as fh:
-                fh.write(name)
-        time.sleep(float(seconds or 3.0))

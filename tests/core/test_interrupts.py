@@ -18,6 +18,7 @@ import pytest
 
 import slackswap
 from slackswap import interrupts
+from slackswap._startup import started_as_command
 from slackswap.cli import main
 
 SRC = Path(slackswap.__file__).resolve().parents[1]
@@ -85,7 +86,7 @@ def _interrupted(proc: subprocess.Popen, *, group: bool = True) -> None:
 
 @LINUX
 @pytest.mark.parametrize("offset", [0.0, 0.2])
-@pytest.mark.parametrize("window", ["start", "imports", "registry", "command"])
+@pytest.mark.parametrize("window", ["package", "start", "imports", "registry", "command"])
 def test_ctrl_c_in_each_window_of_solve_is_one_line_and_130(tmp_path, window, offset) -> None:
     proc = _start(SOLVE, tmp_path, window)
     _wait_for((tmp_path / "flag").exists)
@@ -93,6 +94,31 @@ def test_ctrl_c_in_each_window_of_solve_is_one_line_and_130(tmp_path, window, of
     _interrupted(proc)
     time.sleep(0.5)
     assert _alive(proc.pid) == []
+
+
+@pytest.mark.parametrize(
+    "orig_argv,expected",
+    [
+        (["python", "-m", "slackswap", "solve"], True),
+        (["python", "-X", "importtime", "-mslackswap.__main__"], True),
+        (["/venv/bin/python", "/venv/bin/slackswap", "solve"], True),  # the console script
+        (["python", "-m", "pytest", "-m", "slackswap"], False),
+        (["python", "-c", "import slackswap", "-m", "slackswap"], False),
+        (["python", "train.py", "slackswap"], False),
+        (["python"], False),
+    ],
+)
+def test_only_the_command_takes_sigint_at_the_package_import(orig_argv, expected) -> None:
+    assert started_as_command(orig_argv) is expected
+
+
+def test_a_library_import_leaves_sigint_alone() -> None:
+    code = "import signal, slackswap; print(signal.getsignal(signal.SIGINT).__name__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.strip() == "default_int_handler"
 
 
 @LINUX
@@ -211,3 +237,62 @@ def test_ctrl_c_after_compare_jobs_2_returned_is_ignored(tmp_path, window) -> No
     assert err.strip().splitlines()[-1].startswith("results: "), err
     time.sleep(1.0)
     assert _alive(proc.pid) == []
+
+
+_CTYPES_CALLBACK = """
+import ctypes, os, signal, time
+from slackswap import interrupts
+interrupts.install()
+interrupts.command_starts()
+def callback():
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100):  # the handler runs here, inside the callback
+        time.sleep(0.01)
+interrupts.begin_ending_at_once()
+ctypes.CFUNCTYPE(None)(callback)()
+interrupts.end_ending_at_once()
+print("the compile went on", flush=True)
+time.sleep(5)
+"""
+
+
+def test_ctrl_c_inside_a_ctypes_callback_of_a_compile_ends_at_once() -> None:
+    """numba's LLVM calls back into Python through ctypes: a KeyboardInterrupt raised there
+    would be "Exception ignored" (a traceback) and the compile would go on."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CTYPES_CALLBACK], env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip() == interrupts.LINE, proc.stderr
+    assert "went on" not in proc.stdout
+
+
+def test_numba_compiles_inside_the_warm_up_end_at_once_on_ctrl_c() -> None:
+    from numba import njit
+    from numba.core import event
+
+    from slackswap.analysis.warmup import _watch_numba
+
+    seen: list[bool] = []
+
+    class Probe(event.Listener):  # registered after the warm-up's: sees its state
+        def on_start(self, ev) -> None:
+            seen.append(interrupts.ends_at_once())
+
+        def on_end(self, ev) -> None:
+            pass
+
+    @njit(cache=False)
+    def double(x: int) -> int:
+        return 2 * x
+
+    probe = Probe()
+    with _watch_numba(None):
+        event.register("numba:compile", probe)
+        try:
+            assert double(21) == 42
+        finally:
+            event.unregister("numba:compile", probe)
+    assert seen and all(seen)
+    assert not interrupts.ends_at_once()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import slackswap
+from slackswap import interrupts
 from slackswap.instances.catalog import build_model
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, run
@@ -205,9 +206,12 @@ def _watch_numba(say: Callable[[str], None] | None) -> Iterator[list[int]]:
     class Loads(event.Listener):  # every compile or cache load takes numba's compiler lock
         def on_start(self, ev: Any) -> None:
             count[0] += 1
+            # LLVM calls back into Python through ctypes: a KeyboardInterrupt raised there
+            # would be "Exception ignored" (a traceback) and the compile would go on
+            interrupts.begin_ending_at_once()
 
         def on_end(self, ev: Any) -> None:
-            pass
+            interrupts.end_ending_at_once()
 
     class Compiles(event.Listener):  # a real compile only
         def on_start(self, ev: Any) -> None:
