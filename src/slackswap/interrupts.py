@@ -19,9 +19,9 @@ Ctrl-C there is Python's traceback, or a death by the signal before Python has a
   as the call returns; inside numba's compiler (`begin_ending_at_once`) it ends the process at
   once;
 * once the command has returned (its output written; the interpreter shutting down, exit hooks
-  stopping workers and removing their temporary folders) a Ctrl-C is ignored: the work is done,
-  and neither a traceback from an exit hook nor skipped clean-up is better (see
-  `command_ends`). A Ctrl-C that came before and was swallowed still makes the status 130.
+  stopping workers and removing their temporary folders) a Ctrl-C lets that clean-up finish,
+  then ends the process with the line and 130 (see `command_ends`; a second Ctrl-C ends it at
+  once). A Ctrl-C that came before and was swallowed still makes the status 130.
 
 Worker processes (loky, Dask, the genetic search's islands) call `tie_to_parent` first: they
 ignore SIGINT (a terminal sends it to the whole process group; the parent stops them) and die
@@ -39,6 +39,7 @@ interpreter, whose shutdown runs exit hooks and joins workers).
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -52,6 +53,10 @@ from slackswap._startup import EXIT_INTERRUPTED, LINE, window
 
 #: Seconds a Ctrl-C leaves the command to clean up before the process is ended regardless.
 GRACE_S = 2.0
+#: The same once the command has returned: stopping workers and removing their temporary
+#: folders takes up to a few seconds on a loaded machine, and ending before it leaves them to
+#: loky's resource tracker (a warning). A second Ctrl-C ends the process at once.
+CLOSING_GRACE_S = 20.0
 #: Seconds between a worker's looks at its parent (where the kernel cannot be asked to tell).
 PARENT_POLL_S = 0.5
 
@@ -61,6 +66,8 @@ _state: dict[str, Any] = {
     "soft": False,  # the command runs: raise KeyboardInterrupt rather than end at once
     "in_fork": 0,  # inside os.fork's hooks: hold the signal
     "at_once": 0,  # inside code that cannot take a KeyboardInterrupt: end at once
+    "closing": False,  # the command has returned: let the clean-up finish, then end with 130
+    "hit_closing": False,  # a Ctrl-C came while closing
     "held": False,  # a signal came inside os.fork
     "interrupted": False,
     "said": False,
@@ -76,6 +83,10 @@ def install() -> None:
     if first and hasattr(os, "register_at_fork"):
         os.register_at_fork(before=_fork_before, after_in_child=_fork_child)
         os.fork = _forking()
+    if first:
+        # Registered before any library's: exit hooks run last-registered first, so this one
+        # runs after the hooks that stop workers and remove their temporary folders.
+        atexit.register(_after_the_clean_up)
 
 
 def command_starts() -> None:
@@ -88,13 +99,16 @@ def command_starts() -> None:
 
 
 def command_ends() -> None:
-    """The command has returned, its output written: a Ctrl-C from now on is ignored. Raised in
-    the interpreter's shutdown it was a traceback from an exit hook (or, once Python has put
-    back the default action, an exit by the signal), and ending at once would skip the exit
-    hooks that stop the workers and remove their temporary folders and semaphores (loky's
-    resource tracker then warns of them)."""
-    if _state["installed"] and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """The command has returned, its output written: a Ctrl-C from now on lets the clean-up
+    finish and then ends the process with the line and exit status 130 (`_after_the_clean_up`,
+    the last exit hook; a second Ctrl-C, or the watchdog after ``CLOSING_GRACE_S``, ends it at
+    once). Raised in the
+    interpreter's shutdown it was a traceback from an exit hook (or, once Python has put back
+    the default action, an exit by the signal), and ending at once would skip the exit hooks
+    that stop the workers and remove their temporary folders and semaphores (loky's resource
+    tracker then warns of them)."""
+    if _state["installed"]:
+        _state["closing"] = True
 
 
 def was_interrupted() -> bool:
@@ -131,6 +145,12 @@ def _on_sigint(signum: int, frame: Any) -> None:
         return
     first = not _state["interrupted"]
     _state["interrupted"] = True
+    if _state["closing"]:  # no exception: it would come out of an exit hook
+        if _state["hit_closing"]:  # a second Ctrl-C: the clean-up is not waited for
+            exit_now()
+        _state["hit_closing"] = True
+        _arm_watchdog(CLOSING_GRACE_S)
+        return
     if _state["in_fork"]:
         _state["held"] = True
         return
@@ -140,6 +160,19 @@ def _on_sigint(signum: int, frame: Any) -> None:
         return
     _arm_watchdog()
     raise KeyboardInterrupt
+
+
+def _after_the_clean_up() -> None:
+    """The last exit hook: a Ctrl-C that came while the command was closing ends the process
+    here, with what it wrote flushed, the line and exit status 130."""
+    if not _state["hit_closing"] or os.getpid() != _state["pid"]:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream: nothing more to write
+            pass
+    exit_now()
 
 
 def begin_ending_at_once() -> None:
@@ -161,8 +194,8 @@ def ends_at_once() -> bool:
     return bool(_state["at_once"])
 
 
-def _arm_watchdog() -> None:
-    watchdog = threading.Timer(GRACE_S, exit_now)
+def _arm_watchdog(seconds: float = GRACE_S) -> None:
+    watchdog = threading.Timer(seconds, exit_now)
     watchdog.daemon = True
     watchdog.start()
 

@@ -219,10 +219,10 @@ def test_a_swallowed_ctrl_c_still_ends_with_130(monkeypatch, capfd, fresh_state)
 
 @LINUX
 @pytest.mark.parametrize("window", ["exit", "shutdown"])
-def test_ctrl_c_after_compare_jobs_2_returned_is_ignored(tmp_path, window) -> None:
+def test_ctrl_c_after_compare_jobs_2_returned_ends_after_the_clean_up(tmp_path, window) -> None:
     # The results are written: ending at once there left the workers' temporary folders for
     # loky's resource tracker to warn about; raised, it was an exit hook's traceback or an exit
-    # by SIGINT itself.
+    # by SIGINT itself; ignored, the status said nothing of the Ctrl-C.
     out = tmp_path / "r.csv"
     proc = _start(
         ["compare", "gpt2-xl", "--budgets", "0.5,0.6", "--solvers", "vdnn", "--jobs", "2",
@@ -232,11 +232,23 @@ def test_ctrl_c_after_compare_jobs_2_returned_is_ignored(tmp_path, window) -> No
     _wait_for((tmp_path / "flag").exists)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, (proc.returncode, err)
-    assert "Traceback" not in err and "Warning" not in err and interrupts.LINE not in err, err
-    assert err.strip().splitlines()[-1].startswith("results: "), err
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err and "Warning" not in err, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == interrupts.LINE and lines[-2].startswith("results: "), err
+    assert len(out.read_text().splitlines()) == 1 + 2  # the header and both rows
     time.sleep(1.0)
     assert _alive(proc.pid) == []
+
+
+@LINUX
+def test_a_second_ctrl_c_while_closing_does_not_wait_for_the_clean_up(tmp_path) -> None:
+    proc = _start(SOLVE, tmp_path, "shutdown", seconds=60)
+    _wait_for((tmp_path / "flag").exists)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    assert proc.poll() is None  # the first waits for the clean-up (here: the 60 s sleep)
+    _interrupted(proc)
 
 
 _CTYPES_CALLBACK = """
