@@ -20,6 +20,7 @@ def main() -> int:
     from slackswap.cli import main as cli_main
 
     status = cli_main()
+    interrupts.set_exit_status(status)  # the last exit hook ends the process with it
     interrupts.window("shutdown")  # then the interpreter's own: atexit hooks, workers joined
     return status
 

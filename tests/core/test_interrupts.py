@@ -308,3 +308,21 @@ def test_numba_compiles_inside_the_warm_up_end_at_once_on_ctrl_c() -> None:
             event.unregister("numba:compile", probe)
     assert seen and all(seen)
     assert not interrupts.ends_at_once()
+
+
+@pytest.mark.parametrize(
+    "argv,status",
+    [
+        (SOLVE, 0),
+        (["solve", "gpt2-xl", "--budget", "1%", "--solver", "vdnn"], 1),  # no plan fits
+        (["solve", "gpt2-xl", "--budget", "nope"], 2),
+    ],
+)
+def test_the_last_exit_hook_ends_with_the_commands_own_status(tmp_path, argv, status) -> None:
+    # The hook ends the process itself (no interpreter teardown, where a Ctrl-C was a death by
+    # the signal), with what the command wrote flushed.
+    proc = _start(argv, tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == status, (proc.returncode, err)
+    if status == 0:
+        assert out.strip(), "the command's output was lost"
