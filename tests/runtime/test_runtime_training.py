@@ -167,6 +167,64 @@ def test_fast_steps_update_batch_norm_statistics_once() -> None:
     assert _differences(ref, got) == []
 
 
+def test_a_cnns_block_recompute_runs_under_torch_checkpoint() -> None:
+    # The CNN's profiled blocks are its convolutions, whose outputs the batch-norm after each
+    # saves: each convolution runs under torch.utils.checkpoint with that batch-norm, so no
+    # operator is replayed from the first step's records, and the state stays one step's.
+    m = _model("plain_cnn")
+    plan, budget = m.plan("blocks-recompute")
+    torch.manual_seed(1)
+    ref = _train(m, 1)
+    model = copy.deepcopy(ref[0])
+    planned = prepare(model, plan, budget)
+    model.zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    model.load_state_dict(ref[0].state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    torch.manual_seed(2)
+    ref = _train(m, STEPS - 1, start=ref)
+    torch.manual_seed(2)
+    rebuilds = []
+    for _ in range(STEPS - 1):
+        opt.zero_grad(set_to_none=True)
+        with planned.step() as stats:
+            m.loss_fn(model(*m.inputs)).backward()
+        opt.step()
+        rebuilds.append(stats.rebuilds)
+    assert _differences(ref, (model, opt)) == []
+    assert planned.fast, planned.reason
+    # Every convolution after the stem but the last, whose output the profile does not
+    # recompute (the pooling's input), with its batch-norm.
+    convs = [k for k, mod in enumerate(model.features) if isinstance(mod, torch.nn.Conv2d)]
+    assert planned.checkpointed_blocks == [f"features.{k}..features.{k + 1}" for k in convs[1:-1]]
+    assert rebuilds == [0] * (STEPS - 1)
+
+
+def test_a_sequential_with_its_own_forward_is_not_run_as_spans() -> None:
+    # A subclass may call its children in another way: its blocks' recompute stays a replay.
+    class Reordered(torch.nn.Sequential):
+        def forward(self, x: Any) -> Any:
+            for mod in self:
+                x = mod(x)
+            return x
+
+    torch.manual_seed(0)
+    model = pf.PlainCNN()
+    model.features = Reordered(*model.features)
+    x = torch.randn(2, 3, 16, 16)
+    inst = profile_step(model, (x,), lambda out: out.sum())
+    plan, budget = _plan(inst, "blocks-recompute")
+    planned = prepare(model, plan, budget)
+    for _ in range(2):
+        with planned.step() as stats:
+            model(x).sum().backward()
+    assert planned.fast, planned.reason
+    assert planned.checkpointed_blocks == []
+    assert stats.rebuilds > 0
+
+
 @pytest.mark.parametrize(("plan_kind", "hooked"), [("keep-all", False), ("all-swap", True)])
 def test_a_keep_all_plan_runs_later_steps_with_no_saved_tensor_hook(  # type: ignore[no-untyped-def]
     plan_kind: str, hooked: bool, monkeypatch

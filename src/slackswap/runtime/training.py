@@ -61,13 +61,15 @@ class ShapeChangeError(UserError):
 @dataclass(frozen=True)
 class _Pack:
     """One pack of the first step: the plan entry (-1: not a planned tensor), what is checked,
-    and the block whose forward packed it (-1: outside every block)."""
+    the block whose forward packed it (-1: outside every block) and the innermost module whose
+    forward packed it (its path; '' for the model or no module)."""
 
     entry: int
     shape: tuple[int, ...]
     dtype: torch.dtype
     nbytes: int
     block: int
+    path: str = ""
 
 
 def _storage_nbytes(t: torch.Tensor) -> int:
@@ -112,6 +114,22 @@ class _Learned:
     reason: str = ""
     swap_entries: list[int] = field(default_factory=list)
     replay: _Replay | None = None
+    spans: list[_Span] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Span:
+    """Children ``first`` to ``last`` of the ``nn.Sequential`` at ``parent``, run as one
+    ``torch.utils.checkpoint`` call: a profiled block and the modules after it that save what
+    it makes (a convolution and the batch-norm that saves its output)."""
+
+    parent: str
+    first: int
+    last: int
+    children: tuple[str, ...]  # the module paths of children first..last
+
+    def holds(self, path: str) -> bool:
+        return any(_inside(path, c) for c in self.children)
 
 
 @dataclass
@@ -234,11 +252,16 @@ class PlannedStep:
 
     @property
     def checkpointed_blocks(self) -> list[str]:
-        """The profiled blocks a fast step runs under ``torch.utils.checkpoint``."""
+        """The profiled blocks a fast step runs under ``torch.utils.checkpoint`` (a span of an
+        ``nn.Sequential``'s children as ``first..last``)."""
         if self._learned is None:
             return []
         names = self._blocks()
-        return [names[b] for b in self._learned.checkpointed]
+        spans = [
+            s.children[0] if len(s.children) == 1 else f"{s.children[0]}..{s.children[-1]}"
+            for s in self._learned.spans
+        ]
+        return [names[b] for b in self._learned.checkpointed] + spans
 
     def _blocks(self) -> list[str]:
         return list(dict.fromkeys(self.plan.instance.meta.get("block_modules", [])))
@@ -386,8 +409,9 @@ class _LearningExecutor(PlanExecutor):
         out = super()._pack(t)
         if self.learned is not None and not self._internal:
             entry = out.entry.index if isinstance(out, Handle) else -1
+            path = self.calls.stack[-1][0] if self.calls.stack else ""
             self.learned.append(
-                _Pack(entry, tuple(t.shape), t.dtype, _storage_nbytes(t), self.block_now[0])
+                _Pack(entry, tuple(t.shape), t.dtype, _storage_nbytes(t), self.block_now[0], path)
             )
         return out
 
@@ -489,12 +513,23 @@ def _learn(
             and all(actions[p.entry] == KEEP for p in outside)
         ):
             checkpointed.append(b)
-    covered = {p.entry for p in packs if p.block in checkpointed and p.entry >= 0}
-    expected = [p for p in packs if p.block not in checkpointed]
+    spans = _spans(model, blocks, packs, actions, produced_in)
+    starts = {s.children[0] for s in spans}
+    checkpointed = [b for b in checkpointed if blocks[b] not in starts]
+
+    def in_checkpoint(p: _Pack) -> bool:
+        return p.block in checkpointed or any(s.holds(p.path) for s in spans)
+
+    # What a checkpointed call makes again: a kept tensor from outside it (its input) is the
+    # forward's own, wherever else it is saved.
+    covered = {
+        p.entry for p in packs if p.entry >= 0 and actions[p.entry] != KEEP and in_checkpoint(p)
+    }
+    expected = [p for p in packs if not in_checkpoint(p)]
     seen = {p.entry for p in expected if p.entry >= 0}
     reason = ""
     for p in packs:
-        if p.entry >= 0 and p.entry in covered and p.block not in checkpointed:
+        if p.entry >= 0 and p.entry in covered and not in_checkpoint(p):
             reason = reason or (
                 f"recomputed tensor {inst.tensor_name[p.entry]!r} is also saved outside its "
                 "block: every step runs the checked path"
@@ -508,7 +543,77 @@ def _learn(
         {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
         key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
     )
-    return _Learned(packs, checkpointed, expected, actions, inputs, reason, swaps, replay)
+    return _Learned(packs, checkpointed, expected, actions, inputs, reason, swaps, replay, spans)
+
+
+def _spans(
+    model: torch.nn.Module,
+    blocks: list[str],
+    packs: list[_Pack],
+    actions: list[int],
+    produced_in: dict[int, str],
+) -> list[_Span]:
+    """The profiled blocks whose recomputed tensors are saved by the modules after them, each
+    with those modules: a block that is a child of an ``nn.Sequential`` (whose forward calls
+    its children in order, so a run of them is one function of one tensor) and whose saved
+    tensors are all recomputed, extended over the fewest siblings that save them all. Inside
+    the span every saved tensor made there is recomputed or kept (a kept one, such as
+    batch-norm's saved statistics, is made again by the operator that saves the recomputed
+    input, so the plan's memory is not exceeded), and every one from outside it is kept."""
+    by_entry: dict[int, list[_Pack]] = {}
+    for p in packs:
+        if p.entry >= 0:
+            by_entry.setdefault(p.entry, []).append(p)
+    out: list[_Span] = []
+    for name in blocks:
+        if any(s.holds(name) for s in out):
+            continue
+        parent_path, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_path) if parent_path else model
+        if (
+            not isinstance(parent, torch.nn.Sequential)
+            or type(parent).forward is not torch.nn.Sequential.forward
+            or child not in parent._modules
+        ):
+            continue
+        made = [i for i in by_entry if _inside(produced_in[i], name)]
+        if not made or any(actions[i] != RECOMP for i in made):
+            continue
+        if all(_inside(p.path, name) for i in made for p in by_entry[i]):
+            continue  # checkpointed as a block of its own
+        names = list(parent._modules)
+        paths = [f"{parent_path}.{n}" if parent_path else n for n in names]
+        first = names.index(child)
+        for last in range(first + 1, len(names)):
+            span = _Span(parent_path, first, last, tuple(paths[first : last + 1]))
+            fits = _span_fits(span, packs, by_entry, actions, produced_in)
+            if fits is not None:
+                if fits:
+                    out.append(span)
+                break
+    return out
+
+
+def _span_fits(
+    span: _Span,
+    packs: list[_Pack],
+    by_entry: dict[int, list[_Pack]],
+    actions: list[int],
+    produced_in: dict[int, str],
+) -> bool | None:
+    """Whether ``span`` can run under ``torch.utils.checkpoint`` as the plan says (True), cannot
+    however far it reaches (False), or cannot yet: a tensor it recomputes is saved after it."""
+    for p in packs:
+        if p.entry < 0 or not span.holds(p.path):
+            continue
+        made_here = span.holds(produced_in[p.entry])
+        if actions[p.entry] == SWAP or (actions[p.entry] == RECOMP and not made_here):
+            return False
+    for i, ps in by_entry.items():
+        if actions[i] == RECOMP and span.holds(produced_in[i]):
+            if not all(span.holds(p.path) for p in ps):
+                return None
+    return True
 
 
 def _replay_of(
@@ -661,6 +766,7 @@ class _FastStep:
         inputs' shapes are still checked before each step."""
         return bool(
             self.learned.checkpointed
+            or self.learned.spans
             or self.learned.replay is not None
             or any(int(a) != KEEP for a in self.actions)
         )
@@ -672,6 +778,10 @@ class _FastStep:
             for b in self.learned.checkpointed:
                 stack.enter_context(
                     _checkpointed(owner.model, owner._blocks()[b], self._saving_inputs)
+                )
+            if self.learned.spans:
+                stack.enter_context(
+                    _checkpointed_spans(owner.model, self.learned.spans, self._saving_inputs)
                 )
             h = owner.model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
             stack.callback(h.remove)
@@ -959,47 +1069,107 @@ def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
     return ", ".join(f"{list(s)} {str(d).replace('torch.', '')}" for s, d in sig or []) or "none"
 
 
+def _checkpoint_call(
+    fn: Callable[..., Any],
+    buffers: list[torch.Tensor],
+    saving_inputs: list[bool],
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """``fn(*args, **kwargs)`` under non-reentrant ``torch.utils.checkpoint``; ``buffers`` it
+    updates in place are put back after each recomputation (one update per step).
+    ``saving_inputs[0]`` is True while checkpoint saves the inputs (before the body)."""
+    calls = [0]
+
+    def body(*a: Any, **k: Any) -> Any:
+        saving_inputs[0] = False
+        calls[0] += 1
+        if calls[0] == 1 or not buffers:
+            return fn(*a, **k)
+        saved = [b.detach().clone() for b in buffers]
+        try:
+            return fn(*a, **k)
+        finally:
+            with torch.no_grad():
+                for b, v in zip(buffers, saved, strict=True):
+                    b.copy_(v)
+
+    saving_inputs[0] = True
+    try:
+        return checkpoint(body, *args, use_reentrant=False, **kwargs)
+    finally:
+        saving_inputs[0] = False
+
+
 @contextmanager
 def _checkpointed(model: torch.nn.Module, name: str, saving_inputs: list[bool]) -> Iterator[None]:
-    """Run block ``name``'s forward under non-reentrant ``torch.utils.checkpoint``; buffers it
-    updates in place are put back after each recomputation (one update per step).
-    ``saving_inputs[0]`` is True while checkpoint saves the block's inputs (before its body)."""
+    """Run block ``name``'s forward under non-reentrant ``torch.utils.checkpoint``
+    (`_checkpoint_call`)."""
     block = model.get_submodule(name) if name else model
-    had = "forward" in block.__dict__
-    old = block.__dict__.get("forward")
     forward = block.forward
-    buffers = [b for b in block.buffers()]
+    buffers = list(block.buffers())
 
     def run_checkpointed(*args: Any, **kwargs: Any) -> Any:
-        calls = [0]
+        return _checkpoint_call(forward, buffers, saving_inputs, *args, **kwargs)
 
-        def body(*a: Any, **k: Any) -> Any:
-            saving_inputs[0] = False
-            calls[0] += 1
-            if calls[0] == 1 or not buffers:
-                return forward(*a, **k)
-            saved = [b.detach().clone() for b in buffers]
-            try:
-                return forward(*a, **k)
-            finally:
-                with torch.no_grad():
-                    for b, v in zip(buffers, saved, strict=True):
-                        b.copy_(v)
+    with _forward_replaced(block, run_checkpointed):
+        yield
 
-        saving_inputs[0] = True
-        try:
-            return checkpoint(body, *args, use_reentrant=False, **kwargs)
-        finally:
-            saving_inputs[0] = False
 
-    block.forward = run_checkpointed  # type: ignore[method-assign]
+@contextmanager
+def _checkpointed_spans(
+    model: torch.nn.Module, spans: list[_Span], saving_inputs: list[bool]
+) -> Iterator[None]:
+    """Run each ``nn.Sequential`` holding ``spans`` with each span's children as one
+    `_checkpoint_call` (the rest of its children as ``nn.Sequential`` calls them)."""
+    with ExitStack() as stack:
+        for parent_path in dict.fromkeys(s.parent for s in spans):
+            seq = model.get_submodule(parent_path) if parent_path else model
+            mods: list[Any] = list(seq._modules.values())
+            ends = {s.first: s.last for s in spans if s.parent == parent_path}
+            runs: dict[int, tuple[Callable[[Any], Any], list[torch.Tensor]]] = {}
+            for first, last in ends.items():
+                part = mods[first : last + 1]
+                runs[first] = (_chain(part), [b for m in part for b in m.buffers()])
+
+            def forward(x: Any, mods: list[Any] = mods, ends: dict[int, int] = ends,
+                        runs: dict[int, Any] = runs) -> Any:  # fmt: skip
+                k = 0
+                while k < len(mods):
+                    if k in ends:
+                        fn, buffers = runs[k]
+                        x = _checkpoint_call(fn, buffers, saving_inputs, x)
+                        k = ends[k] + 1
+                    else:
+                        x = mods[k](x)
+                        k += 1
+                return x
+
+            stack.enter_context(_forward_replaced(seq, forward))
+        yield
+
+
+def _chain(mods: list[Any]) -> Callable[[Any], Any]:
+    def run(x: Any) -> Any:
+        for m in mods:
+            x = m(x)
+        return x
+
+    return run
+
+
+@contextmanager
+def _forward_replaced(module: torch.nn.Module, forward: Callable[..., Any]) -> Iterator[None]:
+    had = "forward" in module.__dict__
+    old = module.__dict__.get("forward")
+    module.forward = forward  # type: ignore[method-assign]
     try:
         yield
     finally:
         if had:
-            block.forward = old  # type: ignore[method-assign,assignment]
+            module.forward = old  # type: ignore[method-assign,assignment]
         else:
-            del block.forward
+            del module.forward
 
 
 def prepare(
