@@ -202,6 +202,49 @@ def test_a_cnns_block_recompute_runs_under_torch_checkpoint() -> None:
     assert rebuilds == [0] * (STEPS - 1)
 
 
+def test_a_span_whose_input_the_plan_swaps_runs_under_torch_checkpoint() -> None:
+    # Each convolution's input swapped, its output recomputed (what SlackSwap chooses for the
+    # CNN): checkpoint saves the span's input through the step's hooks, so it is swapped as
+    # the plan says and fetched back for the recomputation; no operator is replayed.
+    from slackswap.runtime.memory import StorageTracker
+    from slackswap.simulator import simulate
+
+    m = _model("plain_cnn")
+    inst = m.inst
+    acts = np.full(inst.n_tensors, KEEP, dtype=np.int8)
+    for k, name in enumerate(inst.tensor_name):
+        if name.endswith("/convolution.out") and np.isfinite(inst.tensor_recompute_s[k]):
+            acts[k] = RECOMP
+        elif name.startswith("block") and name.endswith(".in"):
+            acts[k] = SWAP
+    plan = Plan(inst, acts)
+    torch.manual_seed(1)
+    ref = _train(m, 1)
+    model = copy.deepcopy(ref[0])
+    planned = prepare(model, plan, 1.0)
+    model.zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    model.load_state_dict(ref[0].state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    ref = _train(m, STEPS - 1, start=ref)
+    got = []
+    for _ in range(STEPS - 1):
+        opt.zero_grad(set_to_none=True)
+        with StorageTracker(list(model.parameters())) as tracker:
+            with planned.step() as stats:
+                m.loss_fn(model(*m.inputs)).backward()
+        opt.step()
+        got.append((stats.rebuilds, stats.h2d_bytes > 0, tracker.peak_bytes))
+    assert _differences(ref, (model, opt)) == []
+    assert planned.fast, planned.reason
+    assert len(planned.checkpointed_blocks) == int((acts == RECOMP).sum())
+    assert all(s.swapped_input >= 0 for s in planned._learned.spans)
+    assert [(r, h) for r, h, _ in got] == [(0, True)] * (STEPS - 1)
+    assert max(p for _, _, p in got) <= simulate(inst, plan, 1.0).peak_bytes * 1.10
+
+
 def test_a_sequential_with_its_own_forward_is_not_run_as_spans() -> None:
     # A subclass may call its children in another way: its blocks' recompute stays a replay.
     class Reordered(torch.nn.Sequential):

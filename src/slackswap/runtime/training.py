@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,7 @@ class _Span:
     first: int
     last: int
     children: tuple[str, ...]  # the module paths of children first..last
+    swapped_input: int = -1  # the plan swaps the span's input (this entry): -1, it keeps it
 
     def holds(self, path: str) -> bool:
         return any(_inside(path, c) for c in self.children)
@@ -520,10 +521,10 @@ def _learn(
     def in_checkpoint(p: _Pack) -> bool:
         return p.block in checkpointed or any(s.holds(p.path) for s in spans)
 
-    # What a checkpointed call makes again: a kept tensor from outside it (its input) is the
-    # forward's own, wherever else it is saved.
+    # What a checkpointed call makes again; a tensor from outside it (its input, kept or
+    # swapped) is the forward's own, wherever else it is saved.
     covered = {
-        p.entry for p in packs if p.entry >= 0 and actions[p.entry] != KEEP and in_checkpoint(p)
+        p.entry for p in packs if p.entry >= 0 and actions[p.entry] == RECOMP and in_checkpoint(p)
     }
     expected = [p for p in packs if not in_checkpoint(p)]
     seen = {p.entry for p in expected if p.entry >= 0}
@@ -556,10 +557,12 @@ def _spans(
     """The profiled blocks whose recomputed tensors are saved by the modules after them, each
     with those modules: a block that is a child of an ``nn.Sequential`` (whose forward calls
     its children in order, so a run of them is one function of one tensor) and whose saved
-    tensors are all recomputed, extended over the fewest siblings that save them all. Inside
-    the span every saved tensor made there is recomputed or kept (a kept one, such as
-    batch-norm's saved statistics, is made again by the operator that saves the recomputed
-    input, so the plan's memory is not exceeded), and every one from outside it is kept."""
+    tensors are all recomputed, extended over the fewest siblings that save them all. Every
+    saved tensor made inside the span is made again by the recomputation (a kept or swapped
+    one the modules after the block make, such as batch-norm's saved statistics, comes from
+    the operator that saves the recomputed tensor, which runs again anyway), and every one
+    from outside it is kept, but for the span's input, which may be swapped: checkpoint saves
+    it through the step's hooks."""
     by_entry: dict[int, list[_Pack]] = {}
     for p in packs:
         if p.entry >= 0:
@@ -588,8 +591,8 @@ def _spans(
             span = _Span(parent_path, first, last, tuple(paths[first : last + 1]))
             fits = _span_fits(span, packs, by_entry, actions, produced_in)
             if fits is not None:
-                if fits:
-                    out.append(span)
+                if fits >= -1:
+                    out.append(replace(span, swapped_input=fits))
                 break
     return out
 
@@ -600,20 +603,32 @@ def _span_fits(
     by_entry: dict[int, list[_Pack]],
     actions: list[int],
     produced_in: dict[int, str],
-) -> bool | None:
-    """Whether ``span`` can run under ``torch.utils.checkpoint`` as the plan says (True), cannot
-    however far it reaches (False), or cannot yet: a tensor it recomputes is saved after it."""
-    for p in packs:
-        if p.entry < 0 or not span.holds(p.path):
+) -> int | None:
+    """Whether ``span`` can run under ``torch.utils.checkpoint`` as the plan says: -1 (yes,
+    its input kept), the entry of its swapped input, -2 (no, however far it reaches) or None
+    (not yet: a tensor it recomputes is saved after it). A swapped tensor from outside is taken
+    for the span's input when it is the only one and the step saved it before the span, where
+    a fast step learns its storage (and checks it is the tensor checkpoint saves)."""
+    start = next(k for k, p in enumerate(packs) if span.holds(p.path))
+    swapped: set[int] = set()
+    for p in packs[start:]:
+        if p.entry < 0 or not span.holds(p.path) or span.holds(produced_in[p.entry]):
             continue
-        made_here = span.holds(produced_in[p.entry])
-        if actions[p.entry] == SWAP or (actions[p.entry] == RECOMP and not made_here):
-            return False
+        if actions[p.entry] == RECOMP:
+            return -2
+        if actions[p.entry] == SWAP:
+            swapped.add(p.entry)
     for i, ps in by_entry.items():
         if actions[i] == RECOMP and span.holds(produced_in[i]):
             if not all(span.holds(p.path) for p in ps):
                 return None
-    return True
+    if not swapped:
+        return -1
+    if len(swapped) > 1:
+        return -2
+    (i,) = swapped
+    before = any(not span.holds(p.path) for p in packs[:start] if p.entry == i)
+    return i if before else -2
 
 
 def _replay_of(
@@ -740,7 +755,11 @@ class _FastStep:
         self._inner: ExitStack | None = None  # the new plan's checked step, after a replan
         self._inner_stats: Any = None
         self._stack = ExitStack()
-        self._saving_inputs = [False]
+        # While checkpoint saves a call's inputs: -1, they are kept; an entry, the span's input
+        # the plan swaps; None: it is not saving them.
+        self._saving_inputs: list[int | None] = [None]
+        self._span_inputs = {s.swapped_input for s in learned.spans if s.swapped_input >= 0}
+        self._storage_of: dict[int, int] = {}  # a span's swapped input: its storage this step
         self.rebuilder: Rebuilder | None = None
         self._pending: dict[int, set[int]] = {}  # rebuild input -> recomputed ones still to come
         self._finished: set[int] = set()  # autograd is done with these; a rebuild is not
@@ -891,8 +910,11 @@ class _FastStep:
 
     # ----- saved-tensor hooks -----------------------------------------------------------------
     def _pack(self, t: torch.Tensor) -> Any:
-        if self._saving_inputs[0]:
-            return t  # a checkpointed block's inputs, held by torch.utils.checkpoint
+        saving = self._saving_inputs[0]
+        if saving is not None:
+            if saving < 0:
+                return t  # a checkpointed call's kept inputs, held by torch.utils.checkpoint
+            return self._span_input(saving, t)
         k = self.pos
         self.pos = k + 1
         exp = self.expected
@@ -917,10 +939,24 @@ class _FastStep:
         if not e.packed:
             e.to(EntryState.SAVED)
             if action == SWAP:
+                if p.entry in self._span_inputs:
+                    self._storage_of[p.entry] = _storage_ptr(t)
                 self._offload(e, t)  # a rebuild that reads it fetches it back, as autograd does
             else:
                 self.stats.recomputed_bytes += e.nbytes
         return Handle(e, t, keep=False, release=self._release)
+
+    def _span_input(self, i: int, t: torch.Tensor) -> Any:
+        """Checkpoint saves a span's input, which the plan swaps: one more handle on the
+        entry the step swapped before the span (its copy back serves the recomputation)."""
+        if self._storage_of.get(i) != _storage_ptr(t):
+            self._fail(
+                StepMismatchError(
+                    f"the input of a checkpointed span is not {self.inst.tensor_name[i]!r}, as "
+                    "in the first step of the plan: it is not the step the plan was made for"
+                )
+            )
+        return Handle(self.entries[i], t, keep=False, release=self._release)
 
     def _mismatch(self, k: int, p: _Pack, t: torch.Tensor) -> None:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
@@ -1072,17 +1108,19 @@ def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
 def _checkpoint_call(
     fn: Callable[..., Any],
     buffers: list[torch.Tensor],
-    saving_inputs: list[bool],
+    saving_inputs: list[int | None],
     *args: Any,
+    saving: int = -1,
     **kwargs: Any,
 ) -> Any:
     """``fn(*args, **kwargs)`` under non-reentrant ``torch.utils.checkpoint``; ``buffers`` it
     updates in place are put back after each recomputation (one update per step).
-    ``saving_inputs[0]`` is True while checkpoint saves the inputs (before the body)."""
+    ``saving_inputs[0]`` is ``saving`` while checkpoint saves the inputs (before the body),
+    None otherwise."""
     calls = [0]
 
     def body(*a: Any, **k: Any) -> Any:
-        saving_inputs[0] = False
+        saving_inputs[0] = None
         calls[0] += 1
         if calls[0] == 1 or not buffers:
             return fn(*a, **k)
@@ -1094,15 +1132,17 @@ def _checkpoint_call(
                 for b, v in zip(buffers, saved, strict=True):
                     b.copy_(v)
 
-    saving_inputs[0] = True
+    saving_inputs[0] = saving
     try:
         return checkpoint(body, *args, use_reentrant=False, **kwargs)
     finally:
-        saving_inputs[0] = False
+        saving_inputs[0] = None
 
 
 @contextmanager
-def _checkpointed(model: torch.nn.Module, name: str, saving_inputs: list[bool]) -> Iterator[None]:
+def _checkpointed(
+    model: torch.nn.Module, name: str, saving_inputs: list[int | None]
+) -> Iterator[None]:
     """Run block ``name``'s forward under non-reentrant ``torch.utils.checkpoint``
     (`_checkpoint_call`)."""
     block = model.get_submodule(name) if name else model
@@ -1118,7 +1158,7 @@ def _checkpointed(model: torch.nn.Module, name: str, saving_inputs: list[bool]) 
 
 @contextmanager
 def _checkpointed_spans(
-    model: torch.nn.Module, spans: list[_Span], saving_inputs: list[bool]
+    model: torch.nn.Module, spans: list[_Span], saving_inputs: list[int | None]
 ) -> Iterator[None]:
     """Run each ``nn.Sequential`` holding ``spans`` with each span's children as one
     `_checkpoint_call` (the rest of its children as ``nn.Sequential`` calls them)."""
@@ -1127,18 +1167,20 @@ def _checkpointed_spans(
             seq = model.get_submodule(parent_path) if parent_path else model
             mods: list[Any] = list(seq._modules.values())
             ends = {s.first: s.last for s in spans if s.parent == parent_path}
-            runs: dict[int, tuple[Callable[[Any], Any], list[torch.Tensor]]] = {}
-            for first, last in ends.items():
-                part = mods[first : last + 1]
-                runs[first] = (_chain(part), [b for m in part for b in m.buffers()])
+            runs: dict[int, tuple[Callable[[Any], Any], list[torch.Tensor], int]] = {}
+            for s in spans:
+                if s.parent == parent_path:
+                    part = mods[s.first : s.last + 1]
+                    bufs = [b for m in part for b in m.buffers()]
+                    runs[s.first] = (_chain(part), bufs, s.swapped_input)
 
             def forward(x: Any, mods: list[Any] = mods, ends: dict[int, int] = ends,
                         runs: dict[int, Any] = runs) -> Any:  # fmt: skip
                 k = 0
                 while k < len(mods):
                     if k in ends:
-                        fn, buffers = runs[k]
-                        x = _checkpoint_call(fn, buffers, saving_inputs, x)
+                        fn, buffers, swapped = runs[k]
+                        x = _checkpoint_call(fn, buffers, saving_inputs, x, saving=swapped)
                         k = ends[k] + 1
                     else:
                         x = mods[k](x)
