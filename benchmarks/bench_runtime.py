@@ -47,7 +47,8 @@ from examples import models as example_models  # noqa: E402
 from slackswap.instance import Instance  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, SWAP, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
-from slackswap.runtime import apply, prepare, training  # noqa: E402
+from slackswap.runtime import apply, prepare  # noqa: E402
+from slackswap.runtime.training.fast import FastStep  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
 from tests import profiling_factories as pf  # noqa: E402
@@ -218,7 +219,7 @@ def hook_us_per_op(case: Case, step: Callable[[], Any], repeat: int) -> float:
     hooks, per operator of the profile, in microseconds (copies included, for swapped ones):
     the Python it runs, measured apart from the load on the rest of the step."""
     spent = [0.0]
-    fast = training._FastStep
+    fast = FastStep
     pack, unpack = fast._pack, fast._unpack
 
     def timed(f: Callable[..., Any]) -> Callable[..., Any]:
