@@ -245,6 +245,38 @@ def test_a_span_whose_input_the_plan_swaps_runs_under_torch_checkpoint() -> None
     assert max(p for _, _, p in got) <= simulate(inst, plan, 1.0).peak_bytes * 1.10
 
 
+def test_a_span_reaches_past_children_that_save_nothing() -> None:
+    # The block saves nothing and the child after it neither: the span reaches the batch-norm
+    # that saves the block's output.
+    class Scale(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x * 2.0
+
+    def stage(c_in: int) -> list[torch.nn.Module]:
+        return [torch.nn.Conv2d(c_in, 4, 3, padding=1), Scale(), torch.nn.Identity(),
+                torch.nn.BatchNorm2d(4), torch.nn.ReLU()]  # fmt: skip
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*stage(3), *stage(4), torch.nn.Flatten())
+    x = torch.randn(2, 3, 8, 8)
+    inst = profile_step(model, (x,), lambda out: out.sum(), blocks=[model[1], model[6]])
+    made_in = [inst.op_name[int(p)].split("/")[0] for p in inst.tensor_producer]
+    recomputable = np.isfinite(inst.tensor_recompute_s)
+    acts = np.where(recomputable & np.isin(made_in, ["1", "6"]), RECOMP, KEEP).astype(np.int8)
+    assert (acts == RECOMP).any()
+    ref = copy.deepcopy(model)
+    planned = prepare(model, Plan(inst, acts), 1.0)
+    for _ in range(3):
+        with planned.step() as stats:
+            model(x).sum().backward()
+        ref(x).sum().backward()
+    assert planned.fast, planned.reason
+    assert "1..3" in planned.checkpointed_blocks and stats.rebuilds == 0
+    pairs = zip(model.parameters(), ref.parameters(), strict=True)
+    assert all(torch.equal(a.grad, b.grad) for a, b in pairs)
+    assert all(torch.equal(a, b) for a, b in zip(model.buffers(), ref.buffers(), strict=True))
+
+
 def test_a_sequential_with_its_own_forward_is_not_run_as_spans() -> None:
     # A subclass may call its children in another way: its blocks' recompute stays a replay.
     class Reordered(torch.nn.Sequential):

@@ -334,7 +334,7 @@ def _span_fits(
     (not yet: a tensor it recomputes is saved after it). A swapped tensor from outside is taken
     for the span's input when it is the only one and the step saved it before the span, where
     a fast step learns its storage (and checks it is the tensor checkpoint saves)."""
-    start = next(k for k, p in enumerate(packs) if span.holds(p.path))
+    start = next((k for k, p in enumerate(packs) if span.holds(p.path)), len(packs))
     swapped: set[int] = set()
     for p in packs[start:]:
         if p.entry < 0 or not span.holds(p.path) or span.holds(produced_in[p.entry]):
