@@ -240,8 +240,8 @@ def learn(
         ):
             checkpointed.append(b)
     spans = _spans(model, blocks, packs, actions, produced_in)
-    # A block a span holds runs inside the span's checkpoint, not under one of its own.
-    checkpointed = [b for b in checkpointed if not any(s.holds(blocks[b]) for s in spans)]
+    starts = {s.children[0] for s in spans}
+    checkpointed = [b for b in checkpointed if blocks[b] not in starts]
 
     def in_checkpoint(p: Pack) -> bool:
         return p.block in checkpointed or any(s.holds(p.path) for s in spans)
@@ -264,7 +264,7 @@ def learn(
     replay = None
     if replayed and not reason:
         replay, reason = replay_of(inst, model, actions, replayed, seen, covered, kept,
-                                   input_tensors)  # fmt: skip
+                                    input_tensors)  # fmt: skip
     swaps = sorted(
         {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
         key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
