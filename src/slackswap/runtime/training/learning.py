@@ -264,7 +264,7 @@ def learn(
     replay = None
     if replayed and not reason:
         replay, reason = replay_of(inst, model, actions, replayed, seen, covered, kept,
-                                    input_tensors)  # fmt: skip
+                                   input_tensors)  # fmt: skip
     swaps = sorted(
         {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
         key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
