@@ -47,7 +47,8 @@ from examples import models as example_models  # noqa: E402
 from slackswap.instance import Instance  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, SWAP, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
-from slackswap.runtime import apply, prepare, training  # noqa: E402
+from slackswap.runtime import apply, prepare  # noqa: E402
+from slackswap.runtime.training.fast import FastStep  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
 from tests import profiling_factories as pf  # noqa: E402
@@ -143,6 +144,41 @@ def checkpointed(case: Case) -> Any:
     return model
 
 
+class _CheckpointedRun(torch.nn.Module):
+    """Children of an ``nn.Sequential`` run as one ``torch.utils.checkpoint`` call."""
+
+    def __init__(self, mods: list[torch.nn.Module]):
+        super().__init__()
+        self.mods = torch.nn.ModuleList(mods)
+
+    def forward(self, x: Any) -> Any:
+        def run(y: Any) -> Any:
+            for m in self.mods:
+                y = m(y)
+            return y
+
+        return checkpoint(run, x, use_reentrant=False)
+
+
+def checkpointed_spans(case: Case, spans: list[str]) -> Any:
+    """A copy of the model in which each run ``first..last`` of an ``nn.Sequential``'s children
+    that the training path checkpoints as one call (`PlannedStep.checkpointed_blocks`) is one
+    ``torch.utils.checkpoint`` call: PyTorch's own tool on what the training path recomputes."""
+    model = copy.deepcopy(case.model)
+    for span in spans:
+        first, _, last = span.partition("..")
+        parent, _, a = first.rpartition(".")
+        b = last.rpartition(".")[2]
+        seq = model.get_submodule(parent)
+        keys = list(seq._modules)
+        i, j = keys.index(a), keys.index(b)
+        mods = [seq._modules[k] for k in keys[i : j + 1]]
+        seq._modules[keys[i]] = _CheckpointedRun(mods)  # type: ignore[assignment]
+        for k in keys[i + 1 : j + 1]:
+            seq._modules[k] = torch.nn.Identity()
+    return model
+
+
 def interleaved(
     case: Case, repeat: int, runs: list[tuple[str, Callable[[], Any], Any]], cuda: bool = False
 ) -> dict[str, tuple[float, int]]:
@@ -183,7 +219,7 @@ def hook_us_per_op(case: Case, step: Callable[[], Any], repeat: int) -> float:
     hooks, per operator of the profile, in microseconds (copies included, for swapped ones):
     the Python it runs, measured apart from the load on the rest of the step."""
     spent = [0.0]
-    fast = training._FastStep
+    fast = FastStep
     pack, unpack = fast._pack, fast._unpack
 
     def timed(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -217,6 +253,10 @@ SLOW = {"keep-all, checked path (apply)"}
 SLOW_ROUNDS = 5
 
 
+#: ``torch.utils.checkpoint`` on what the training path checkpoints where that is not the profiled
+#: blocks (a convolution with the batch-norm that saves its output); only where it is not.
+SPANS = "torch.utils.checkpoint on the training path's spans"
+
 #: (case, the case its time is compared with) of the CPU half, in the order printed.
 CPU_ROWS = (
     ("unplanned", ""),
@@ -225,6 +265,8 @@ CPU_ROWS = (
     ("all-swap, training path", "save_on_cpu"),
     ("torch.utils.checkpoint on the blocks", "unplanned"),
     ("recompute the blocks, training path", "torch.utils.checkpoint on the blocks"),
+    (SPANS, "unplanned"),
+    ("recompute the blocks, training path", SPANS),
     ("SlackSwap 50%, training path", "unplanned"),
     ("keep-all, checked path (apply)", "unplanned"),
 )
@@ -253,6 +295,9 @@ def cpu_half(repeat: int, quick: bool) -> None:
             runs.append((label, step, None))
             fast[label] = str(p.fast)
             hooks[label] = f"{hook_us_per_op(case, step, repeat):.1f}"
+            spans = [b for b in p.checkpointed_blocks if ".." in b]
+            if label.startswith("recompute the blocks") and spans:
+                runs.append((SPANS, nullcontext, checkpointed_spans(case, spans)))
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))
         runs.append(("keep-all, checked path (apply)",
@@ -261,6 +306,8 @@ def cpu_half(repeat: int, quick: bool) -> None:
         got = interleaved(case, repeat, runs)
         plain = got["unplanned"][0]
         for label, vs in CPU_ROWS:
+            if SPANS in (label, vs) and SPANS not in got:
+                continue
             if label not in got:
                 print(f"| {case.label} | {inst.n_ops} | {label}: no plan | | | | | | |")
                 continue

@@ -100,7 +100,7 @@ class _OpRecord:
     (parameters, buffers and model inputs as themselves), the RNG state it ran with, and where
     each value it wrote came from (output k or mutated argument k)."""
 
-    __slots__ = ("func", "args", "mutated", "rng", "grad", "writes")
+    __slots__ = ("func", "args", "mutated", "rng", "grad", "writes", "_call")
 
     def __init__(
         self, func: Any, args: Any, mutated: Any, rng: Any, grad: bool, writes: dict[int, Any]
@@ -111,10 +111,78 @@ class _OpRecord:
         self.rng = rng
         self.grad = grad
         self.writes = writes
+        self._call: _Call | None = None
 
     def with_rng(self, rng: Any) -> _OpRecord:
         """The same call, replayed from RNG state ``rng`` (`_rng_state`)."""
-        return _OpRecord(self.func, self.args, self.mutated, rng, self.grad, self.writes)
+        rec = _OpRecord(self.func, self.args, self.mutated, rng, self.grad, self.writes)
+        rec._call = self._call
+        return rec
+
+    def call(self) -> _Call:
+        """The call's arguments as a rebuild fills them in (made once, on the first rebuild)."""
+        if self._call is None:
+            spec, flat = self.args
+            self._call = _Call(spec, flat, self.mutated)
+        return self._call
+
+
+class _Call:
+    """A recorded call's arguments with what changes between rebuilds left to fill in: the
+    flat positions of its activations and of the buffers it writes (``varying``), and, when
+    each of them is a top-level argument (as for most operators), the call with the rest in
+    place, so a rebuild fills in a few arguments instead of rebuilding the whole pytree."""
+
+    __slots__ = ("spec", "varying", "refs", "args", "kwargs", "places")
+
+    def __init__(self, spec: Any, flat: list[Any], mutated: Any):
+        self.spec = spec
+        self.varying = [
+            i
+            for i, x in enumerate(flat)
+            if isinstance(x, _Ref) or (i in mutated and isinstance(x, torch.Tensor))
+        ]
+        self.refs = [x.value for x in flat if isinstance(x, _Ref)]
+        slots = [_Slot(i) for i in range(len(flat))]
+        at_args, at_kwargs = tree_unflatten(slots, spec)
+        found: dict[int, tuple[bool, Any]] = {}
+        for pos, a in enumerate(at_args):
+            if isinstance(a, _Slot):
+                found[a.i] = (True, pos)
+        for key, a in at_kwargs.items():
+            if isinstance(a, _Slot):
+                found[a.i] = (False, key)
+        self.places: list[tuple[int, bool, Any]] | None = None
+        self.args: list[Any] = []
+        self.kwargs: dict[str, Any] = {}
+        if all(i in found for i in self.varying):
+            held = set(self.varying)
+            args, kwargs = tree_unflatten(
+                [None if i in held else x for i, x in enumerate(flat)], spec
+            )
+            self.args, self.kwargs = list(args), dict(kwargs)
+            self.places = [(i, *found[i]) for i in self.varying]
+
+    def fill(self, flat: list[Any], real: dict[int, Any]) -> tuple[Any, Any]:
+        """The call's ``(args, kwargs)``, with ``real`` at the varying positions."""
+        if self.places is None:
+            return tree_unflatten([real.get(i, x) for i, x in enumerate(flat)], self.spec)
+        args, kwargs = list(self.args), self.kwargs
+        if any(not positional for _, positional, _ in self.places):
+            kwargs = dict(kwargs)
+        for i, positional, at in self.places:
+            if positional:
+                args[at] = real[i]
+            else:
+                kwargs[at] = real[i]
+        return args, kwargs
+
+
+class _Slot:
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
 
 
 class Rebuilder:
@@ -296,9 +364,11 @@ class Rebuilder:
         return cache[value]
 
     def _run_recorded(self, rec: _OpRecord, cache: dict[int, Any]) -> None:
-        spec, flat = rec.args
-        real: list[Any] = []
-        for i, x in enumerate(flat):
+        _, flat = rec.args
+        call = rec.call()
+        real: dict[int, Any] = {}
+        for i in call.varying:
+            x = flat[i]
             if isinstance(x, _Ref):
                 storage = self._resolve(x.value, cache)
                 if i in rec.mutated and x.value not in cache:
@@ -306,19 +376,17 @@ class Rebuilder:
                     # tensor of the caller's (running statistics that are no buffer) gets a
                     # scratch copy.
                     storage = storage.clone()
-                real.append(view(storage, x.dtype, x.offset, x.size, x.stride))
-            elif isinstance(x, torch.Tensor) and i in rec.mutated:
-                real.append(x.clone())  # a buffer the operator updates (batch-norm statistics)
+                real[i] = view(storage, x.dtype, x.offset, x.size, x.stride)
             else:
-                real.append(x)
-        args, kwargs = tree_unflatten(real, spec)
+                real[i] = x.clone()  # a buffer the operator updates (batch-norm statistics)
+        args, kwargs = call.fill(flat, real)
         # In the grad mode the forward call ran in (the backward pass runs with grad off): some
         # kernels return more outputs when grad is on (the workspace of mkldnn_rnn_layer, which
         # nn.LSTM runs on CPU). Autograd stays out of the replay, as it was below the mode.
         with _rng_restored(rec.rng), torch.set_grad_enabled(rec.grad):
             with below_autograd():
                 out = rec.func(*args, **kwargs)
-        outs = tensors_of(out)
+        outs = [out] if isinstance(out, torch.Tensor) else tensors_of(out)
         for v, where in rec.writes.items():
             if where is None:
                 continue
@@ -328,10 +396,10 @@ class Rebuilder:
                     f"rebuilding {rec.func}: it returned {len(outs)} tensors, its recorded "
                     f"call {k + 1} or more"
                 )
-            t = outs[k] if kind == "out" else real[k]
+            t = outs[k] if kind == "out" else real.get(k, flat[k])
             cache[v] = t.untyped_storage()
         if isinstance(cache, _Cache):
-            cache.done_reading([x.value for x in flat if isinstance(x, _Ref)], rec.writes)
+            cache.done_reading(call.refs, rec.writes)
 
 
 class _Cache(dict[int, Any]):

@@ -1,0 +1,43 @@
+"""`prepare` and `PlannedStep`: a plan run step after step in a training loop.
+
+``planned = prepare(model, plan, "50%")`` once, then ``with planned.step(): ...`` around each
+iteration's forward and backward. The first step is the checked path (`slackswap.runtime.apply`:
+every operator numbered and matched to the profile by a dispatch mode), and it learns, in the
+order autograd packs them, every saved tensor's shape, dtype, storage size, plan entry and the
+block whose forward saved it. Later steps install ``torch.autograd.graph.saved_tensors_hooks``
+and nothing else, no dispatch mode:
+
+- a saved tensor is identified by its position in the pack order and checked against what the
+  first step learned (shape, dtype, storage bytes); a different shape is a `ShapeChangeError`
+  before the step's first operator when the model's inputs changed shape (or, with
+  ``replan=True``, the step is profiled and solved again with the same solver and runs as the
+  checked first step of the new plan);
+- a kept tensor (and a parameter, or a value the plan does not cover) is handed back as is; a
+  plan that keeps every tensor (no checkpointed block, no replay) installs no hook at all after
+  the first step, since autograd's own handling is then the plan (the inputs' shapes are still
+  checked);
+- a swapped tensor's storage is copied to host memory when first packed (pinned, on a side
+  stream, on CUDA) and back when autograd first unpacks it; on CUDA with a prefetching runtime
+  the copies back are started ahead by the runtime's look-ahead rule on the plan's memory
+  model, in deadline order, the step's position read from the tensor being unpacked;
+- recomputed tensors are rebuilt by PyTorch's own ``torch.utils.checkpoint`` (non-reentrant)
+  over each profiled block whose saved tensors are all recomputed (those made inside it) or
+  kept (its inputs), and over a block of an ``nn.Sequential`` together with the siblings after
+  it that save what it makes (a convolution and its batch-norm; the span's input may be
+  swapped, checkpoint saving it through the hooks above): the block is run again in backward
+  with the RNG state it first ran with, and buffers it updates (batch-norm statistics) are
+  restored after the recomputation, so the model's state is that of one step. Other
+  recomputed tensors are replayed from the first step's operator records (random ones from
+  the RNG state at the start of their module call in this step); a plan whose recomputation
+  needs a dispatch mode is run by the checked path at every step (`PlannedStep.fast` is
+  False, `PlannedStep.reason` says why).
+
+Where each part lives: `planned` (`prepare`, `PlannedStep`), `learning` (the first step, and
+what it decides for later ones), `fast` (a later step's hooks), `checkpointing` (blocks and
+spans under ``torch.utils.checkpoint``), `replay` (rebuilds from the first step's records).
+"""
+
+from slackswap.runtime.training.fast import ShapeChangeError
+from slackswap.runtime.training.planned import PlannedStep, prepare
+
+__all__ = ["PlannedStep", "ShapeChangeError", "prepare"]

@@ -1,0 +1,356 @@
+"""The first step of a plan in a training loop: what it learns (each saved tensor's pack, in
+order, and the block and module that packed it), and from that, how later steps run: which
+blocks and spans run under ``torch.utils.checkpoint``, which recomputed tensors are replayed,
+or why every step runs the checked path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from slackswap.plan import KEEP, RECOMP, SWAP, Plan
+from slackswap.runtime.entry import Handle
+from slackswap.runtime.executor import PlanExecutor
+from slackswap.runtime.rebuild import _rng_state, tensors_of
+from slackswap.runtime.training.replay import Replay, replay_of
+
+
+@dataclass(frozen=True)
+class Pack:
+    """One pack of the first step: the plan entry (-1: not a planned tensor), what is checked,
+    the block whose forward packed it (-1: outside every block) and the innermost module whose
+    forward packed it (its path; '' for the model or no module)."""
+
+    entry: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    nbytes: int
+    block: int
+    path: str = ""
+
+
+def storage_nbytes(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):
+        return -1  # sparse or other storage-less tensors: checked by shape and dtype only
+
+
+def _module_of(op_name: str) -> str:
+    """The module path of a forward operator name such as ``blocks.0.norm1/native_layer_norm``."""
+    return op_name.rsplit("/", 1)[0] if "/" in op_name else ""
+
+
+def _inside(path: str, block: str) -> bool:
+    return path == block or path.startswith(block + ".")
+
+
+def input_signature(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (tuple(x.shape), x.dtype) for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)
+    ]
+
+
+@dataclass
+class Learned:
+    """What the first step of a plan taught: the packs a fast step must see, in order, and the
+    blocks it runs under ``torch.utils.checkpoint``."""
+
+    packs: list[Pack]
+    checkpointed: list[int]
+    expected: list[Pack]
+    actions: list[int]
+    inputs: list[tuple[Any, ...]] | None
+    reason: str = ""
+    swap_entries: list[int] = field(default_factory=list)
+    replay: Replay | None = None
+    spans: list[Span] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Children ``first`` to ``last`` of the ``nn.Sequential`` at ``parent``, run as one
+    ``torch.utils.checkpoint`` call: a profiled block and the modules after it that save what
+    it makes (a convolution and the batch-norm that saves its output)."""
+
+    parent: str
+    first: int
+    last: int
+    children: tuple[str, ...]  # the module paths of children first..last
+    swapped_input: int = -1  # the plan swaps the span's input (this entry): -1, it keeps it
+
+    def holds(self, path: str) -> bool:
+        return any(_inside(path, c) for c in self.children)
+
+
+class LearningExecutor(PlanExecutor):
+    """The checked path's executor, noting each pack of the step for the fast steps."""
+
+    learned: list[Pack] | None
+    block_now: list[int]
+    kept: Any
+    rng_free: set[int]
+    rng_at: dict[int, tuple[str, int]]
+    calls: ModuleCalls
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        # An operator tagged random that drew nothing (attention with dropout_p = 0) can be
+        # replayed without its RNG state: noted when its generators' state did not move.
+        if self.learned is None or self._internal or self.phase != 0:
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        if torch.Tag.nondeterministic_seeded not in func.tags:
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        index = len(self.trace.ops)
+        before = _rng_state(tensors_of((args, kwargs)))
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        after = _rng_state(tensors_of((args, kwargs)))
+        if _same_rng(before, after):
+            self.rng_free.add(index)
+        elif self.calls.stack:
+            # Drawn: a fast step can still replay it when the RNG state it started from is the
+            # one at the start of the module call it ran in (a dropout module's bernoulli_).
+            path, call, state = self.calls.stack[-1]
+            if _same_rng(before, state):
+                self.rng_at[index] = (path, call)
+        return out
+
+    def close(self) -> None:
+        # The operator records outlive the step (a fast step replays them); the tensors go.
+        if self.learned is not None:
+            rb = self.rebuilder
+            self.kept = (self.trace, dict(rb.records), dict(rb.allocs),
+                         dict(self._entry_of_value), dict(rb.externals),
+                         set(self.rng_free), dict(self.rng_at))  # fmt: skip
+        super().close()
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        out = super()._pack(t)
+        if self.learned is not None and not self._internal:
+            entry = out.entry.index if isinstance(out, Handle) else -1
+            path = self.calls.stack[-1][0] if self.calls.stack else ""
+            self.learned.append(
+                Pack(entry, tuple(t.shape), t.dtype, storage_nbytes(t), self.block_now[0], path)
+            )
+        return out
+
+
+def _same_rng(a: Any, b: Any) -> bool:
+    """Whether RNG states ``a`` and ``b`` (`_rng_state`) agree on the CPU and on every device
+    ``a`` holds."""
+    if not torch.equal(a[0], b[0]):
+        return False
+    theirs = dict(b[1])
+    return all(d in theirs and torch.equal(s, theirs[d]) for d, s in a[1])
+
+
+class ModuleCalls:
+    """The module calls running (path, how many calls of it came before, RNG state at its
+    start), innermost last, while `tracking`."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.stack: list[tuple[str, int, Any]] = []
+        self.counts: dict[str, int] = {}
+
+    @contextmanager
+    def tracking(self) -> Iterator[None]:
+        devices: list[torch.Tensor] = [t.data for t in self.model.parameters() if t.is_cuda][:1]
+        handles = []
+        for path, mod in self.model.named_modules():
+
+            def pre(m: Any, args: Any, path: str = path) -> None:
+                k = self.counts.get(path, 0)
+                self.counts[path] = k + 1
+                self.stack.append((path, k, _rng_state(devices)))
+
+            def post(m: Any, args: Any, out: Any, path: str = path) -> None:
+                if self.stack and self.stack[-1][0] == path:
+                    self.stack.pop()
+
+            handles.append(mod.register_forward_pre_hook(pre))
+            handles.append(mod.register_forward_hook(post, always_call=True))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+
+@contextmanager
+def block_tracking(model: torch.nn.Module, blocks: list[str], current: list[int]) -> Iterator[None]:
+    """Keep ``current[0]`` at the index of the block whose forward runs (-1: none)."""
+    handles = []
+    for b, name in enumerate(blocks):
+        m = model.get_submodule(name) if name else model
+
+        def pre(mod: Any, args: Any, b: int = b) -> None:
+            if current[0] < 0:
+                current[0] = b
+
+        def post(mod: Any, args: Any, out: Any, b: int = b) -> None:
+            if current[0] == b:
+                current[0] = -1
+
+        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_hook(post, always_call=True))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def learn(
+    plan: Plan,
+    model: torch.nn.Module,
+    blocks: list[str],
+    packs: list[Pack],
+    inputs: list[tuple[Any, ...]] | None,
+    kept: Any,
+    input_tensors: list[torch.Tensor],
+) -> Learned:
+    """Which blocks a fast step checkpoints, what it must see, or why it cannot run."""
+    inst = plan.instance
+    actions = [int(a) for a in plan.actions]
+    produced_in: dict[int, str] = {
+        i: _module_of(inst.op_name[int(inst.tensor_producer[i])]) for i in range(inst.n_tensors)
+    }
+    by_block: dict[int, list[Pack]] = {}
+    for p in packs:
+        if p.block >= 0:
+            by_block.setdefault(p.block, []).append(p)
+    checkpointed: list[int] = []
+    for b, ps in sorted(by_block.items()):
+        inside = [p for p in ps if p.entry >= 0 and _inside(produced_in[p.entry], blocks[b])]
+        outside = [p for p in ps if p.entry >= 0 and not _inside(produced_in[p.entry], blocks[b])]
+        if (
+            inside
+            and all(actions[p.entry] == RECOMP for p in inside)
+            and all(actions[p.entry] == KEEP for p in outside)
+        ):
+            checkpointed.append(b)
+    spans = _spans(model, blocks, packs, actions, produced_in)
+    starts = {s.children[0] for s in spans}
+    checkpointed = [b for b in checkpointed if blocks[b] not in starts]
+
+    def in_checkpoint(p: Pack) -> bool:
+        return p.block in checkpointed or any(s.holds(p.path) for s in spans)
+
+    # What a checkpointed call makes again; a tensor from outside it (its input, kept or
+    # swapped) is the forward's own, wherever else it is saved.
+    covered = {
+        p.entry for p in packs if p.entry >= 0 and actions[p.entry] == RECOMP and in_checkpoint(p)
+    }
+    expected = [p for p in packs if not in_checkpoint(p)]
+    seen = {p.entry for p in expected if p.entry >= 0}
+    reason = ""
+    for p in packs:
+        if p.entry >= 0 and p.entry in covered and not in_checkpoint(p):
+            reason = reason or (
+                f"recomputed tensor {inst.tensor_name[p.entry]!r} is also saved outside its "
+                "block: every step runs the checked path"
+            )
+    replayed = sorted({i for i in seen if actions[i] == RECOMP and i not in covered})
+    replay = None
+    if replayed and not reason:
+        replay, reason = replay_of(inst, model, actions, replayed, seen, covered, kept,
+                                   input_tensors)  # fmt: skip
+    swaps = sorted(
+        {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
+        key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
+    )
+    return Learned(packs, checkpointed, expected, actions, inputs, reason, swaps, replay, spans)
+
+
+def _spans(
+    model: torch.nn.Module,
+    blocks: list[str],
+    packs: list[Pack],
+    actions: list[int],
+    produced_in: dict[int, str],
+) -> list[Span]:
+    """The profiled blocks whose recomputed tensors are saved by the modules after them, each
+    with those modules: a block that is a child of an ``nn.Sequential`` (whose forward calls
+    its children in order, so a run of them is one function of one tensor) and whose saved
+    tensors are all recomputed, extended over the fewest siblings that save them all. Every
+    saved tensor made inside the span is made again by the recomputation (a kept or swapped
+    one the modules after the block make, such as batch-norm's saved statistics, comes from
+    the operator that saves the recomputed tensor, which runs again anyway), and every one
+    from outside it is kept, but for the span's input, which may be swapped: checkpoint saves
+    it through the step's hooks."""
+    by_entry: dict[int, list[Pack]] = {}
+    for p in packs:
+        if p.entry >= 0:
+            by_entry.setdefault(p.entry, []).append(p)
+    out: list[Span] = []
+    for name in blocks:
+        if any(s.holds(name) for s in out):
+            continue
+        parent_path, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_path) if parent_path else model
+        if (
+            not isinstance(parent, torch.nn.Sequential)
+            or type(parent).forward is not torch.nn.Sequential.forward
+            or child not in parent._modules
+        ):
+            continue
+        made = [i for i in by_entry if _inside(produced_in[i], name)]
+        if not made or any(actions[i] != RECOMP for i in made):
+            continue
+        if all(_inside(p.path, name) for i in made for p in by_entry[i]):
+            continue  # checkpointed as a block of its own
+        names = list(parent._modules)
+        paths = [f"{parent_path}.{n}" if parent_path else n for n in names]
+        first = names.index(child)
+        for last in range(first + 1, len(names)):
+            span = Span(parent_path, first, last, tuple(paths[first : last + 1]))
+            fits = _span_fits(span, packs, by_entry, actions, produced_in)
+            if fits is not None:
+                if fits >= -1:
+                    out.append(replace(span, swapped_input=fits))
+                break
+    return out
+
+
+def _span_fits(
+    span: Span,
+    packs: list[Pack],
+    by_entry: dict[int, list[Pack]],
+    actions: list[int],
+    produced_in: dict[int, str],
+) -> int | None:
+    """Whether ``span`` can run under ``torch.utils.checkpoint`` as the plan says: -1 (yes,
+    its input kept), the entry of its swapped input, -2 (no, however far it reaches) or None
+    (not yet: a tensor it recomputes is saved after it). A swapped tensor from outside is taken
+    for the span's input when it is the only one and the step saved it before the span, where
+    a fast step learns its storage (and checks it is the tensor checkpoint saves)."""
+    start = next((k for k, p in enumerate(packs) if span.holds(p.path)), len(packs))
+    swapped: set[int] = set()
+    for p in packs[start:]:
+        if p.entry < 0 or not span.holds(p.path) or span.holds(produced_in[p.entry]):
+            continue
+        if actions[p.entry] == RECOMP:
+            return -2
+        if actions[p.entry] == SWAP:
+            swapped.add(p.entry)
+    for i, ps in by_entry.items():
+        if actions[i] == RECOMP and span.holds(produced_in[i]):
+            if not all(span.holds(p.path) for p in ps):
+                return None
+    if not swapped:
+        return -1
+    if len(swapped) > 1:
+        return -2
+    (i,) = swapped
+    before = any(not span.holds(p.path) for p in packs[:start] if p.entry == i)
+    return i if before else -2

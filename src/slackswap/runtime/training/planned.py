@@ -1,0 +1,240 @@
+"""`prepare` and `PlannedStep`: a plan run step after step in a training loop (see
+`slackswap.runtime.training`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from slackswap.errors import UserError
+from slackswap.instance import Instance
+from slackswap.plan import Budget, Plan
+from slackswap.profiling import profile_step
+from slackswap.runtime import RunStats, apply, check_plan
+from slackswap.runtime.executor import PlanExecutor
+from slackswap.runtime.policy import RuntimePolicy, runtime_policy
+from slackswap.runtime.schedule import base_resident
+from slackswap.runtime.training.fast import FastStep, ShapeChangeError
+from slackswap.runtime.training.learning import (
+    Learned,
+    LearningExecutor,
+    ModuleCalls,
+    Pack,
+    block_tracking,
+    input_signature,
+    learn,
+)
+
+__all__ = ["PlannedStep", "prepare"]
+
+
+class PlannedStep:
+    """A plan prepared for a training loop (see `prepare`); ``with planned.step(): ...``."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        plan: Plan,
+        budget: Budget | float | str,
+        *,
+        loss_fn: Callable[[Any], torch.Tensor] | None = None,
+        runtime: str | None = None,
+        schedule: str | None = None,
+        replan: bool = False,
+        solver: Callable[[Instance, Budget], Plan | None] | None = None,
+    ):
+        if not isinstance(model, torch.nn.Module):
+            raise UserError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        if replan and not callable(solver):
+            raise UserError(
+                "replan=True: pass solver=, a function (instance, budget) -> Plan that solves "
+                "as the plan was solved, e.g. lambda i, b: slackswap.solve(i, b, 'slackswap').plan"
+            )
+        self.model = model
+        self.budget = Budget.parse(budget)
+        self.loss_fn = loss_fn
+        self.runtime = runtime
+        self.schedule = schedule
+        self.replan = replan
+        self.solver = solver
+        self.steps = 0
+        self._use(plan)
+
+    def _use(self, plan: Plan) -> None:
+        self.plan = plan
+        self._stats = check_plan(plan, self.budget, runtime=self.runtime)  # refused here, early
+        self._learned: Learned | None = None
+        self._policies: dict[bool, RuntimePolicy] = {}
+        self._memory: tuple[Any, Any] | None = None
+        self._cuda: bool | None = None
+
+    def _on_cuda(self) -> bool:
+        """Whether the model lives on CUDA (looked at once per plan: a module does not move
+        between the steps of a training loop; the first step of another plan looks again)."""
+        if self._cuda is None:
+            self._cuda = any(p.is_cuda for p in self.model.parameters())
+        return self._cuda
+
+    def _policy(self, live: bool) -> RuntimePolicy:
+        if live not in self._policies:
+            self._policies[live] = runtime_policy(self._stats.runtime, live=live)
+        return self._policies[live]
+
+    def _memory_model(self) -> tuple[Any, Any]:
+        """The plan's resident bytes before each operator and the running sum of transient
+        bytes: what the look-ahead admission of copies back reads."""
+        if self._memory is None:
+            inst = self.plan.instance
+            self._memory = (
+                base_resident(inst, np.asarray(self.plan.actions, dtype=np.int8)),
+                np.concatenate(([0], np.cumsum(inst.op_transient_bytes, dtype=np.int64))),
+            )
+        return self._memory
+
+    # ----- what the first step learned --------------------------------------------------------
+    @property
+    def fast(self) -> bool:
+        """Whether steps after the first run with saved-tensor hooks alone."""
+        return self._learned is not None and not self._learned.reason
+
+    @property
+    def reason(self) -> str:
+        """Why steps run the checked path ('' when they do not, or before the first step)."""
+        return self._learned.reason if self._learned is not None else ""
+
+    @property
+    def checkpointed_blocks(self) -> list[str]:
+        """The profiled blocks a fast step runs under ``torch.utils.checkpoint`` (a span of an
+        ``nn.Sequential``'s children as ``first..last``)."""
+        if self._learned is None:
+            return []
+        names = self._blocks()
+        spans = [
+            s.children[0] if len(s.children) == 1 else f"{s.children[0]}..{s.children[-1]}"
+            for s in self._learned.spans
+        ]
+        return [names[b] for b in self._learned.checkpointed] + spans
+
+    def _blocks(self) -> list[str]:
+        return list(dict.fromkeys(self.plan.instance.meta.get("block_modules", [])))
+
+    # ----- the step ---------------------------------------------------------------------------
+    @contextmanager
+    def step(self) -> Iterator[RunStats]:
+        """One forward and backward under the plan: the checked path the first time (and at
+        every step when `fast` is False), saved-tensor hooks alone afterwards."""
+        if self._learned is None or self._learned.reason:
+            with self._checked_step() as stats:
+                yield stats
+        else:
+            with FastStep(self, self._learned).running() as stats:
+                yield stats
+        self.steps += 1
+
+    @contextmanager
+    def _checked_step(
+        self, called: tuple[Sequence[Any], dict[str, Any]] | None = None
+    ) -> Iterator[RunStats]:
+        """The checked path (`apply`); the first time, it learns what later steps check and
+        replay. ``called``: the model's inputs, when the step starts inside its call."""
+        learning = self._learned is None
+        packs: list[Pack] = []
+        inputs: list[list[tuple[Any, ...]]] = []
+        tensors: list[list[torch.Tensor]] = []
+        if called is not None:
+            inputs.append(input_signature(*called))
+            tensors.append([x for x in (*called[0], *called[1].values()) if torch.is_tensor(x)])
+        current = [-1]
+        blocks = self._blocks()
+
+        calls = ModuleCalls(self.model)
+        made: list[LearningExecutor] = []
+
+        def note_inputs(m: Any, a: Any, k: Any) -> None:
+            if not tensors:
+                tensors.append([x for x in (*a, *k.values()) if isinstance(x, torch.Tensor)])
+                if not inputs:
+                    inputs.append(input_signature(a, k))
+
+        def factory(*args: Any, **kwargs: Any) -> PlanExecutor:
+            ex = LearningExecutor(*args, **kwargs)
+            ex.learned = packs if learning else None
+            ex.block_now = current
+            ex.kept = None
+            ex.rng_free = set()
+            ex.rng_at = {}
+            ex.calls = calls
+            made.append(ex)
+            return ex
+
+        with ExitStack() as stack:
+            if learning:
+                stack.enter_context(block_tracking(self.model, blocks, current))
+                stack.enter_context(calls.tracking())
+                h = self.model.register_forward_pre_hook(note_inputs, with_kwargs=True)
+                stack.callback(h.remove)
+            with apply(
+                self.plan,
+                self.budget,
+                model=self.model,
+                runtime=self.runtime,
+                schedule=self.schedule,
+                _executor=factory,
+            ) as stats:
+                yield stats
+        if learning:
+            self._learned = learn(
+                self.plan,
+                self.model,
+                blocks,
+                packs,
+                inputs[0] if inputs else None,
+                made[0].kept if made else None,
+                tensors[0] if tensors else [],
+            )
+
+    def _replan(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
+        """Profile the step again on the new inputs and solve it with the same solver."""
+        if kwargs:
+            raise ShapeChangeError(
+                "replan=True: the model takes keyword inputs, which profiling cannot replay; "
+                "prepare a plan for the new shapes instead"
+            )
+        inst = profile_step(self.model, tuple(args), self.loss_fn,
+                            blocks=[self.model.get_submodule(b) for b in self._blocks()])  # fmt: skip
+        assert self.solver is not None
+        plan = self.solver(inst, self.budget)
+        if not isinstance(plan, Plan):
+            raise ShapeChangeError(
+                f"replan: the solver found no plan at {self.budget} for the new shapes"
+            )
+        return plan
+
+
+def prepare(
+    model: torch.nn.Module,
+    plan: Plan,
+    budget: Budget | float | str,
+    *,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    runtime: str | None = None,
+    schedule: str | None = None,
+    replan: bool = False,
+    solver: Callable[[Instance, Budget], Plan | None] | None = None,
+) -> PlannedStep:
+    """A reusable `PlannedStep` running ``plan`` at ``budget`` on ``model``, step after step.
+
+    The plan is refused here when it does not fit the budget in the simulator or ``runtime``
+    cannot run it. ``runtime``/``schedule``: as for `slackswap.runtime.apply` (the checked
+    step). ``replan``: when the model's inputs change shape, profile the step again (with
+    ``loss_fn``, default the sum of the output, and the profiled blocks) and call
+    ``solver(instance, budget)`` for the new plan, instead of raising `ShapeChangeError`;
+    ``slackswap.runtime`` does not import the solvers, so the caller passes the one that made
+    the plan, e.g. ``lambda inst, b: slackswap.solve(inst, b, "slackswap").plan``.
+    """
+    return PlannedStep(model, plan, budget, loss_fn=loss_fn, runtime=runtime,
+                       schedule=schedule, replan=replan, solver=solver)  # fmt: skip
