@@ -143,6 +143,11 @@ class RunStats:
     held_bytes: int = 0
     #: The operator running when the measured peak was reached ("" when unknown).
     peak_op: str = ""
+    #: Saved tensors autograd still held when the step ended, and their bytes: a graph kept
+    #: with ``backward(retain_graph=True)`` (or an output still referenced whose graph the
+    #: backward pass did not reach) holds each past its last reader, where the plan frees it.
+    retained_tensors: int = 0
+    retained_bytes: int = 0
 
 
 def __getattr__(name: str) -> Any:
@@ -305,6 +310,9 @@ def _fill(stats: RunStats, ex: Any, tracker: StorageTracker, own: bool) -> None:
     stats.cuda_peak_bytes = tracker.cuda_peak_bytes if own else tracker.cuda_peak_now()
     o = tracker.peak_op
     stats.peak_op = str(inst.op_name[o]) if o is not None and 0 <= o < inst.n_ops else ""
+    retained = [e for e in ex.entries if e.packed and not e.released]
+    stats.retained_tensors = len(retained)
+    stats.retained_bytes = sum(e.nbytes for e in retained)
 
 
 def _warn(stats: RunStats) -> None:
@@ -327,10 +335,21 @@ def _warn(stats: RunStats) -> None:
                 f"the step peaked at {format_bytes(stats.measured_peak_bytes or 0)}{at} by the "
                 f"tracker, {format_bytes(stats.over_budget_bytes)} over the budget "
                 f"{format_bytes(stats.budget_bytes)} (simulated "
-                f"{format_bytes(stats.simulated_peak_bytes)})"
+                f"{format_bytes(stats.simulated_peak_bytes)}){_retained(stats)}"
             ),
             stacklevel=4,
         )
+
+
+def _retained(stats: RunStats) -> str:
+    """Why a step may end above its budget that no plan can help: autograd held on."""
+    if not stats.retained_tensors:
+        return ""
+    return (
+        f"; autograd still held {stats.retained_tensors} saved tensor(s) "
+        f"({format_bytes(stats.retained_bytes)}) when the step ended (backward(retain_graph="
+        "True) keeps each until the graph goes; the plan frees it after its last reader)"
+    )
 
 
 _ = UserError
