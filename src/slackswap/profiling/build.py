@@ -6,10 +6,13 @@ Modelling choices:
   and so are storages that existed before the step and that the step still held when backward
   began (model inputs, targets): the caller holds them for the whole step, so no action frees
   them (``meta["caller_held_bytes"]``).
-- Backward readers: every backward operator that reads the storage, plus the operators of the
-  node that unpacked it, from the one right after the unpack to the node's last (the node holds
-  what it unpacked until it returns). A saved tensor that no backward node unpacked is released
-  with the graph: it is read by the last backward operator.
+- Backward readers: every backward operator that reads the storage, plus the operators from
+  the one right after the unpack to the last of the node that unpacked it (the node holds what
+  it unpacked until it returns; a reentrant ``torch.utils.checkpoint`` node runs a whole inner
+  backward pass, other nodes' operators, before its own last one). A saved tensor that no
+  backward node unpacked is released with the graph: it is read by the last backward operator.
+  A value the backward pass itself saved (the checkpoint's re-run forward) is no saved tensor
+  of the instance: it counts as transient to the last operator of the node that unpacked it.
 - Recompute cost: the time of the operator chain that rebuilds the tensor from saved tensors, the
   producer plus the producers of any unsaved intermediates it read (as the analytic builders do);
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded

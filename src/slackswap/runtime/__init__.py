@@ -44,9 +44,11 @@ the ``with`` block. One backward pass: a second one over a graph kept with
 (``instance=``) or one that does not fit the budget in the simulator is refused before
 anything is installed; every hook is removed on exit, also when the step raises.
 `StorageTracker` measures the step's memory independently: `RunStats` carries its peak and how
-far it ended above the budget, with a `BudgetWarning` when it did; saved tensors planned to swap
-or recompute that a reference outside autograd kept alive are named (`HeldTensorWarning`) and
-not counted as swapped or recomputed.
+far it ended above the budget, with a `BudgetWarning` when it did (naming, when autograd still
+held saved tensors at the end, a graph kept with ``retain_graph=True``: it keeps each past its
+last reader, where the plan frees it); saved tensors planned to swap or recompute that a
+reference outside autograd kept alive are named (`HeldTensorWarning`) and not counted as
+swapped or recomputed.
 
 For a training loop, ``planned = prepare(model, plan, "50%")`` once and ``with planned.step():
 loss_fn(model(x)).backward()`` each iteration: the first step is the checked one above, and it
@@ -63,7 +65,8 @@ registry (`policy.runtime_policy`); a runtime whose rules the live executor cann
 refused before the step.
 
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
-(recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
+(recompute), `entry` (the per-tensor state they share: its place in the step and where its
+bytes are, each an explicit checked state machine), `schedule` (the simulator's copy times),
 `policy` (a runtime's rules), `training` (`prepare`, the training path), `memory` and `measure`
 (checking a run).
 """
