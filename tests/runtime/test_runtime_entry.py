@@ -251,3 +251,32 @@ def test_fetching_a_tensor_already_on_the_device_is_a_state_error() -> None:
     e.move(R.DEVICE, device=torch.zeros(4).untyped_storage())
     with pytest.raises(StateError, match=rf"{inst.tensor_name[0]!r} \(#0\): on the device -> "):
         ex.copies.fetch(e)
+
+
+def test_a_tensor_released_while_its_copy_to_the_host_runs_is_not_polled_again() -> None:
+    """CUDA: autograd may drop a swapped tensor (its last reader done) while its copy to the
+    host still runs; polling the finished copies then skips it (its copy's event went with it:
+    polling raised AttributeError on None)."""
+    from examples import models as example_models
+    from slackswap.plan import SWAP
+    from slackswap.profiling import profile_step
+    from slackswap.runtime.executor import PlanExecutor
+
+    class RunningCopy:  # a CUDA event whose copy has not ended
+        def query(self) -> bool:
+            return False
+
+    model, inputs, loss_fn = example_models.gpt()
+    inst = profile_step(model, inputs, loss_fn)
+    ex = PlanExecutor(inst, np.full(inst.n_tensors, SWAP, dtype=np.int8), 1 << 30, model)
+    e = ex.entries[0]
+    e.to(S.SAVED)
+    e.move(R.DEVICE, device=torch.zeros(4).untyped_storage())
+    e.move(R.TO_HOST, host=torch.zeros(4).untyped_storage(), event=RunningCopy())
+    ex.copies._offloading.append(e)
+    ex.copies.poll_offloads(backward_starts=False)
+    assert e.residency is R.TO_HOST  # still copying
+    ex.copies.release(e)
+    assert e.residency is R.FREED and e.device is None and e.host is None
+    ex.copies.poll_offloads(backward_starts=False)
+    assert not ex.copies._offloading
