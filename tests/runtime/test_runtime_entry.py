@@ -280,3 +280,30 @@ def test_a_tensor_released_while_its_copy_to_the_host_runs_is_not_polled_again()
     assert e.residency is R.FREED and e.device is None and e.host is None
     ex.copies.poll_offloads(backward_starts=False)
     assert not ex.copies._offloading
+
+
+def test_a_tensor_released_before_its_simulated_copy_ended_is_freed_when_it_ends() -> None:
+    """Replaying the simulator's copies, a swapped tensor's device storage stays until its
+    simulated copy to the host ends. Released before then (its last reader done), it is
+    freed when that copy ends, not held to the end of the step."""
+    from examples import models as example_models
+    from slackswap.plan import SWAP
+    from slackswap.profiling import profile_step
+    from slackswap.runtime.executor import PlanExecutor
+
+    model, inputs, loss_fn = example_models.gpt()
+    inst = profile_step(model, inputs, loss_fn)
+    schedule: dict[str, dict[int, list[int]]] = {
+        "d2h_done": {0: [0]}, "h2d_start": {}, "evict": {}, "late": {}
+    }  # fmt: skip
+    acts = np.full(inst.n_tensors, SWAP, dtype=np.int8)
+    ex = PlanExecutor(inst, acts, 1 << 30, model, schedule=schedule)
+    e = ex.entries[0]
+    e.to(S.SAVED)
+    e.move(R.DEVICE, device=torch.zeros(4).untyped_storage())
+    ex.copies.offload(e)
+    assert e.residency is R.TO_HOST  # held until the simulated copy ends
+    ex.copies.release(e)
+    assert e.residency is R.DEVICE and e.host is None  # still held for the copy
+    ex.copies.let_go_due()
+    assert e.residency is R.FREED and e.device is None
