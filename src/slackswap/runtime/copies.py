@@ -208,8 +208,10 @@ class CopyEngine:
             e.move(Residency.HOST, device=None)
 
     def _awaits_rebuild(self, v: int) -> bool:
+        # Being rebuilt counts: an input an outer rebuild still reads stays while a rebuild it
+        # started for another of its inputs ends.
         ent = self.entries[v]
-        return ent.action == RECOMP and ent.residency is Residency.ABSENT
+        return ent.action == RECOMP and ent.residency in (Residency.ABSENT, Residency.REBUILDING)
 
     def evict_deferred(self) -> None:
         """After a rebuild: the evictions and releases that waited for it, if no other rebuild
