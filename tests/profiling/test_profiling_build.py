@@ -220,3 +220,35 @@ def test_a_value_saved_in_backward_is_held_to_the_last_operator_of_its_node() ->
     assert inst.n_tensors == 2  # x and a: r is made and freed inside the backward pass
     # At the sum: the grad of y (800), r (800), the grad of a (800) and the bias gradient (8).
     assert int(inst.op_transient_bytes[1 + 5]) == 800 + 800 + 800 + 8
+
+
+def test_a_node_holds_a_saved_tensor_it_reads_to_its_last_operator_without_a_recorded_unpack() -> (
+    None
+):
+    """A non-reentrant checkpoint's node gets its saved tensors through the checkpoint's own
+    hooks (the recorder sees no unpack): reading one, the node holds it until it returns."""
+    tr = Trace()
+    tr.values = [
+        Value(storage=10, nbytes=400, producer=EXTERNAL, dtype="float32"),  # 0: x
+        Value(storage=11, nbytes=800, producer=0, dtype="float32"),  # 1: a (saved)
+        Value(storage=12, nbytes=800, producer=1, dtype="float32"),  # 2: y
+        Value(storage=13, nbytes=800, producer=2, dtype="float32"),  # 3: grad of y
+        Value(storage=14, nbytes=800, producer=3, dtype="float32"),  # 4: weight gradient
+        Value(storage=15, nbytes=8, producer=4, dtype="float32"),  # 5: bias gradient
+    ]
+    tr.ops = [
+        _op("exp", 0, -1, [0], [1], 1.0),
+        _op("mm", 0, -1, [1], [2], 1.0),
+        _op("ones_like", 1, -1, [2], [3], 1.0),
+        _op("mm_bwd", 1, -1, [1, 3], [4], 1.0),  # node 7 reads a
+        _op("sum", 1, -1, [3], [5], 1.0),  # node 7 again: it still holds a
+        _op("exp_bwd", 1, -1, [0], [], 1.0),
+    ]
+    for op, node in zip(tr.ops, [-1, -1, 5, 7, 7, 3], strict=True):
+        op.node = node
+    tr.saved = [0, 1]
+    tr.unpacked_before = [(0, 5)]
+    tr.unpacked_by = [3]
+    inst = _build(tr)
+    a = inst.tensor_index["m/exp.out"]
+    assert (inst.tensor_first_bwd_reader[a], inst.tensor_last_bwd_reader[a]) == (4, 5)

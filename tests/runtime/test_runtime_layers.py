@@ -152,11 +152,13 @@ def test_reentrant_checkpoint_profiles_its_backward_rerun() -> None:
     assert any("gelu_backward" not in n for n in reruns)  # the forward re-run is recorded
 
 
-def test_a_reentrant_checkpoint_measures_no_more_than_simulated_at_any_operator() -> None:
-    """Keep-all: inside the checkpoint's backward, the re-run forward's outputs stay allocated
-    until the inner node that saved them returns, and the block input until the checkpoint's
-    node returns; the profile counts both there."""
-    case = _case("checkpoint_reentrant")
+@pytest.mark.parametrize("name", ["checkpoint_reentrant", "checkpoint_nonreentrant"])
+def test_a_checkpoint_measures_no_more_than_simulated_at_any_operator(name: str) -> None:
+    """Keep-all. Reentrant: inside the checkpoint's backward, the re-run forward's outputs stay
+    allocated until the inner node that saved them returns, and the block input until the
+    checkpoint's node returns. Non-reentrant: a node holds the block input it got through the
+    checkpoint's hooks until it returns. The profile counts each there."""
+    case = _case(name)
     plan = Plan(case.inst, np.full(case.inst.n_tensors, KEEP, dtype=np.int8))
     out = run_step(case.model, case.inputs, case.loss_fn, plan, 1.0)
     assert out.op_peak_bytes is not None

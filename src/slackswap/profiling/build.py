@@ -9,10 +9,12 @@ Modelling choices:
 - Backward readers: every backward operator that reads the storage, plus the operators from
   the one right after the unpack to the last of the node that unpacked it (the node holds what
   it unpacked until it returns; a reentrant ``torch.utils.checkpoint`` node runs a whole inner
-  backward pass, other nodes' operators, before its own last one). A saved tensor that no
-  backward node unpacked is released with the graph: it is read by the last backward operator.
-  A value the backward pass itself saved (the checkpoint's re-run forward) is no saved tensor
-  of the instance: it counts as transient to the last operator of the node that unpacked it.
+  backward pass, other nodes' operators, before its own last one); a node that reads it holds
+  it so too, also when the unpack went through other hooks than the recorder's (a
+  non-reentrant checkpoint's). A saved tensor that no backward node unpacked is released with
+  the graph: it is read by the last backward operator. A value the backward pass itself saved
+  (the checkpoint's re-run forward) is no saved tensor of the instance: it counts as transient
+  to the last operator of the node that unpacked it.
 - Recompute cost: the time of the operator chain that rebuilds the tensor from saved tensors, the
   producer plus the producers of any unsaved intermediates it read (as the analytic builders do);
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
@@ -140,6 +142,16 @@ def build_instance(
     for i, op in enumerate(ops):
         if op.node >= 0:
             node_last[op.node] = i
+    # A node that reads a saved tensor holds it to its last operator, also when the unpack went
+    # through other hooks (a non-reentrant checkpoint's, which hand the node the tensor its
+    # recomputation made or, for the block's input, the input itself).
+    for i, op in enumerate(ops):
+        if op.phase == 0 or op.node < 0:
+            continue
+        for v in op.reads:
+            t = t_index.get(values[v].storage)
+            if t is not None and v in saved_values:
+                bwd_readers[t].update(op_of(o) for o in range(i, node_last[op.node] + 1))
     # A value the backward pass made and saved (a reentrant checkpoint's re-run forward) is no
     # saved tensor of the instance, but the node that unpacks it holds it in the same way:
     # an unsaved storage alive to the node's last operator (`Trace.freed_after` cannot say: the
