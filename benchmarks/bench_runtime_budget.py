@@ -32,6 +32,10 @@ CASES = (
     ("bert", "slackswap", "50%"),
     ("torch_encoder", "slackswap", "50%"),
     ("plain_cnn", "slackswap", "50%"),
+    ("checkpoint_reentrant", "slackswap", "90%"),
+    ("checkpoint_reentrant", "slackswap", "93%"),
+    ("lstm_deep", "slackswap", "39.11%"),
+    ("lstm_deep", "swap-first", "39.11%"),
 )
 
 

@@ -167,3 +167,88 @@ def test_rebuild_workspace_is_the_chains_largest_live_intermediates() -> None:
 def test_in_place_chain_on_the_rebuilt_storage_has_no_workspace() -> None:
     inst = _build(_trace())  # b' = relu_(mm(a)): both write b's storage
     assert inst.tensor_rebuild_workspace_bytes.tolist() == [0] * inst.n_tensors
+
+
+def _reentrant_trace() -> Trace:
+    """A reentrant checkpoint: a = exp(x) is saved by the checkpoint's node (7), which re-runs
+    r = mm(a) in backward and runs an inner backward pass (node 9 saves r) before it returns."""
+    tr = Trace()
+    tr.values = [
+        Value(storage=10, nbytes=400, producer=EXTERNAL, dtype="float32"),  # 0: x
+        Value(storage=11, nbytes=800, producer=0, dtype="float32"),  # 1: a (saved)
+        Value(storage=12, nbytes=800, producer=1, dtype="float32"),  # 2: y, the output
+        Value(storage=13, nbytes=800, producer=2, dtype="float32"),  # 3: grad of y
+        Value(storage=14, nbytes=800, producer=3, dtype="float32"),  # 4: r, saved in backward
+        Value(storage=15, nbytes=800, producer=4, dtype="float32"),  # 5: grad of a
+        Value(storage=16, nbytes=8, producer=5, dtype="float32"),  # 6: a bias gradient
+        Value(storage=17, nbytes=800, producer=6, dtype="float32"),  # 7: grad of a, summed
+    ]
+    tr.ops = [
+        _op("exp", 0, -1, [0], [1], 1.0),
+        _op("mm", 0, -1, [1], [2], 1.0),
+        _op("ones_like", 1, -1, [2], [3], 1.0),
+        _op("mm", 1, -1, [1], [4], 1.0),  # the checkpoint's node re-runs its forward
+        _op("mm_bwd", 1, -1, [3, 4], [5], 1.0),  # the inner backward pass: node 9
+        _op("sum", 1, -1, [3], [6], 1.0),
+        _op("add", 1, -1, [5], [7], 1.0),  # back in the checkpoint's node
+        _op("exp_bwd", 1, -1, [0, 7], [], 1.0),
+    ]
+    for op, node in zip(tr.ops, [-1, -1, 5, 7, 9, 9, 7, 3], strict=True):
+        op.node = node
+        op.touched = sorted(
+            {(tr.values[v].storage, tr.values[v].nbytes) for v in op.reads + op.writes}
+        )
+    tr.saved = [0, 1, 4]
+    tr.unpacked_before = [(1, 3), (4, 4), (0, 7)]
+    tr.unpacked_by = [7, 9, 3]
+    return tr
+
+
+def test_a_reentrant_checkpoints_node_holds_what_it_unpacked_through_its_inner_backward() -> None:
+    """The checkpoint's node runs other nodes' operators before it returns: what it unpacked
+    is in use to its last operator, not only to the end of its first run of operators."""
+    inst = _build(_reentrant_trace())
+    a = inst.tensor_index["m/exp.out"]
+    assert (inst.tensor_first_bwd_reader[a], inst.tensor_last_bwd_reader[a]) == (4, 7)
+    assert all(a in inst.op_reads[o] for o in range(4, 8))
+
+
+def test_a_value_saved_in_backward_is_held_to_the_last_operator_of_its_node() -> None:
+    """r, saved by the inner node 9 and last read by its ``mm_bwd``, stays allocated through
+    the node's ``sum``: the node frees what it unpacked when it returns."""
+    inst = _build(_reentrant_trace())
+    assert inst.n_tensors == 2  # x and a: r is made and freed inside the backward pass
+    # At the sum: the grad of y (800), r (800), the grad of a (800) and the bias gradient (8).
+    assert int(inst.op_transient_bytes[1 + 5]) == 800 + 800 + 800 + 8
+
+
+def test_a_node_holds_a_saved_tensor_it_reads_to_its_last_operator_without_a_recorded_unpack() -> (
+    None
+):
+    """A non-reentrant checkpoint's node gets its saved tensors through the checkpoint's own
+    hooks (the recorder sees no unpack): reading one, the node holds it until it returns."""
+    tr = Trace()
+    tr.values = [
+        Value(storage=10, nbytes=400, producer=EXTERNAL, dtype="float32"),  # 0: x
+        Value(storage=11, nbytes=800, producer=0, dtype="float32"),  # 1: a (saved)
+        Value(storage=12, nbytes=800, producer=1, dtype="float32"),  # 2: y
+        Value(storage=13, nbytes=800, producer=2, dtype="float32"),  # 3: grad of y
+        Value(storage=14, nbytes=800, producer=3, dtype="float32"),  # 4: weight gradient
+        Value(storage=15, nbytes=8, producer=4, dtype="float32"),  # 5: bias gradient
+    ]
+    tr.ops = [
+        _op("exp", 0, -1, [0], [1], 1.0),
+        _op("mm", 0, -1, [1], [2], 1.0),
+        _op("ones_like", 1, -1, [2], [3], 1.0),
+        _op("mm_bwd", 1, -1, [1, 3], [4], 1.0),  # node 7 reads a
+        _op("sum", 1, -1, [3], [5], 1.0),  # node 7 again: it still holds a
+        _op("exp_bwd", 1, -1, [0], [], 1.0),
+    ]
+    for op, node in zip(tr.ops, [-1, -1, 5, 7, 7, 3], strict=True):
+        op.node = node
+    tr.saved = [0, 1]
+    tr.unpacked_before = [(0, 5)]
+    tr.unpacked_by = [3]
+    inst = _build(tr)
+    a = inst.tensor_index["m/exp.out"]
+    assert (inst.tensor_first_bwd_reader[a], inst.tensor_last_bwd_reader[a]) == (4, 5)

@@ -6,10 +6,15 @@ Modelling choices:
   and so are storages that existed before the step and that the step still held when backward
   began (model inputs, targets): the caller holds them for the whole step, so no action frees
   them (``meta["caller_held_bytes"]``).
-- Backward readers: every backward operator that reads the storage, plus the operators of the
-  node that unpacked it, from the one right after the unpack to the node's last (the node holds
-  what it unpacked until it returns). A saved tensor that no backward node unpacked is released
-  with the graph: it is read by the last backward operator.
+- Backward readers: every backward operator that reads the storage, plus the operators from
+  the one right after the unpack to the last of the node that unpacked it (the node holds what
+  it unpacked until it returns; a reentrant ``torch.utils.checkpoint`` node runs a whole inner
+  backward pass, other nodes' operators, before its own last one); a node that reads it holds
+  it so too, also when the unpack went through other hooks than the recorder's (a
+  non-reentrant checkpoint's). A saved tensor that no backward node unpacked is released with
+  the graph: it is read by the last backward operator. A value the backward pass itself saved
+  (the checkpoint's re-run forward) is no saved tensor of the instance: it counts as transient
+  to the last operator of the node that unpacked it.
 - Recompute cost: the time of the operator chain that rebuilds the tensor from saved tensors, the
   producer plus the producers of any unsaved intermediates it read (as the analytic builders do);
   rebuild inputs are the saved tensors that chain reads. Block inputs and tensors no recorded
@@ -130,18 +135,44 @@ def build_instance(
             (fwd_readers if op.phase == 0 else bwd_readers)[t].add(op_of(i))
     last_op = op_of(len(ops) - 1)
     unpacked_by = trace.unpacked_by or [-1] * len(trace.unpacked_before)
+    # The last operator of each autograd node. A node's operators need not be contiguous: a
+    # reentrant torch.utils.checkpoint's node runs a whole inner backward pass (other nodes'
+    # operators) between its forward re-run and its return, and holds its inputs throughout.
+    node_last: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        if op.node >= 0:
+            node_last[op.node] = i
+    # A node that reads a saved tensor holds it to its last operator, also when the unpack went
+    # through other hooks (a non-reentrant checkpoint's, which hand the node the tensor its
+    # recomputation made or, for the block's input, the input itself).
+    for i, op in enumerate(ops):
+        if op.phase == 0 or op.node < 0:
+            continue
+        for v in op.reads:
+            t = t_index.get(values[v].storage)
+            if t is not None and v in saved_values:
+                bwd_readers[t].update(op_of(o) for o in range(i, node_last[op.node] + 1))
+    # A value the backward pass made and saved (a reentrant checkpoint's re-run forward) is no
+    # saved tensor of the instance, but the node that unpacks it holds it in the same way:
+    # an unsaved storage alive to the node's last operator (`Trace.freed_after` cannot say: the
+    # recorder's own aliases keep it from being seen freed).
+    node_held: dict[int, int] = {}
     for (v, nxt), node in zip(trace.unpacked_before, unpacked_by, strict=True):
-        t = t_index.get(values[v].storage)
-        if t is None:
-            continue  # held by the caller
-        bwd_readers[t].add(op_of(nxt) if nxt < len(ops) else last_op)
+        k = values[v].storage
+        if k in caller_held:
+            continue
         # The node that unpacked it holds it until its last operator (e.g. a linear layer's
         # backward reads its input for the weight gradient, then sums the bias gradient), so
-        # every operator of the node from the unpack on uses it: none of them may run without it.
-        end = nxt
-        while node >= 0 and end + 1 < len(ops) and ops[end + 1].node == node:
-            end += 1
-        if node >= 0 and nxt < len(ops) and ops[nxt].node == node:
+        # every operator from the unpack to the node's last uses it: none may run without it.
+        t = t_index.get(k)
+        if nxt >= len(ops):  # unpacked after the last operator
+            if t is not None:
+                bwd_readers[t].add(last_op)
+            continue
+        end = max(nxt, node_last.get(node, -1))
+        if t is None:
+            node_held[k] = max(node_held.get(k, end), end)
+        else:
             bwd_readers[t].update(op_of(o) for o in range(nxt, end + 1))
     for t in range(n_t):
         if not bwd_readers[t]:
@@ -241,12 +272,14 @@ def build_instance(
         for v in tensor_values
         if values[v].producer != EXTERNAL
     }
-    transient = [0] * shift + _transient_bytes(trace, saved_storages | caller_held, early)
+    transient = [0] * shift + _transient_bytes(
+        trace, saved_storages | caller_held, early, node_held
+    )
     # A rebuild runs between two operators, where gradient buffers the backward pass carries
     # from one node to a later one stay allocated: the rebuild's workspace includes those
     # carried into the operator it runs before (its first backward reader, or that of a
     # recomputed consumer it is rebuilt for, whichever carries most).
-    carried = [0] * shift + _carried_bytes(trace, saved_storages | caller_held)
+    carried = [0] * shift + _carried_bytes(trace, saved_storages | caller_held, node_held)
     fbr = [min(r) for r in bwd_readers]
     consumers: list[list[int]] = [[] for _ in range(n_t)]
     for v in range(n_t):
@@ -316,11 +349,12 @@ def build_instance(
 
 
 def _lifetimes(
-    trace: Trace, saved_storages: set[int]
+    trace: Trace, saved_storages: set[int], held: dict[int, int] | None = None
 ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
     """First and last operator of each unsaved storage, and its bytes: from its first use to
     its last (a gradient until autograd accumulates it, a buffer a Python local held until it
-    was freed, when later)."""
+    was freed, a storage an autograd node holds (``held``: storage -> its last operator) until
+    then, when later)."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     size: dict[int, int] = {}
@@ -337,6 +371,9 @@ def _lifetimes(
     for k, at in trace.freed_after.items():
         if k in last and at < len(trace.ops):
             last[k] = max(last[k], at)  # a Python local held it past its last reader
+    for k, at in (held or {}).items():
+        if k in last:
+            last[k] = max(last[k], at)
     return first, last, size
 
 
@@ -349,12 +386,16 @@ def _running_sum(delta: list[int]) -> list[int]:
 
 
 def _transient_bytes(
-    trace: Trace, saved_storages: set[int], early: dict[int, tuple[int, int]] | None = None
+    trace: Trace,
+    saved_storages: set[int],
+    early: dict[int, tuple[int, int]] | None = None,
+    held: dict[int, int] | None = None,
 ) -> list[int]:
-    """Per operator, the bytes of unsaved storages live from their first to their last use,
-    and of each saved storage in ``early`` (storage -> (producer of its saved value, bytes))
-    from its first use to the operator before that producer."""
-    first, last, size = _lifetimes(trace, saved_storages)
+    """Per operator, the bytes of unsaved storages live from their first to their last use
+    (or to the last operator of the node holding it, ``held``), and of each saved storage in
+    ``early`` (storage -> (producer of its saved value, bytes)) from its first use to the
+    operator before that producer."""
+    first, last, size = _lifetimes(trace, saved_storages, held)
     before: dict[int, int] = {}  # saved storage -> its first use, when before its producer
     early = early or {}
     for i, op in enumerate(trace.ops):
@@ -372,11 +413,13 @@ def _transient_bytes(
     return _running_sum(delta)
 
 
-def _carried_bytes(trace: Trace, saved_storages: set[int]) -> list[int]:
+def _carried_bytes(
+    trace: Trace, saved_storages: set[int], held: dict[int, int] | None = None
+) -> list[int]:
     """Per operator, the bytes of unsaved storages live both before it starts and while it
     runs (first used by an earlier operator, last by it or a later one): what a rebuild right
     before it finds allocated besides the saved tensors."""
-    first, last, size = _lifetimes(trace, saved_storages)
+    first, last, size = _lifetimes(trace, saved_storages, held)
     delta = [0] * (len(trace.ops) + 1)
     for k, lo in first.items():
         if last[k] > lo:

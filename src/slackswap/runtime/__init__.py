@@ -44,9 +44,11 @@ the ``with`` block. One backward pass: a second one over a graph kept with
 (``instance=``) or one that does not fit the budget in the simulator is refused before
 anything is installed; every hook is removed on exit, also when the step raises.
 `StorageTracker` measures the step's memory independently: `RunStats` carries its peak and how
-far it ended above the budget, with a `BudgetWarning` when it did; saved tensors planned to swap
-or recompute that a reference outside autograd kept alive are named (`HeldTensorWarning`) and
-not counted as swapped or recomputed.
+far it ended above the budget, with a `BudgetWarning` when it did (naming, when autograd still
+held saved tensors at the end, a graph kept with ``retain_graph=True``: it keeps each past its
+last reader, where the plan frees it); saved tensors planned to swap or recompute that a
+reference outside autograd kept alive are named (`HeldTensorWarning`) and not counted as
+swapped or recomputed.
 
 For a training loop, ``planned = prepare(model, plan, "50%")`` once and ``with planned.step():
 loss_fn(model(x)).backward()`` each iteration: the first step is the checked one above, and it
@@ -63,7 +65,8 @@ registry (`policy.runtime_policy`); a runtime whose rules the live executor cann
 refused before the step.
 
 Where each part lives: `executor` (matching the step, the hooks), `copies` (swap), `rebuild`
-(recompute), `entry` (the per-tensor state they share), `schedule` (the simulator's copy times),
+(recompute), `entry` (the per-tensor state they share: its place in the step and where its
+bytes are, each an explicit checked state machine), `schedule` (the simulator's copy times),
 `policy` (a runtime's rules), `training` (`prepare`, the training path), `memory` and `measure`
 (checking a run).
 """
@@ -143,6 +146,11 @@ class RunStats:
     held_bytes: int = 0
     #: The operator running when the measured peak was reached ("" when unknown).
     peak_op: str = ""
+    #: Saved tensors autograd still held when the step ended, and their bytes: a graph kept
+    #: with ``backward(retain_graph=True)`` (or an output still referenced whose graph the
+    #: backward pass did not reach) holds each past its last reader, where the plan frees it.
+    retained_tensors: int = 0
+    retained_bytes: int = 0
 
 
 def __getattr__(name: str) -> Any:
@@ -305,6 +313,9 @@ def _fill(stats: RunStats, ex: Any, tracker: StorageTracker, own: bool) -> None:
     stats.cuda_peak_bytes = tracker.cuda_peak_bytes if own else tracker.cuda_peak_now()
     o = tracker.peak_op
     stats.peak_op = str(inst.op_name[o]) if o is not None and 0 <= o < inst.n_ops else ""
+    retained = [e for e in ex.entries if e.packed and not e.released]
+    stats.retained_tensors = len(retained)
+    stats.retained_bytes = sum(e.nbytes for e in retained)
 
 
 def _warn(stats: RunStats) -> None:
@@ -327,10 +338,21 @@ def _warn(stats: RunStats) -> None:
                 f"the step peaked at {format_bytes(stats.measured_peak_bytes or 0)}{at} by the "
                 f"tracker, {format_bytes(stats.over_budget_bytes)} over the budget "
                 f"{format_bytes(stats.budget_bytes)} (simulated "
-                f"{format_bytes(stats.simulated_peak_bytes)})"
+                f"{format_bytes(stats.simulated_peak_bytes)}){_retained(stats)}"
             ),
             stacklevel=4,
         )
+
+
+def _retained(stats: RunStats) -> str:
+    """Why a step may end above its budget that no plan can help: autograd held on."""
+    if not stats.retained_tensors:
+        return ""
+    return (
+        f"; autograd still held {stats.retained_tensors} saved tensor(s) "
+        f"({format_bytes(stats.retained_bytes)}) when the step ended (backward(retain_graph="
+        "True) keeps each until the graph goes; the plan frees it after its last reader)"
+    )
 
 
 _ = UserError

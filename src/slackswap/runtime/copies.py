@@ -30,7 +30,7 @@ import torch
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
 from slackswap.profiling.torchapi import disable_current_modes
-from slackswap.runtime.entry import Entry, EntryState
+from slackswap.runtime.entry import Entry, EntryState, Residency
 from slackswap.runtime.schedule import base_resident, rebuild_points
 
 __all__ = ["CopyEngine"]
@@ -113,27 +113,31 @@ class CopyEngine:
         """D2H copy of the whole storage: on the copy stream after the producer (CUDA), or at
         once (CPU). The runtime keeps no device reference: the buffer is freed when the copy
         and the step's last reference (its last forward reader) are done."""
-        src = e.device
+        e.check(Residency.TO_HOST)
         self.swapped_bytes += e.nbytes
-        e.host, e.event = copy_to_host(src, self._copy_stream)
-        if e.event is not None:
-            self._offloading.append(e)
-        if e.event is None and (self._schedule is None or e.index not in self._hold_until):
+        host, event = copy_to_host(e.device, self._copy_stream)
+        if event is None and (self._schedule is None or e.index not in self._hold_until):
             # Copied synchronously (and, replaying, saved only after the simulated copy ended):
             # the runtime's reference goes at once.
-            e.device = None
-        # else: the replayed schedule lets the device buffer go when the simulated copy ends
-        # (never, when the simulated copy had not ended by the backward pass)
+            e.move(Residency.HOST, device=None, host=host, event=None)
+            return
+        # The copy runs on the copy stream, or the replayed schedule lets the device buffer go
+        # when the simulated copy ends (never, when it had not ended by the backward pass).
+        e.move(Residency.TO_HOST, host=host, event=event)
+        if event is not None:
+            self._offloading.append(e)
 
     def poll_offloads(self, backward_starts: bool) -> None:
         """Let go of the device buffers whose D2H copy has finished; when the backward pass
         starts, a tensor still being copied keeps its device buffer (no H2D is needed)."""
         still = []
         for e in self._offloading:
+            if e.residency is not Residency.TO_HOST:
+                continue  # released, or let go by the replayed schedule, meanwhile
             if e.event.query():
-                e.device = e.event = None
+                e.move(Residency.HOST, device=None, event=None)
             elif backward_starts:
-                e.event = None  # stays resident until its last backward reader
+                e.forget_event()  # stays resident until its last backward reader
                 if e in self._queue:
                     self._queue.remove(e)
             else:
@@ -179,12 +183,14 @@ class CopyEngine:
 
     def _let_go(self, e: Entry) -> None:
         self._hold_until.pop(e.index, None)
-        if self._schedule is not None and e.index in self._schedule["late"]:
-            if e.released:
-                e.device = None  # its last reader was done before its offload
+        if e.released:
+            # Its last reader was done before its offload ended: held for that alone.
+            self._drop_released(e)
             return
-        if e.host is not None and not e.admitted:
-            e.device = None
+        if self._schedule is not None and e.index in self._schedule["late"]:
+            return
+        if e.residency is Residency.TO_HOST:
+            e.move(Residency.HOST, device=None)
 
     def _evict(self, e: Entry) -> None:
         """A simulated eviction. The simulator evicts after the rebuilds of the operator it
@@ -195,15 +201,17 @@ class CopyEngine:
         ):
             self._deferred_evictions.append(e)
             return
-        if e.host is not None and e.device is not None:
-            if e.admitted:
-                self._admitted_bytes -= e.nbytes
-                e.admitted = False
-            e.device = None
+        if e.residency is Residency.TO_DEVICE:
+            self._admitted_bytes -= e.nbytes
+            e.move(Residency.HOST, device=None, event=None)
+        elif e.residency is Residency.TO_HOST:
+            e.move(Residency.HOST, device=None)
 
     def _awaits_rebuild(self, v: int) -> bool:
+        # Being rebuilt counts: an input an outer rebuild still reads stays while a rebuild it
+        # started for another of its inputs ends.
         ent = self.entries[v]
-        return ent.action == RECOMP and ent.device is None and not ent.released
+        return ent.action == RECOMP and ent.residency in (Residency.ABSENT, Residency.REBUILDING)
 
     def evict_deferred(self) -> None:
         """After a rebuild: the evictions and releases that waited for it, if no other rebuild
@@ -221,13 +229,15 @@ class CopyEngine:
         """Drop a released entry's storage, unless a rebuild that reads it is still to come:
         the simulator keeps a rebuild input until the rebuilds that read it
         (`schedule.rebuild_points`), so the rebuild finds it instead of re-running its chain."""
+        if e.residency is not Residency.DEVICE:
+            return
         if any(self._awaits_rebuild(v) for v in self._consumers[e.index]):
             self._deferred_releases.append(e)
         elif e.index not in self._hold_until:  # else its offload still runs (replayed schedule)
-            e.device = None
+            e.move(Residency.FREED, device=None)
 
     def _fetch_if_needed(self, e: Entry) -> None:
-        if e.device is None and e.host is not None and not e.released:
+        if e.residency is Residency.HOST:
             self.fetch(e)
 
     def _admit(self) -> None:
@@ -238,8 +248,8 @@ class CopyEngine:
         o = self.current_op()
         while self._queue:
             e = self._queue[0]
-            if e.released or e.device is not None:
-                self._queue.pop(0)
+            if e.residency is not Residency.HOST:
+                self._queue.pop(0)  # on the device, or released
                 continue
             end = min(o + self.lookahead_ops, self.instance.n_ops)
             look = int(self._cum_transient[end] - self._cum_transient[min(o, end)])
@@ -252,35 +262,41 @@ class CopyEngine:
     # ----- back to the device, and gone --------------------------------------------------------
     def fetch(self, e: Entry) -> None:
         """H2D copy of a swapped tensor into a new device buffer (on the H2D stream on CUDA)."""
+        e.check(Residency.TO_DEVICE)
         if e in self._queue:
             self._queue.remove(e)
         host = e.host
         device = torch.device("cuda") if self._cuda else torch.device("cpu")
+        event = None
         with self.quiet():
             if device.type == "cuda" and self._h2d_stream is not None:
                 self._h2d_stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(self._h2d_stream):
                     buf = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
                     buf.untyped_storage().copy_(host, non_blocking=True)
-                    e.event = torch.cuda.Event()
-                    e.event.record(self._h2d_stream)
+                    event = torch.cuda.Event()
+                    event.record(self._h2d_stream)
                 buf.record_stream(torch.cuda.current_stream())
             else:
                 buf = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
                 buf.untyped_storage().copy_(host)
-        e.device = buf.untyped_storage()
-        e.admitted = True
+        e.move(Residency.TO_DEVICE, device=buf.untyped_storage(), event=event)
         self._admitted_bytes += e.nbytes
         self.h2d_bytes += e.nbytes
 
     def release(self, e: Entry) -> None:
-        """Autograd dropped the last handle: the tensor's last backward reader is done."""
-        if e.admitted:
+        """Autograd dropped the last handle: the tensor's last backward reader is done. Its
+        host copy goes; its device storage too, unless a rebuild still to come reads it or,
+        replaying, its simulated offload has not ended yet."""
+        if e.residency is Residency.TO_DEVICE:
             self._admitted_bytes -= e.nbytes
-            e.admitted = False
-        e.host = e.event = None
         e.to(EntryState.RELEASED)
-        self._drop_released(e)
+        if e.on_device:
+            if e.residency is not Residency.DEVICE:
+                e.move(Residency.DEVICE, host=None, event=None)
+            self._drop_released(e)
+        else:
+            e.free()
 
 
 def copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:

@@ -1,11 +1,21 @@
 """`Entry`, one saved tensor's state during a planned step, and the `Handle` autograd holds.
 
 The executor creates one entry per saved tensor of the instance and shares them with the copy
-engine (`slackswap.runtime.copies`) and the rebuilder (`slackswap.runtime.rebuild`): each reads
-and sets the fields its own work needs, so the entry is where the three meet. Its place in the
-step (`EntryState`: not saved, saved, released) changes only through `Entry.to`, which refuses a
-change a step never makes; where its bytes are (``device``, ``host``, ``event``) is still read
-from the storages it holds. No torch import: tensors appear here only as annotations.
+engine (`slackswap.runtime.copies`) and the rebuilder (`slackswap.runtime.rebuild`): each moves
+the entry as its own work needs, so the entry is where the three meet. Two explicit state
+machines, each changed only through a checked transition that refuses a change a step never
+makes (`StateError`, naming the tensor and both states):
+
+- `EntryState`, its place in the step: not saved, saved (autograd holds handles), released
+  (autograd dropped its last handle). `Entry.to`.
+- `Residency`, where its bytes are, as this runtime holds them: absent, on the device, being
+  copied to the host, on the host, copied back, being rebuilt, freed. `Entry.move` changes it
+  together with the storages it holds (``device``, ``host``) and the running copy's ``event``,
+  and checks that they agree with it (a device storage exactly where the state has one).
+
+The checked path (`executor`, `copies`, `rebuild`) reads where a tensor is from ``residency``
+and writes the storages only through `Entry.move`. No torch import: tensors appear here only
+as annotations.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Entry", "EntryState", "Handle", "StateError"]
+__all__ = ["Entry", "EntryState", "Handle", "RESIDENCY_TRANSITIONS", "Residency", "StateError"]
 
 
 class EntryState(Enum):
@@ -38,6 +48,52 @@ TRANSITIONS: dict[EntryState, frozenset[EntryState]] = {
 }
 
 
+class Residency(Enum):
+    """Where a saved tensor's bytes are, as this runtime holds them (``device``: its device
+    storage; ``host``: its host copy)."""
+
+    ABSENT = "absent"  # neither: not saved yet, or recomputed and not rebuilt yet
+    DEVICE = "on the device"  # device storage only
+    TO_HOST = "being copied to the host"  # both: the device storage stays until the copy ends
+    HOST = "on the host"  # host copy only (``event``: the copy's end, while it may still run)
+    # both: a device storage made from the host copy (``event``: the copy back's end, while it
+    # may still run); the host copy stays, so the device storage can be let go again
+    TO_DEVICE = "copied back"
+    REBUILDING = "being rebuilt"  # neither, while its rebuild runs
+    FREED = "freed"  # neither, for good: released and let go, or the step closed
+
+
+#: The residency changes the runtime makes; any other is a bug of the runtime's (`StateError`).
+#: Every state but freed may become freed: autograd drops the last handle when it drops the
+#: graph, and closing a step (also one that failed half way) lets everything go.
+RESIDENCY_TRANSITIONS: dict[Residency, frozenset[Residency]] = {
+    Residency.ABSENT: frozenset({Residency.DEVICE, Residency.REBUILDING, Residency.FREED}),
+    # saved, then offloaded: synchronously (to the host at once) or while it stays
+    Residency.DEVICE: frozenset({Residency.TO_HOST, Residency.HOST, Residency.FREED}),
+    # the copy ended (or a replayed eviction); released while a rebuild or the copy holds it
+    Residency.TO_HOST: frozenset({Residency.HOST, Residency.DEVICE, Residency.FREED}),
+    Residency.HOST: frozenset({Residency.TO_DEVICE, Residency.FREED}),
+    # evicted again; released while a rebuild still reads it
+    Residency.TO_DEVICE: frozenset({Residency.HOST, Residency.DEVICE, Residency.FREED}),
+    Residency.REBUILDING: frozenset({Residency.DEVICE, Residency.FREED}),
+    Residency.FREED: frozenset(),
+}
+
+#: Which storages a state holds: (device, host).
+_HOLDS: dict[Residency, tuple[bool, bool]] = {
+    Residency.ABSENT: (False, False),
+    Residency.DEVICE: (True, False),
+    Residency.TO_HOST: (True, True),
+    Residency.HOST: (False, True),
+    Residency.TO_DEVICE: (True, True),
+    Residency.REBUILDING: (False, False),
+    Residency.FREED: (False, False),
+}
+
+#: `Entry.move`'s "leave this field as it is".
+_SAME: Any = object()
+
+
 class StateError(RuntimeError):
     """A saved tensor's state changed in a way the runtime never makes."""
 
@@ -45,28 +101,86 @@ class StateError(RuntimeError):
 class Entry:
     """One saved tensor of the instance during the step."""
 
-    __slots__ = ("index", "action", "nbytes", "device", "host", "handles", "state", "event",
-                 "admitted")  # fmt: skip
+    __slots__ = ("index", "name", "action", "nbytes", "device", "host", "handles", "state",
+                 "residency", "event", "admitted")  # fmt: skip
 
-    def __init__(self, index: int, action: int, nbytes: int):
+    def __init__(self, index: int, action: int, nbytes: int, name: str | None = None):
         self.index = index
+        self.name = name
         self.action = action
         self.nbytes = nbytes
         self.device: Any = None  # the device storage while this runtime holds it
         self.host: Any = None  # the host copy (swap)
         self.handles = 0  # handles autograd still holds
         self.state = EntryState.NOT_SAVED
+        self.residency = Residency.ABSENT
         self.event: Any = None  # CUDA: the running copy's completion (D2H, later H2D)
-        self.admitted = False  # the H2D copy is admitted (bytes counted against the budget)
+        # The training path's own bookkeeping of a copy back counted against the budget (it
+        # writes the storages itself; the checked path reads `Residency.TO_DEVICE` instead).
+        self.admitted = False
+
+    def _label(self) -> str:
+        if self.name is None:
+            return f"saved tensor #{self.index}"
+        return f"saved tensor {self.name!r} (#{self.index})"
 
     def to(self, state: EntryState) -> None:
         """Move to ``state``; a change the runtime never makes is a `StateError`."""
         if state not in TRANSITIONS[self.state]:
             raise StateError(
-                f"saved tensor #{self.index}: {self.state.value} -> {state.value} is no "
-                "state change of a step"
+                f"{self._label()}: {self.state.value} -> {state.value} is no state change of a step"
             )
         self.state = state
+
+    def move(
+        self, residency: Residency, *, device: Any = _SAME, host: Any = _SAME, event: Any = _SAME
+    ) -> None:
+        """Move to ``residency``, setting the storages and the event given (the others stay).
+        A change the runtime never makes, or storages that disagree with the new state (a
+        device storage where it has none, none where it has one; the same for the host copy),
+        is a `StateError` naming the tensor and both states; the entry is left as it was."""
+        self.check(residency)
+        new_device = self.device if device is _SAME else device
+        new_host = self.host if host is _SAME else host
+        want_device, want_host = _HOLDS[residency]
+        if (new_device is not None) != want_device or (new_host is not None) != want_host:
+            has = " and ".join(
+                n
+                for n, x in (("a device storage", new_device), ("a host copy", new_host))
+                if x is not None
+            )
+            raise StateError(
+                f"{self._label()}: {self.residency.value} -> {residency.value} with "
+                f"{has or 'no storage'}, which does not agree with {residency.value}"
+            )
+        self.device, self.host = new_device, new_host
+        if event is not _SAME:
+            self.event = event
+        self.residency = residency
+
+    def check(self, residency: Residency) -> None:
+        """A `StateError` unless the runtime may move the entry to ``residency`` now (asked
+        before the work that move ends, such as a copy, begins)."""
+        if residency not in RESIDENCY_TRANSITIONS[self.residency]:
+            raise StateError(
+                f"{self._label()}: {self.residency.value} -> {residency.value} is no change of "
+                "where a saved tensor is"
+            )
+
+    def free(self) -> None:
+        """Let go of everything this runtime holds for it (the step is over); idempotent."""
+        if self.residency is not Residency.FREED:
+            self.move(Residency.FREED, device=None, host=None, event=None)
+
+    def forget_event(self) -> None:
+        """Nothing waits for the running copy's end any more (it stays where it is)."""
+        self.event = None
+
+    @property
+    def on_device(self) -> bool:
+        """This runtime holds its device storage (on the device, being copied to the host, or
+        copied back)."""
+        return _HOLDS[self.residency][0]
 
     @property
     def packed(self) -> bool:

@@ -36,7 +36,7 @@ from slackswap.profiling.torchapi import StorageWeakRef, TorchDispatchMode, stor
 from slackswap.profiling.trace import EXTERNAL, Value
 from slackswap.profiling.values import ValueNumbering, number_call
 from slackswap.runtime.copies import CopyEngine
-from slackswap.runtime.entry import Entry, EntryState, Handle
+from slackswap.runtime.entry import Entry, EntryState, Handle, Residency, StateError
 from slackswap.runtime.rebuild import Rebuilder, view
 
 
@@ -112,7 +112,7 @@ class PlanExecutor(TorchDispatchMode):
         # Earlier values of a saved tensor's storage that autograd also saves: views of it.
         self._earlier_value = {int(v): int(i) for v, i in sig.get("earlier_values", [])}
         self.entries = [
-            Entry(i, int(a), int(b))
+            Entry(i, int(a), int(b), instance.tensor_name[i])
             for i, (a, b) in enumerate(zip(actions, instance.tensor_bytes, strict=True))
         ]
         self._internal = 0  # > 0 while this runtime issues its own operators
@@ -228,7 +228,7 @@ class PlanExecutor(TorchDispatchMode):
         """Drop every reference this runtime holds to the step's tensors."""
         self.closed = True
         for e in self.entries:
-            e.device = e.host = e.event = None
+            e.free()
         self.rebuilder.clear()
         self.context.release()
         self.numbering.release()
@@ -352,14 +352,15 @@ class PlanExecutor(TorchDispatchMode):
         if not e.packed:
             self._check_tensor(i, v, t)  # type: ignore[arg-type]
             e.to(EntryState.SAVED)
-            e.device = t.untyped_storage()
             if e.action != KEEP:
                 self._origin[i] = k
-            if e.action == SWAP:
-                self.copies.offload(e)
-            elif e.action == RECOMP:
-                e.device = None  # dropped after its last forward reader (Python's references)
+            if e.action == RECOMP:
+                # Not held: dropped after its last forward reader (Python's references).
                 self.recomputed_bytes += e.nbytes
+            else:
+                e.move(Residency.DEVICE, device=t.untyped_storage())
+                if e.action == SWAP:
+                    self.copies.offload(e)
         return Handle(e, t, keep=e.action == KEEP, release=self.copies.release)
 
     def _held_outside(self) -> list[int]:
@@ -422,15 +423,18 @@ class PlanExecutor(TorchDispatchMode):
 
     def _materialise(self, e: Entry) -> Any:
         """The device storage of entry ``e``, fetched back or rebuilt when not resident."""
-        if e.device is not None:
+        if e.on_device:
             return e.device
-        if e.action == SWAP:
+        if e.residency is Residency.HOST:
             self.copies.fetch(e)
-        elif e.action == RECOMP:
+        elif e.residency is Residency.ABSENT and e.action == RECOMP:
             self.rebuilder.rebuild(e)
             self.copies.evict_deferred()
-        if e.device is None:
-            raise RuntimeError(f"tensor {self.instance.tensor_name[e.index]!r} was released")
+        if not e.on_device:
+            raise StateError(
+                f"saved tensor {self.instance.tensor_name[e.index]!r} (#{e.index}) is needed "
+                f"while {e.residency.value}"
+            )
         return e.device
 
 

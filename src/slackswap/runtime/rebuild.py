@@ -33,7 +33,7 @@ from slackswap.profiling.torchapi import (
 )
 from slackswap.profiling.trace import EXTERNAL
 from slackswap.profiling.values import bind
-from slackswap.runtime.entry import Entry
+from slackswap.runtime.entry import Entry, Residency
 
 __all__ = ["Numbering", "Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
 
@@ -295,9 +295,10 @@ class Rebuilder:
         rebuilt first, with each random operator's original RNG state."""
         value = int(self.instance.meta["runtime_signature"]["values"][e.index])
         cache = _Cache(value, self._chain_reads(value))
+        e.move(Residency.REBUILDING)
         with self.quiet():
             storage = self._compute(value, cache)
-        e.device = storage
+        e.move(Residency.DEVICE, device=storage)
         self.rebuilds += 1
 
     def _is_input(self, value: int) -> bool:

@@ -63,6 +63,7 @@ def simulated_schedule(
         if nf < instance.n_ops
         else np.inf
     )
+    h2d_at: dict[tuple[int, int], float] = {}  # (operator, tensor) -> when its H2D started
     for eng, t, s0, s1 in zip(
         tl.copy_engine, tl.copy_tensor, tl.copy_start_s, tl.copy_end_s, strict=True
     ):
@@ -82,9 +83,20 @@ def simulated_schedule(
                 k = min(int(np.searchsorted(op_start, s0, side="left")), len(op_idx) - 1)
             o = int(op_idx[k])
             out["h2d_start"].setdefault(o, []).append(int(t))
+            h2d_at[o, int(t)] = float(s0)
     evicted = tl.compute_kind == 4
-    for o, t in zip(tl.compute_op[evicted], tl.compute_tensor[evicted], strict=True):
-        out["evict"].setdefault(int(o), []).append(int(t))
+    for o, t, at in zip(
+        tl.compute_op[evicted], tl.compute_tensor[evicted], tl.compute_start_s[evicted], strict=True
+    ):
+        o, t = int(o), int(t)
+        out["evict"].setdefault(o, []).append(t)
+        if h2d_at.get((o, t), np.inf) <= at:
+            # Copied back and evicted again before the same operator (admitted by the
+            # look-ahead, then its memory needed): replayed before that operator (evictions
+            # first), the copy back would stay. Net, it is not on the device there.
+            out["h2d_start"][o].remove(t)
+            if not out["h2d_start"][o]:
+                del out["h2d_start"][o]
     return out
 
 
