@@ -414,10 +414,12 @@ def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_repl
     cfg = SearchConfig(pop_size=16, islands=2, migration_interval=3)
     fit = Placeholder(delay_s=0.002)
     t0 = time.perf_counter()
+    # 1 s, not less: starting and joining the forked islands costs a fixed ~0.05-0.1 s on a
+    # loaded 2-core machine, which a 10% tolerance on 0.4 s did not always cover (0.45 s seen)
     timed = search(
-        N_GENES, fit, cfg, seed=8, n_jobs=2, processes=True, deadline=Deadline.begin(0.4)
+        N_GENES, fit, cfg, seed=8, n_jobs=2, processes=True, deadline=Deadline.begin(1.0)
     )
-    assert time.perf_counter() - t0 <= 0.4 * 1.1
+    assert time.perf_counter() - t0 <= 1.0 * 1.1
     assert timed.stop == "time" and timed.generations >= 5
     replay_cfg = replace(cfg, max_generations=timed.generations)
     replay = search(N_GENES, Placeholder(), replay_cfg, seed=8, n_jobs=1)
