@@ -69,7 +69,8 @@ def _lingering(pgid: int) -> int:
 
 def _stderr_ok(err: str) -> bool:
     lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[")]
-    lines = [ln for ln in lines if not ln.startswith(("solve:", "sweep:", "compare:"))]
+    # progress, and the command's own last line (a Ctrl-C after it returned ends with 130 too)
+    lines = [ln for ln in lines if not ln.startswith(("solve:", "sweep:", "compare:", "results:"))]
     return lines == [LINE] and "Traceback" not in err and "Exception ignored" not in err
 
 
