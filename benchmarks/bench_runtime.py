@@ -165,18 +165,40 @@ class _CheckpointedRun(torch.nn.Module):
         return checkpoint(run, x, use_reentrant=False)
 
 
-def checkpointed_spans(case: Case, spans: list[str]) -> Any:
-    """A copy of the model in which each run ``first..last`` of an ``nn.Sequential``'s children
-    that the training path checkpoints as one call (`PlannedStep.checkpointed_blocks`) is one
-    ``torch.utils.checkpoint`` call: PyTorch's own tool on what the training path recomputes."""
+def batch_norm_spans(case: Case) -> list[tuple[str, int, int]]:
+    """Each profiled block that is a child of an ``nn.Sequential`` followed by a batch-norm,
+    and whose tensors the block-recompute plan all recomputes, as (the ``nn.Sequential``'s
+    path, the block's index, the batch-norm's): a convolution whose output its batch-norm
+    saves, so ``torch.utils.checkpoint`` on the convolution alone would free nothing."""
+    inst = case.inst
+    acts = uniform(inst, "blocks").actions
+    made_in = [inst.op_name[int(p)].rsplit("/", 1)[0] for p in inst.tensor_producer]
+    out = []
+    for name in inst.meta["block_modules"]:
+        parent, _, child = name.rpartition(".")
+        seq = case.model.get_submodule(parent)
+        keys = list(seq._modules)
+        if not isinstance(seq, torch.nn.Sequential) or child not in keys:
+            continue
+        k = keys.index(child)
+        after = seq._modules[keys[k + 1]] if k + 1 < len(keys) else None
+        made = [i for i, m in enumerate(made_in) if m == name or m.startswith(name + ".")]
+        if (
+            isinstance(after, torch.nn.modules.batchnorm._BatchNorm)
+            and made
+            and all(acts[i] == RECOMP for i in made)
+        ):
+            out.append((parent, k, k + 1))
+    return out
+
+
+def checkpointed_spans(case: Case, spans: list[tuple[str, int, int]]) -> Any:
+    """A copy of the model in which each run of an ``nn.Sequential``'s children
+    (`batch_norm_spans`) is one ``torch.utils.checkpoint`` call."""
     model = copy.deepcopy(case.model)
-    for span in spans:
-        first, _, last = span.partition("..")
-        parent, _, a = first.rpartition(".")
-        b = last.rpartition(".")[2]
+    for parent, i, j in spans:
         seq = model.get_submodule(parent)
         keys = list(seq._modules)
-        i, j = keys.index(a), keys.index(b)
         mods = [seq._modules[k] for k in keys[i : j + 1]]
         seq._modules[keys[i]] = _CheckpointedRun(mods)  # type: ignore[assignment]
         for k in keys[i + 1 : j + 1]:
@@ -275,9 +297,10 @@ SLOW = {"keep-all, checked path (apply)"}
 SLOW_ROUNDS = 5
 
 
-#: ``torch.utils.checkpoint`` on what the training path checkpoints where that is not the profiled
-#: blocks (a convolution with the batch-norm that saves its output); only where it is not.
-SPANS = "torch.utils.checkpoint on the training path's spans"
+#: ``torch.utils.checkpoint`` on each profiled block with the batch-norm that saves its output
+#: (`batch_norm_spans`), where the model has such blocks: what checkpoint needs to free a
+#: convolution's output.
+SPANS = "torch.utils.checkpoint on the blocks with their batch-norm"
 
 #: (case, the case its time is compared with) of the CPU half, in the order printed.
 CPU_ROWS = (
@@ -319,11 +342,11 @@ def cpu_half(repeat: int, quick: bool) -> None:
             fast[label] = str(p.fast)
             in_hooks, py = hook_us_per_op(case, step, p, repeat)
             hooks[label], python[label] = f"{in_hooks:.1f}", f"{py:.1f}"
-            spans = [b for b in p.checkpointed_blocks if ".." in b]
-            if label.startswith("recompute the blocks") and spans:
-                runs.append((SPANS, nullcontext, checkpointed_spans(case, spans)))
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))
+        spans = batch_norm_spans(case)
+        if spans:
+            runs.append((SPANS, nullcontext, checkpointed_spans(case, spans)))
         runs.append(("keep-all, checked path (apply)",
                      partial(apply, uniform(inst, "keep"), 1.0, model=case.model), None))  # fmt: skip
         fast["keep-all, checked path (apply)"] = "no"
