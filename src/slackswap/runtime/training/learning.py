@@ -1,7 +1,7 @@
 """The first step of a plan in a training loop: what it learns (each saved tensor's pack, in
-order, and the block and module that packed it), and from that, how later steps run: which
-blocks run under ``torch.utils.checkpoint``, which recomputed tensors are replayed,
-or why every step runs the checked path."""
+order, and the block that packed it), and from that, how later steps run: which blocks run
+under ``torch.utils.checkpoint``, which recomputed tensors are replayed, or why every step runs
+the checked path."""
 
 from __future__ import annotations
 
