@@ -9,8 +9,12 @@ on the profiled blocks and the training path recomputing what those blocks make;
 50% of P; the checked path (``apply``, every step checked operator by operator) with keep-all,
 for scale. "us/op over unplanned": the time above the unplanned step per operator of the profile;
 "us/op in hooks": the time spent inside the training path's saved-tensor hooks per operator,
-measured apart (the Python it runs for keep-all; copies and replays included for the others),
-so it does not move with the machine's load as the step times do. GPU half (only with CUDA):
+measured apart (copies of swapped tensors and replayed operators included), so it does not move
+with the machine's load as the step times do; "Python us/op in hooks": that time less the time
+inside the torch operators a replay runs (each recorded operator's call) and inside the copies
+of swapped tensors to the host and back, the Python the hooks run per operator. A recomputation
+under ``torch.utils.checkpoint`` runs in checkpoint's own hooks, in neither column: the step time
+holds it. GPU half (only with CUDA):
 the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and
 30% of P, offload-sync, offload-overlap, ``save_on_cpu`` and ``torch.utils.checkpoint`` on the
 same blocks: measured step time and ``torch.cuda.max_memory_allocated`` above the step's start
@@ -48,6 +52,7 @@ from slackswap.instance import Instance  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, SWAP, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import apply, prepare  # noqa: E402
+from slackswap.runtime.training import fast as fast_module  # noqa: E402
 from slackswap.runtime.training.fast import FastStep  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
@@ -160,18 +165,40 @@ class _CheckpointedRun(torch.nn.Module):
         return checkpoint(run, x, use_reentrant=False)
 
 
-def checkpointed_spans(case: Case, spans: list[str]) -> Any:
-    """A copy of the model in which each run ``first..last`` of an ``nn.Sequential``'s children
-    that the training path checkpoints as one call (`PlannedStep.checkpointed_blocks`) is one
-    ``torch.utils.checkpoint`` call: PyTorch's own tool on what the training path recomputes."""
+def batch_norm_spans(case: Case) -> list[tuple[str, int, int]]:
+    """Each profiled block that is a child of an ``nn.Sequential`` followed by a batch-norm,
+    and whose tensors the block-recompute plan all recomputes, as (the ``nn.Sequential``'s
+    path, the block's index, the batch-norm's): a convolution whose output its batch-norm
+    saves, so ``torch.utils.checkpoint`` on the convolution alone would free nothing."""
+    inst = case.inst
+    acts = uniform(inst, "blocks").actions
+    made_in = [inst.op_name[int(p)].rsplit("/", 1)[0] for p in inst.tensor_producer]
+    out = []
+    for name in inst.meta["block_modules"]:
+        parent, _, child = name.rpartition(".")
+        seq = case.model.get_submodule(parent)
+        keys = list(seq._modules)
+        if not isinstance(seq, torch.nn.Sequential) or child not in keys:
+            continue
+        k = keys.index(child)
+        after = seq._modules[keys[k + 1]] if k + 1 < len(keys) else None
+        made = [i for i, m in enumerate(made_in) if m == name or m.startswith(name + ".")]
+        if (
+            isinstance(after, torch.nn.modules.batchnorm._BatchNorm)
+            and made
+            and all(acts[i] == RECOMP for i in made)
+        ):
+            out.append((parent, k, k + 1))
+    return out
+
+
+def checkpointed_spans(case: Case, spans: list[tuple[str, int, int]]) -> Any:
+    """A copy of the model in which each run of an ``nn.Sequential``'s children
+    (`batch_norm_spans`) is one ``torch.utils.checkpoint`` call."""
     model = copy.deepcopy(case.model)
-    for span in spans:
-        first, _, last = span.partition("..")
-        parent, _, a = first.rpartition(".")
-        b = last.rpartition(".")[2]
+    for parent, i, j in spans:
         seq = model.get_submodule(parent)
         keys = list(seq._modules)
-        i, j = keys.index(a), keys.index(b)
         mods = [seq._modules[k] for k in keys[i : j + 1]]
         seq._modules[keys[i]] = _CheckpointedRun(mods)  # type: ignore[assignment]
         for k in keys[i + 1 : j + 1]:
@@ -214,38 +241,55 @@ def interleaved(
     }
 
 
-def hook_us_per_op(case: Case, step: Callable[[], Any], repeat: int) -> float:
-    """Median over ``repeat`` steps of the time spent inside the training path's saved-tensor
-    hooks, per operator of the profile, in microseconds (copies included, for swapped ones):
-    the Python it runs, measured apart from the load on the rest of the step."""
-    spent = [0.0]
-    fast = FastStep
-    pack, unpack = fast._pack, fast._unpack
+def hook_us_per_op(case: Case, step: Callable[[], Any], planned: Any,
+                   repeat: int) -> tuple[float, float]:  # fmt: skip
+    """Medians over ``repeat`` steps, per operator of the profile, in microseconds: the time
+    spent inside the training path's saved-tensor hooks (copies and replays included), and that
+    time less the time inside the torch operators a replay runs (each recorded operator's call)
+    and inside the copies of swapped tensors (``copy_to_host`` and the copy back,
+    `FastStep._fetch`): the Python the hooks run, measured apart from the load on the rest of
+    the step."""
+    spent = [0.0, 0.0]  # in the hooks; inside operators and copies called from them
 
-    def timed(f: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*a: Any) -> Any:
+    def timed(f: Callable[..., Any], k: int) -> Callable[..., Any]:
+        def wrapper(*a: Any, **kw: Any) -> Any:
             t0 = time.perf_counter()
             try:
-                return f(*a)
+                return f(*a, **kw)
             finally:
-                spent[0] += time.perf_counter() - t0
+                spent[k] += time.perf_counter() - t0
 
         return wrapper
 
-    per_step = []
-    fast._pack, fast._unpack = timed(pack), timed(unpack)  # type: ignore[method-assign]
+    learned = planned._learned
+    records = learned.replay.records if learned is not None and learned.replay else {}
+    funcs = {p: rec.func for p, rec in records.items()}
+    fast = FastStep
+    pack, unpack, fetch = fast._pack, fast._unpack, fast._fetch
+    to_host = fast_module.copy_to_host
+    hooks, python = [], []
+    fast._pack, fast._unpack = timed(pack, 0), timed(unpack, 0)  # type: ignore[method-assign]
+    fast._fetch = timed(fetch, 1)  # type: ignore[method-assign]
+    fast_module.copy_to_host = timed(to_host, 1)
+    for p, rec in records.items():
+        rec.func = timed(funcs[p], 1)
     try:
         for _ in range(repeat):
-            spent[0] = 0.0
-            for p in case.model.parameters():
-                p.grad = None
+            spent[0] = spent[1] = 0.0
+            for q in case.model.parameters():
+                q.grad = None
             gc.collect()
             with step():
                 case.loss_fn(case.model(*case.inputs)).backward()
-            per_step.append(spent[0])
+            hooks.append(spent[0])
+            python.append(spent[0] - spent[1])
     finally:
-        fast._pack, fast._unpack = pack, unpack  # type: ignore[method-assign]
-    return statistics.median(per_step) / case.inst.n_ops * 1e6
+        fast._pack, fast._unpack, fast._fetch = pack, unpack, fetch  # type: ignore[method-assign]
+        fast_module.copy_to_host = to_host
+        for p, rec in records.items():
+            rec.func = funcs[p]
+    n = case.inst.n_ops
+    return statistics.median(hooks) / n * 1e6, statistics.median(python) / n * 1e6
 
 
 #: Cases timed in the first `SLOW_ROUNDS` rounds only (for scale, not a target).
@@ -253,9 +297,10 @@ SLOW = {"keep-all, checked path (apply)"}
 SLOW_ROUNDS = 5
 
 
-#: ``torch.utils.checkpoint`` on what the training path checkpoints where that is not the profiled
-#: blocks (a convolution with the batch-norm that saves its output); only where it is not.
-SPANS = "torch.utils.checkpoint on the training path's spans"
+#: ``torch.utils.checkpoint`` on each profiled block with the batch-norm that saves its output
+#: (`batch_norm_spans`), where the model has such blocks: what checkpoint needs to free a
+#: convolution's output.
+SPANS = "torch.utils.checkpoint on the blocks with their batch-norm"
 
 #: (case, the case its time is compared with) of the CPU half, in the order printed.
 CPU_ROWS = (
@@ -277,12 +322,13 @@ def cpu_half(repeat: int, quick: bool) -> None:
           f"{torch.get_num_threads()} threads), median of {repeat} interleaved rounds")  # fmt: skip
     print()
     print("| model | ops | case | median ms | ratio | vs | fast | us/op over unplanned | "
-          "us/op in hooks |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "us/op in hooks | Python us/op in hooks |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for case in cpu_cases(quick):
         inst = case.inst
         fast: dict[str, str] = {}
         hooks: dict[str, str] = {}
+        python: dict[str, str] = {}
         runs: list[tuple[str, Callable[[], Any], Any]] = [("unplanned", nullcontext, None)]
         plans = [("keep-all, training path", uniform(inst, "keep"), 1.0),
                  ("all-swap, training path", uniform(inst, "swap"), 1.0),
@@ -294,12 +340,13 @@ def cpu_half(repeat: int, quick: bool) -> None:
             step, p = planned(case, plan, b)
             runs.append((label, step, None))
             fast[label] = str(p.fast)
-            hooks[label] = f"{hook_us_per_op(case, step, repeat):.1f}"
-            spans = [b for b in p.checkpointed_blocks if ".." in b]
-            if label.startswith("recompute the blocks") and spans:
-                runs.append((SPANS, nullcontext, checkpointed_spans(case, spans)))
+            in_hooks, py = hook_us_per_op(case, step, p, repeat)
+            hooks[label], python[label] = f"{in_hooks:.1f}", f"{py:.1f}"
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))
+        spans = batch_norm_spans(case)
+        if spans:
+            runs.append((SPANS, nullcontext, checkpointed_spans(case, spans)))
         runs.append(("keep-all, checked path (apply)",
                      partial(apply, uniform(inst, "keep"), 1.0, model=case.model), None))  # fmt: skip
         fast["keep-all, checked path (apply)"] = "no"
@@ -309,14 +356,14 @@ def cpu_half(repeat: int, quick: bool) -> None:
             if SPANS in (label, vs) and SPANS not in got:
                 continue
             if label not in got:
-                print(f"| {case.label} | {inst.n_ops} | {label}: no plan | | | | | | |")
+                print(f"| {case.label} | {inst.n_ops} | {label}: no plan | | | | | | | |")
                 continue
             t = got[label][0]
             ratio = f"{t / got[vs][0]:.3f}" if vs else "1"
             per_op = f"{(t - plain) / inst.n_ops * 1e6:.1f}" if vs else "0"
             print(f"| {case.label} | {inst.n_ops} | {label} | {t * 1e3:.2f} | {ratio} | "
                   f"{vs or '-'} | {fast.get(label, '-')} | {per_op} | "
-                  f"{hooks.get(label, '-')} |")  # fmt: skip
+                  f"{hooks.get(label, '-')} | {python.get(label, '-')} |")  # fmt: skip
 
 
 def gpu_half(repeat: int, quick: bool) -> None:

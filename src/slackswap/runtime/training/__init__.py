@@ -22,19 +22,17 @@ and nothing else, no dispatch mode:
   model, in deadline order, the step's position read from the tensor being unpacked;
 - recomputed tensors are rebuilt by PyTorch's own ``torch.utils.checkpoint`` (non-reentrant)
   over each profiled block whose saved tensors are all recomputed (those made inside it) or
-  kept (its inputs), and over a block of an ``nn.Sequential`` together with the siblings after
-  it that save what it makes (a convolution and its batch-norm; the span's input may be
-  swapped, checkpoint saving it through the hooks above): the block is run again in backward
-  with the RNG state it first ran with, and buffers it updates (batch-norm statistics) are
-  restored after the recomputation, so the model's state is that of one step. Other
-  recomputed tensors are replayed from the first step's operator records (random ones from
-  the RNG state at the start of their module call in this step); a plan whose recomputation
-  needs a dispatch mode is run by the checked path at every step (`PlannedStep.fast` is
-  False, `PlannedStep.reason` says why).
+  kept (its inputs): the block is run again in backward with the RNG state it first ran with,
+  and buffers it updates (batch-norm statistics) are restored after the recomputation, so the
+  model's state is that of one step. Other recomputed tensors (a convolution's output, which
+  the batch-norm after the block saves) are replayed from the first step's operator records,
+  only the operators that make them (random ones from the RNG state at the start of their
+  module call in this step); a plan whose recomputation needs a dispatch mode is run by the
+  checked path at every step (`PlannedStep.fast` is False, `PlannedStep.reason` says why).
 
 Where each part lives: `planned` (`prepare`, `PlannedStep`), `learning` (the first step, and
-what it decides for later ones), `fast` (a later step's hooks), `checkpointing` (blocks and
-spans under ``torch.utils.checkpoint``), `replay` (rebuilds from the first step's records).
+what it decides for later ones), `fast` (a later step's hooks), `checkpointing` (blocks under
+``torch.utils.checkpoint``), `replay` (rebuilds from the first step's records).
 """
 
 from slackswap.runtime.training.fast import ShapeChangeError

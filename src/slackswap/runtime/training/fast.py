@@ -17,9 +17,9 @@ from slackswap.runtime.entry import Entry, EntryState, Handle
 from slackswap.runtime.executor import StepMismatchError
 from slackswap.runtime.policy import RuntimePolicy
 from slackswap.runtime.rebuild import Rebuilder, view
-from slackswap.runtime.training.checkpointing import checkpointed_block, checkpointed_spans
+from slackswap.runtime.training.checkpointing import checkpointed_block
 from slackswap.runtime.training.learning import Learned, Pack, input_signature, storage_nbytes
-from slackswap.runtime.training.replay import capturing_rng, storage_ptr
+from slackswap.runtime.training.replay import capturing_rng
 
 if TYPE_CHECKING:
     from slackswap.runtime.training.planned import PlannedStep
@@ -67,11 +67,7 @@ class FastStep:
         self._inner: ExitStack | None = None  # the new plan's checked step, after a replan
         self._inner_stats: Any = None
         self._stack = ExitStack()
-        # While checkpoint saves a call's inputs: -1, they are kept; an entry, the span's input
-        # the plan swaps; None: it is not saving them.
-        self._saving_inputs: list[int | None] = [None]
-        self._span_inputs = {s.swapped_input for s in learned.spans if s.swapped_input >= 0}
-        self._storage_of: dict[int, int] = {}  # a span's swapped input: its storage this step
+        self._saving_inputs = [False]  # checkpoint is saving a block's (kept) inputs
         self.rebuilder: Rebuilder | None = None
         self._pending: dict[int, set[int]] = {}  # rebuild input -> recomputed ones still to come
         self._finished: set[int] = set()  # autograd is done with these; a rebuild is not
@@ -97,7 +93,6 @@ class FastStep:
         inputs' shapes are still checked before each step."""
         return bool(
             self.learned.checkpointed
-            or self.learned.spans
             or self.learned.replay is not None
             or any(int(a) != KEEP for a in self.actions)
         )
@@ -109,10 +104,6 @@ class FastStep:
             for b in self.learned.checkpointed:
                 stack.enter_context(
                     checkpointed_block(owner.model, owner._blocks()[b], self._saving_inputs)
-                )
-            if self.learned.spans:
-                stack.enter_context(
-                    checkpointed_spans(owner.model, self.learned.spans, self._saving_inputs)
                 )
             h = owner.model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
             stack.callback(h.remove)
@@ -192,11 +183,8 @@ class FastStep:
 
     # ----- saved-tensor hooks -----------------------------------------------------------------
     def _pack(self, t: torch.Tensor) -> Any:
-        saving = self._saving_inputs[0]
-        if saving is not None:
-            if saving < 0:
-                return t  # a checkpointed call's kept inputs, held by torch.utils.checkpoint
-            return self._span_input(saving, t)
+        if self._saving_inputs[0]:
+            return t  # a checkpointed block's kept inputs, held by torch.utils.checkpoint
         k = self.pos
         self.pos = k + 1
         exp = self.expected
@@ -221,24 +209,10 @@ class FastStep:
         if not e.packed:
             e.to(EntryState.SAVED)
             if action == SWAP:
-                if p.entry in self._span_inputs:
-                    self._storage_of[p.entry] = storage_ptr(t)
                 self._offload(e, t)  # a rebuild that reads it fetches it back, as autograd does
             else:
                 self.stats.recomputed_bytes += e.nbytes
         return Handle(e, t, keep=False, release=self._release)
-
-    def _span_input(self, i: int, t: torch.Tensor) -> Any:
-        """Checkpoint saves a span's input, which the plan swaps: one more handle on the
-        entry the step swapped before the span (its copy back serves the recomputation)."""
-        if self._storage_of.get(i) != storage_ptr(t):
-            self._fail(
-                StepMismatchError(
-                    f"the input of a checkpointed span is not {self.inst.tensor_name[i]!r}, as "
-                    "in the first step of the plan: it is not the step the plan was made for"
-                )
-            )
-        return Handle(self.entries[i], t, keep=False, release=self._release)
 
     def _mismatch(self, k: int, p: Pack, t: torch.Tensor) -> None:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"

@@ -1,13 +1,13 @@
 """The first step of a plan in a training loop: what it learns (each saved tensor's pack, in
-order, and the block and module that packed it), and from that, how later steps run: which
-blocks and spans run under ``torch.utils.checkpoint``, which recomputed tensors are replayed,
-or why every step runs the checked path."""
+order, and the block that packed it), and from that, how later steps run: which blocks run
+under ``torch.utils.checkpoint``, which recomputed tensors are replayed, or why every step runs
+the checked path."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,15 +22,13 @@ from slackswap.runtime.training.replay import Replay, replay_of
 @dataclass(frozen=True)
 class Pack:
     """One pack of the first step: the plan entry (-1: not a planned tensor), what is checked,
-    the block whose forward packed it (-1: outside every block) and the innermost module whose
-    forward packed it (its path; '' for the model or no module)."""
+    and the block whose forward packed it (-1: outside every block)."""
 
     entry: int
     shape: tuple[int, ...]
     dtype: torch.dtype
     nbytes: int
     block: int
-    path: str = ""
 
 
 def storage_nbytes(t: torch.Tensor) -> int:
@@ -68,23 +66,6 @@ class Learned:
     reason: str = ""
     swap_entries: list[int] = field(default_factory=list)
     replay: Replay | None = None
-    spans: list[Span] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Span:
-    """Children ``first`` to ``last`` of the ``nn.Sequential`` at ``parent``, run as one
-    ``torch.utils.checkpoint`` call: a profiled block and the modules after it that save what
-    it makes (a convolution and the batch-norm that saves its output)."""
-
-    parent: str
-    first: int
-    last: int
-    children: tuple[str, ...]  # the module paths of children first..last
-    swapped_input: int = -1  # the plan swaps the span's input (this entry): -1, it keeps it
-
-    def holds(self, path: str) -> bool:
-        return any(_inside(path, c) for c in self.children)
 
 
 class LearningExecutor(PlanExecutor):
@@ -137,9 +118,8 @@ class LearningExecutor(PlanExecutor):
         out = super()._pack(t)
         if self.learned is not None and not self._internal:
             entry = out.entry.index if isinstance(out, Handle) else -1
-            path = self.calls.stack[-1][0] if self.calls.stack else ""
             self.learned.append(
-                Pack(entry, tuple(t.shape), t.dtype, storage_nbytes(t), self.block_now[0], path)
+                Pack(entry, tuple(t.shape), t.dtype, storage_nbytes(t), self.block_now[0])
             )
         return out
 
@@ -239,23 +219,19 @@ def learn(
             and all(actions[p.entry] == KEEP for p in outside)
         ):
             checkpointed.append(b)
-    spans = _spans(model, blocks, packs, actions, produced_in)
-    starts = {s.children[0] for s in spans}
-    checkpointed = [b for b in checkpointed if blocks[b] not in starts]
 
-    def in_checkpoint(p: Pack) -> bool:
-        return p.block in checkpointed or any(s.holds(p.path) for s in spans)
-
-    # What a checkpointed call makes again; a tensor from outside it (its input, kept or
-    # swapped) is the forward's own, wherever else it is saved.
+    # What a checkpointed block makes again; a kept tensor from outside it (its input) is the
+    # forward's own, wherever else it is saved.
     covered = {
-        p.entry for p in packs if p.entry >= 0 and actions[p.entry] == RECOMP and in_checkpoint(p)
+        p.entry
+        for p in packs
+        if p.entry >= 0 and actions[p.entry] == RECOMP and p.block in checkpointed
     }
-    expected = [p for p in packs if not in_checkpoint(p)]
+    expected = [p for p in packs if p.block not in checkpointed]
     seen = {p.entry for p in expected if p.entry >= 0}
     reason = ""
     for p in packs:
-        if p.entry >= 0 and p.entry in covered and not in_checkpoint(p):
+        if p.entry >= 0 and p.entry in covered and p.block not in checkpointed:
             reason = reason or (
                 f"recomputed tensor {inst.tensor_name[p.entry]!r} is also saved outside its "
                 "block: every step runs the checked path"
@@ -269,88 +245,4 @@ def learn(
         {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
         key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
     )
-    return Learned(packs, checkpointed, expected, actions, inputs, reason, swaps, replay, spans)
-
-
-def _spans(
-    model: torch.nn.Module,
-    blocks: list[str],
-    packs: list[Pack],
-    actions: list[int],
-    produced_in: dict[int, str],
-) -> list[Span]:
-    """The profiled blocks whose recomputed tensors are saved by the modules after them, each
-    with those modules: a block that is a child of an ``nn.Sequential`` (whose forward calls
-    its children in order, so a run of them is one function of one tensor) and whose saved
-    tensors are all recomputed, extended over the fewest siblings that save them all. Every
-    saved tensor made inside the span is made again by the recomputation (a kept or swapped
-    one the modules after the block make, such as batch-norm's saved statistics, comes from
-    the operator that saves the recomputed tensor, which runs again anyway), and every one
-    from outside it is kept, but for the span's input, which may be swapped: checkpoint saves
-    it through the step's hooks."""
-    by_entry: dict[int, list[Pack]] = {}
-    for p in packs:
-        if p.entry >= 0:
-            by_entry.setdefault(p.entry, []).append(p)
-    out: list[Span] = []
-    for name in blocks:
-        if any(s.holds(name) for s in out):
-            continue
-        parent_path, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_path) if parent_path else model
-        if (
-            not isinstance(parent, torch.nn.Sequential)
-            or type(parent).forward is not torch.nn.Sequential.forward
-            or child not in parent._modules
-        ):
-            continue
-        made = [i for i in by_entry if _inside(produced_in[i], name)]
-        if not made or any(actions[i] != RECOMP for i in made):
-            continue
-        if all(_inside(p.path, name) for i in made for p in by_entry[i]):
-            continue  # checkpointed as a block of its own
-        names = list(parent._modules)
-        paths = [f"{parent_path}.{n}" if parent_path else n for n in names]
-        first = names.index(child)
-        for last in range(first + 1, len(names)):
-            span = Span(parent_path, first, last, tuple(paths[first : last + 1]))
-            fits = _span_fits(span, packs, by_entry, actions, produced_in)
-            if fits is not None:
-                if fits >= -1:
-                    out.append(replace(span, swapped_input=fits))
-                break
-    return out
-
-
-def _span_fits(
-    span: Span,
-    packs: list[Pack],
-    by_entry: dict[int, list[Pack]],
-    actions: list[int],
-    produced_in: dict[int, str],
-) -> int | None:
-    """Whether ``span`` can run under ``torch.utils.checkpoint`` as the plan says: -1 (yes,
-    its input kept), the entry of its swapped input, -2 (no, however far it reaches) or None
-    (not yet: a tensor it recomputes is saved after it). A swapped tensor from outside is taken
-    for the span's input when it is the only one and the step saved it before the span, where
-    a fast step learns its storage (and checks it is the tensor checkpoint saves)."""
-    start = next((k for k, p in enumerate(packs) if span.holds(p.path)), len(packs))
-    swapped: set[int] = set()
-    for p in packs[start:]:
-        if p.entry < 0 or not span.holds(p.path) or span.holds(produced_in[p.entry]):
-            continue
-        if actions[p.entry] == RECOMP:
-            return -2
-        if actions[p.entry] == SWAP:
-            swapped.add(p.entry)
-    for i, ps in by_entry.items():
-        if actions[i] == RECOMP and span.holds(produced_in[i]):
-            if not all(span.holds(p.path) for p in ps):
-                return None
-    if not swapped:
-        return -1
-    if len(swapped) > 1:
-        return -2
-    (i,) = swapped
-    before = any(not span.holds(p.path) for p in packs[:start] if p.entry == i)
-    return i if before else -2
+    return Learned(packs, checkpointed, expected, actions, inputs, reason, swaps, replay)

@@ -108,16 +108,11 @@ class PlannedStep:
 
     @property
     def checkpointed_blocks(self) -> list[str]:
-        """The profiled blocks a fast step runs under ``torch.utils.checkpoint`` (a span of an
-        ``nn.Sequential``'s children as ``first..last``)."""
+        """The profiled blocks a fast step runs under ``torch.utils.checkpoint``."""
         if self._learned is None:
             return []
         names = self._blocks()
-        spans = [
-            s.children[0] if len(s.children) == 1 else f"{s.children[0]}..{s.children[-1]}"
-            for s in self._learned.spans
-        ]
-        return [names[b] for b in self._learned.checkpointed] + spans
+        return [names[b] for b in self._learned.checkpointed]
 
     def _blocks(self) -> list[str]:
         return list(dict.fromkeys(self.plan.instance.meta.get("block_modules", [])))

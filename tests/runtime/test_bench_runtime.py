@@ -1,0 +1,81 @@
+"""benchmarks/bench_runtime.py's own measurements: what its columns count."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI"):
+    import torch  # CI installs torch: a missing torch there must fail, not skip
+else:
+    torch = pytest.importorskip("torch")
+
+from tests import profiling_factories as pf  # noqa: E402
+
+
+def _bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_runtime.py"
+    spec = importlib.util.spec_from_file_location("bench_runtime_under_test", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return _bench()
+
+
+def _cnn_case(bench: ModuleType) -> Any:
+    model, img = pf.plain_cnn()
+    return bench.Case("CNN", model, (img,), bench._sum)
+
+
+def test_python_per_operator_leaves_out_the_replayed_operators_and_the_copies(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A clock that moves one unit per reading: every timed call costs 1 and a call with a timed
+    # call inside it 3, so what is subtracted is exactly the nested calls' time.
+    ticks = itertools.count()
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    case = _cnn_case(bench)
+    per_op = {}
+    for kind in ("keep", "swap", "blocks"):
+        step, planned = bench.planned(case, bench.uniform(case.inst, kind), 1.0)
+        funcs = {p: r.func for p, r in (planned._learned.replay.records.items()
+                                         if planned._learned.replay else [])}  # fmt: skip
+        per_op[kind] = bench.hook_us_per_op(case, step, planned, 2)
+        # Everything it wrapped is put back.
+        assert bench.FastStep._pack.__name__ == "_pack"
+        assert bench.fast_module.copy_to_host.__name__ == "copy_to_host"
+        if planned._learned.replay:
+            assert all(r.func is funcs[p] for p, r in planned._learned.replay.records.items())
+    assert per_op["keep"] == (0.0, 0.0)  # no hook at all
+    for kind in ("swap", "blocks"):  # copies to the host and back; replayed convolutions
+        hooks, python = per_op[kind]
+        assert 0 < python < hooks
+
+
+def test_the_checkpoint_baseline_takes_each_block_with_the_batch_norm_after_it(
+    bench: ModuleType,
+) -> None:
+    # The CNN's blocks are its convolutions, each followed by the batch-norm that saves its
+    # output; the stem's (its output overwritten by an in-place ReLU) and the last one's (the
+    # pooling's input) are not recomputed by the block plan, so they get no span.
+    case = _cnn_case(bench)
+    convs = [k for k, m in enumerate(case.model.features) if isinstance(m, torch.nn.Conv2d)]
+    assert bench.batch_norm_spans(case) == [("features", k, k + 1) for k in convs[1:-1]]
+    model = bench.checkpointed_spans(case, bench.batch_norm_spans(case))
+    assert isinstance(model.features[convs[1]], bench._CheckpointedRun)
+    assert isinstance(model.features[convs[1] + 1], torch.nn.Identity)
+    gpt, x, lf = pf.gpt_dropout()
+    assert bench.batch_norm_spans(bench.Case("GPT", gpt, x, lf)) == []
