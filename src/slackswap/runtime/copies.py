@@ -271,6 +271,10 @@ class CopyEngine:
         with self.quiet():
             if device.type == "cuda" and self._h2d_stream is not None:
                 self._h2d_stream.wait_stream(torch.cuda.current_stream())
+                if e.event is not None:
+                    # Its offload may still run (a replayed let-go or eviction drops the device
+                    # storage before the copy's end): the host copy must be complete first.
+                    self._h2d_stream.wait_event(e.event)
                 with torch.cuda.stream(self._h2d_stream):
                     buf = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
                     buf.untyped_storage().copy_(host, non_blocking=True)
