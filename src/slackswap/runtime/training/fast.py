@@ -60,7 +60,7 @@ class FastStep:
         if self.cuda and self.policy.overlap:
             self._copy_stream = torch.cuda.Stream()
             self._h2d_stream = torch.cuda.Stream()
-        self._admitted = 0  # bytes of the copies back the device holds (copied back)
+        self._admitted = 0  # bytes of the entries copied back (their device storages)
         self._cursor = 0  # deadline order: the first swapped tensor not yet fetched back
         self._base: Any = None
         self._transient: Any = None
