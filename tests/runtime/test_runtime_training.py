@@ -573,3 +573,155 @@ def test_every_static_solvers_plan_trains_bitwise_identically(name: str) -> None
             slow.append(f"{label}: {planned.reason}")
     assert wrong == []
     print(f"{len(plans)} plans; checked at every step: {slow}")
+
+
+def _cnn_swap_and_recompute(inst: Any) -> Plan:
+    """Each convolution's output recomputed (where it can be), each block's input swapped, the
+    rest kept: a fast step then swaps, rebuilds, and holds kept rebuild inputs."""
+    acts = np.full(inst.n_tensors, KEEP, dtype=np.int8)
+    for k, name in enumerate(inst.tensor_name):
+        if name.endswith("/convolution.out") and np.isfinite(inst.tensor_recompute_s[k]):
+            acts[k] = RECOMP
+        elif name.startswith("block") and name.endswith(".in"):
+            acts[k] = SWAP
+    return Plan(inst, acts)
+
+
+def _fast_step_paths(
+    m: Model, plan: Plan, budget: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[int, list[Any]], Any, list[tuple[int, int]]]:
+    """Each entry's residencies, in order, over the second (fast) step of ``plan``; that step
+    (a `FastStep`); and, at each unpack, the bytes it counts as copied back against those of
+    its entries that are copied back."""
+    from slackswap.runtime.entry import Entry, Residency
+    from slackswap.runtime.training.fast import FastStep
+
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    paths: dict[int, list[Any]] = {}
+    steps: list[FastStep] = []
+    move, init = Entry.move, FastStep.__init__
+
+    def recording(e: Entry, r: Any, **kw: Any) -> None:
+        move(e, r, **kw)
+        paths.setdefault(e.index, []).append(r)
+
+    def keeping(self: FastStep, *args: Any) -> None:
+        init(self, *args)
+        steps.append(self)
+
+    counted: list[tuple[int, int]] = []
+    unpack = FastStep._unpack
+
+    def counting(self: FastStep, h: Any) -> Any:
+        back = sum(e.nbytes for e in self.entries if e.residency is Residency.TO_DEVICE)
+        counted.append((self._admitted, back))
+        return unpack(self, h)
+
+    monkeypatch.setattr(Entry, "move", recording)
+    monkeypatch.setattr(FastStep, "__init__", keeping)
+    monkeypatch.setattr(FastStep, "_unpack", counting)
+    model.zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    monkeypatch.undo()
+    assert planned.fast, planned.reason
+    assert len(steps) == 1
+    return paths, steps[0], counted
+
+
+def test_a_fast_step_moves_each_saved_tensor_through_its_residencies(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Swapped: on the device when saved, on the host at once (the runtime keeps no device
+    reference), copied back when read, freed when released (a rebuild's input once that
+    rebuild is done too). Recomputed: rebuilt when first read, then freed. Kept: autograd
+    holds it, so the runtime holds nothing until the step closes. Every entry ends freed, and
+    the bytes counted as copied back are always those of the entries copied back."""
+    from slackswap.runtime.entry import EntryState, Residency
+
+    R = Residency
+    m = _model("plain_cnn")
+    paths, step, counted = _fast_step_paths(m, _cnn_swap_and_recompute(m.inst), 1.0, monkeypatch)
+    entries = step.entries
+    assert counted and all(n == back for n, back in counted), counted
+    assert any(back for _, back in counted)
+    by_action: dict[int, set[tuple[Any, ...]]] = {KEEP: set(), SWAP: set(), RECOMP: set()}
+    for e in entries:
+        by_action[e.action].add(tuple(paths.get(e.index, ())))
+    assert by_action[SWAP] == {(R.DEVICE, R.HOST, R.TO_DEVICE, R.FREED)}
+    assert by_action[RECOMP] == {(R.REBUILDING, R.DEVICE, R.FREED)}
+    assert by_action[KEEP] == {(R.FREED,)}  # the rebuilds read swapped inputs alone
+    assert {e.residency for e in entries} == {R.FREED}
+    assert all(e.device is None and e.host is None and e.event is None for e in entries)
+    assert {e.state for e in entries if e.action != KEEP} == {EntryState.RELEASED}
+
+
+def test_a_fast_step_holds_a_kept_rebuild_input_until_its_last_rebuild(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every recomputable tensor recomputed: the rebuilds read kept inputs, which the runtime
+    holds from their save (on the device) until the last rebuild reading them (freed), and
+    recomputed ones, rebuilt, then freed once released and no rebuild reads them."""
+    from slackswap.runtime.entry import Residency as R
+
+    m = _model("plain_cnn")
+    plan, budget = m.plan("all-recompute")
+    paths, step, _ = _fast_step_paths(m, plan, budget, monkeypatch)
+    entries = step.entries
+    kept_paths = {e.index: tuple(paths.get(e.index, ())) for e in entries if e.action == KEEP}
+    held = {i for i, path in kept_paths.items() if path == (R.DEVICE, R.FREED)}
+    assert set(kept_paths.values()) == {(R.FREED,), (R.DEVICE, R.FREED)}
+    read = set().union(*step.learned.replay.deps.values())  # what the rebuilds read
+    assert held == {i for i in read if entries[i].action == KEEP}
+    assert {tuple(paths[e.index]) for e in entries if e.action == RECOMP} == {
+        (R.REBUILDING, R.DEVICE, R.FREED)
+    }
+    assert {e.residency for e in entries} == {R.FREED}
+
+
+def test_a_fast_step_of_an_all_swap_plan_frees_every_entry(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from slackswap.runtime.entry import Residency as R
+
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("all-swap")
+    paths, step, _ = _fast_step_paths(m, plan, budget, monkeypatch)
+    entries = step.entries
+    assert {tuple(paths[e.index]) for e in entries} == {(R.DEVICE, R.HOST, R.TO_DEVICE, R.FREED)}
+    assert {e.residency for e in entries} == {R.FREED}
+
+
+def test_a_refused_change_in_a_fast_step_names_the_tensor(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A runtime bug (copying back a tensor autograd released) is caught where it happens,
+    naming the tensor, not as a failure on a missing host copy."""
+    from slackswap.runtime.entry import StateError
+
+    m = _model("gpt_dropout")
+    plan, budget = m.plan("all-swap")
+    _, step, _ = _fast_step_paths(m, plan, budget, monkeypatch)
+    e = step.entries[0]
+    with pytest.raises(
+        StateError, match=rf"{m.inst.tensor_name[0]!r} \(#0\): freed -> copied back"
+    ):
+        step._fetch(e)
+
+
+def test_a_copy_back_a_rebuild_still_reads_counts_until_that_rebuild_is_done(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A swapped rebuild input that autograd releases before the rebuild reading it is done
+    keeps its device storage until then, so the bytes counted as copied back (the look-ahead's
+    admission rule reads them) stay until it is freed."""
+    from slackswap.runtime.entry import EntryState, Residency
+    from slackswap.runtime.training.fast import FastStep
+
+    m = _model("plain_cnn")
+    _, done, _ = _fast_step_paths(m, _cnn_swap_and_recompute(m.inst), 1.0, monkeypatch)
+    step = FastStep(done.owner, done.learned)
+    u = next(i for i in step._pending if step.entries[i].action == SWAP)
+    e = step.entries[u]
+    e.to(EntryState.SAVED)
+    step._offload(e, torch.zeros(e.nbytes, dtype=torch.uint8))
+    step._materialise(e)
+    assert e.residency is Residency.TO_DEVICE and step._admitted == e.nbytes
+    step._release(e)  # autograd is done with it; a rebuild is not
+    assert e.residency is Residency.TO_DEVICE and step._admitted == e.nbytes
+    for v in sorted(step._pending[u]):
+        step._done(v)
+    assert e.residency is Residency.FREED and e.released and step._admitted == 0

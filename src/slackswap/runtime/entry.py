@@ -13,9 +13,9 @@ makes (`StateError`, naming the tensor and both states):
   together with the storages it holds (``device``, ``host``) and the running copy's ``event``,
   and checks that they agree with it (a device storage exactly where the state has one).
 
-The checked path (`executor`, `copies`, `rebuild`) reads where a tensor is from ``residency``
-and writes the storages only through `Entry.move`. No torch import: tensors appear here only
-as annotations.
+Both paths (the checked one: `executor`, `copies`, `rebuild`; the training path's fast steps:
+`slackswap.runtime.training.fast`) read where a tensor is from ``residency`` and write the
+storages only through `Entry.move`. No torch import: tensors appear here only as annotations.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ class Residency(Enum):
     # may still run); the host copy stays, so the device storage can be let go again
     TO_DEVICE = "copied back"
     REBUILDING = "being rebuilt"  # neither, while its rebuild runs
-    FREED = "freed"  # neither, for good: released and let go, or the step closed
+    # neither, for good: released and let go, the step closed, or (training path) a kept one
+    # held only for the rebuilds that read it, once they are done (autograd holds it itself)
+    FREED = "freed"
 
 
 #: The residency changes the runtime makes; any other is a bug of the runtime's (`StateError`).
@@ -102,7 +104,7 @@ class Entry:
     """One saved tensor of the instance during the step."""
 
     __slots__ = ("index", "name", "action", "nbytes", "device", "host", "handles", "state",
-                 "residency", "event", "admitted")  # fmt: skip
+                 "residency", "event")  # fmt: skip
 
     def __init__(self, index: int, action: int, nbytes: int, name: str | None = None):
         self.index = index
@@ -115,9 +117,6 @@ class Entry:
         self.state = EntryState.NOT_SAVED
         self.residency = Residency.ABSENT
         self.event: Any = None  # CUDA: the running copy's completion (D2H, later H2D)
-        # The training path's own bookkeeping of a copy back counted against the budget (it
-        # writes the storages itself; the checked path reads `Residency.TO_DEVICE` instead).
-        self.admitted = False
 
     def _label(self) -> str:
         if self.name is None:

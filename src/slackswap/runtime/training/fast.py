@@ -13,7 +13,7 @@ from slackswap.errors import UserError
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.runtime import RunStats
 from slackswap.runtime.copies import copy_to_host
-from slackswap.runtime.entry import Entry, EntryState, Handle
+from slackswap.runtime.entry import Entry, EntryState, Handle, Residency, StateError
 from slackswap.runtime.executor import StepMismatchError
 from slackswap.runtime.policy import RuntimePolicy
 from slackswap.runtime.rebuild import Rebuilder, view
@@ -40,8 +40,10 @@ class FastStep:
         self.inst = owner.plan.instance
         self.pos = 0
         self.entries = [
-            Entry(i, int(a), int(n))
-            for i, (a, n) in enumerate(zip(learned.actions, self.inst.tensor_bytes, strict=True))
+            Entry(i, int(a), int(n), name)
+            for i, (a, n, name) in enumerate(
+                zip(learned.actions, self.inst.tensor_bytes, self.inst.tensor_name, strict=True)
+            )
         ]
         self.error: BaseException | None = None
         self.stats = RunStats(
@@ -58,7 +60,7 @@ class FastStep:
         if self.cuda and self.policy.overlap:
             self._copy_stream = torch.cuda.Stream()
             self._h2d_stream = torch.cuda.Stream()
-        self._admitted = 0
+        self._admitted = 0  # bytes of the entries copied back (their device storages)
         self._cursor = 0  # deadline order: the first swapped tensor not yet fetched back
         self._base: Any = None
         self._transient: Any = None
@@ -143,7 +145,7 @@ class FastStep:
 
     def _drop_all(self) -> None:
         for e in self.entries:
-            e.device = e.host = e.event = None
+            e.free()
         if self.rebuilder is not None:
             self.rebuilder.externals = {}
 
@@ -203,8 +205,8 @@ class FastStep:
         e = self.entries[p.entry]
         action = e.action
         if action == KEEP:
-            if p.entry in self._pending and e.device is None:
-                e.device = t.untyped_storage()  # a rebuild reads it: held until then
+            if p.entry in self._pending and e.residency is Residency.ABSENT:
+                e.move(Residency.DEVICE, device=t.untyped_storage())  # a rebuild reads it
             return t
         if not e.packed:
             e.to(EntryState.SAVED)
@@ -247,15 +249,17 @@ class FastStep:
         return view(storage, h.dtype, h.offset, h.size, h.stride)
 
     def _materialise(self, e: Entry) -> Any:
-        if e.device is None:
-            if e.action == SWAP:
+        if not e.on_device:
+            if e.residency is Residency.HOST:
                 self._fetch(e)
             elif e.action == RECOMP and self.rebuilder is not None:
                 self._rebuild(e)
                 self.stats.rebuilds += 1
                 self._done(e.index)
-        if e.device is None:
-            raise RuntimeError(f"tensor {self.inst.tensor_name[e.index]!r} was released")
+        if not e.on_device:
+            raise StateError(
+                f"saved tensor {e.name!r} (#{e.index}) is needed while {e.residency.value}"
+            )
         return e.device
 
     def _rebuild(self, e: Entry) -> None:
@@ -283,19 +287,26 @@ class FastStep:
                 del self._pending[u]
                 e = self.entries[u]
                 if e.action == KEEP:
-                    e.device = None  # autograd holds a kept one itself
+                    # No rebuild reads it any more, and autograd holds a kept one itself.
+                    e.free()
                 elif u in self._finished:
                     self._finished.discard(u)
                     self._release(e)
 
     # ----- copies -----------------------------------------------------------------------------
     def _offload(self, e: Entry, t: torch.Tensor) -> None:
-        src = t.untyped_storage()
+        # Saved on the device, then on the host at once: the runtime keeps no device
+        # reference (the allocator holds the buffer until the copy stream read it), and
+        # ``event`` marks the copy's end while it may still run.
+        e.move(Residency.DEVICE, device=t.untyped_storage())
         self.stats.swapped_bytes += e.nbytes
-        e.host, e.event = copy_to_host(src, self._copy_stream)
+        host, event = copy_to_host(e.device, self._copy_stream)
+        e.move(Residency.HOST, device=None, host=host, event=event)
 
     def _fetch(self, e: Entry) -> None:
+        e.check(Residency.TO_DEVICE)
         host = e.host
+        event = e.event
         if self.cuda:
             if self._h2d_stream is not None:
                 self._h2d_stream.wait_stream(torch.cuda.current_stream())
@@ -304,18 +315,17 @@ class FastStep:
                 with torch.cuda.stream(self._h2d_stream):
                     buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
                     buf.untyped_storage().copy_(host, non_blocking=True)
-                    e.event = torch.cuda.Event()
-                    e.event.record(self._h2d_stream)
+                    event = torch.cuda.Event()
+                    event.record(self._h2d_stream)
                 buf.record_stream(torch.cuda.current_stream())
             else:
                 buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
                 buf.untyped_storage().copy_(host)
-                e.event = None
+                event = None
         else:
             buf = torch.empty(host.nbytes(), dtype=torch.uint8)
             buf.untyped_storage().copy_(host)
-        e.device = buf.untyped_storage()
-        e.admitted = True
+        e.move(Residency.TO_DEVICE, device=buf.untyped_storage(), event=event)
         self._admitted += e.nbytes
         self.stats.h2d_bytes += e.nbytes
 
@@ -330,22 +340,19 @@ class FastStep:
         order = self.learned.swap_entries
         while self._cursor < len(order):  # the ones done with stay behind the cursor
             first = self.entries[order[self._cursor]]
-            if not (first.released or first.admitted):
+            if not (first.released or first.residency is Residency.TO_DEVICE):
                 break
             self._cursor += 1
         for i in order[self._cursor :]:
             e = self.entries[i]
-            if e.device is not None or e.host is None or e.released:
-                continue
+            if e.residency is not Residency.HOST:
+                continue  # not swapped out yet, copied back already, or released
             if base + self._admitted + e.nbytes + look > self.stats.budget_bytes:
                 return
             self._fetch(e)
 
     def _release(self, e: Entry) -> None:
         """Autograd dropped the last handle: the tensor's last backward reader is done."""
-        if e.admitted:
-            self._admitted -= e.nbytes
-            e.admitted = False
         if e.action == RECOMP:
             self._done(e.index)
         if e.index in self._pending:
@@ -354,7 +361,9 @@ class FastStep:
             self._finished.add(e.index)
             return
         e.to(EntryState.RELEASED)
-        e.host = e.device = e.event = None
+        if e.residency is Residency.TO_DEVICE:
+            self._admitted -= e.nbytes  # its device storage goes now
+        e.free()
 
 
 def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
