@@ -29,6 +29,7 @@ __all__ = [
     "current_node_key",
     "disable_current_modes",
     "node_key",
+    "set_grad_mode",
     "storage_key",
     "storage_use_count",
     "tree_flatten",
@@ -71,6 +72,9 @@ try:
     _current_autograd_node = torch._C._current_autograd_node
     _storage_use_count = torch._C._storage_Use_Count
     _below_autograd = torch._C._AutoDispatchBelowAutograd
+    #: Turn grad mode on or off (``torch.set_grad_enabled`` without its Python object: a
+    #: rebuild sets the mode around each replayed operator whose recorded mode differs).
+    set_grad_mode = torch._C._set_grad_enabled
 except (ImportError, AttributeError) as exc:  # pragma: no cover - another torch
     raise ImportError(
         f"torch {torch.__version__}: a private torch API slackswap needs is missing ({exc}); "

@@ -28,6 +28,7 @@ from slackswap.plan import KEEP
 from slackswap.profiling.torchapi import (
     below_autograd,
     disable_current_modes,
+    set_grad_mode,
     tree_flatten,
     tree_unflatten,
 )
@@ -133,7 +134,7 @@ class _Call:
     each of them is a top-level argument (as for most operators), the call with the rest in
     place, so a rebuild fills in a few arguments instead of rebuilding the whole pytree."""
 
-    __slots__ = ("spec", "varying", "refs", "args", "kwargs", "places")
+    __slots__ = ("spec", "varying", "refs", "args", "kwargs", "places", "inputs")
 
     def __init__(self, spec: Any, flat: list[Any], mutated: Any):
         self.spec = spec
@@ -143,6 +144,12 @@ class _Call:
             if isinstance(x, _Ref) or (i in mutated and isinstance(x, torch.Tensor))
         ]
         self.refs = [x.value for x in flat if isinstance(x, _Ref)]
+        #: Per varying position: its `_Ref` (None for a buffer it writes) and whether the
+        #: operator writes it.
+        self.inputs = [
+            (i, flat[i] if isinstance(flat[i], _Ref) else None, i in mutated)
+            for i in self.varying
+        ]
         slots = [_Slot(i) for i in range(len(flat))]
         at_args, at_kwargs = tree_unflatten(slots, spec)
         found: dict[int, tuple[bool, Any]] = {}
@@ -216,6 +223,11 @@ class Rebuilder:
         self.externals: dict[int, torch.Tensor] = {}
         #: Values of bare allocations -> (bytes, device): a rebuild makes a fresh buffer.
         self.allocs: dict[int, tuple[int, torch.device]] = {}
+        #: Rebuilt value -> its chain's read counts and the rebuild inputs they assume
+        #: (`_chain_reads`); given only where records, externals and allocations stay those
+        #: of the step that filled it (a fast step's replay, shared by its steps).
+        self.chains: dict[int, tuple[dict[int, int], list[tuple[int, bool]]]] | None = None
+        self._values: Any = None
 
     def clear(self) -> None:
         """Drop every reference to the step's tensors."""
@@ -293,7 +305,9 @@ class Rebuilder:
     def rebuild(self, e: Entry) -> None:
         """Re-run the operator chain that produced entry ``e``'s value, its recomputed inputs
         rebuilt first, with each random operator's original RNG state."""
-        value = int(self.instance.meta["runtime_signature"]["values"][e.index])
+        if self._values is None:
+            self._values = [int(v) for v in self.instance.meta["runtime_signature"]["values"]]
+        value = self._values[e.index]
         cache = _Cache(value, self._chain_reads(value))
         e.move(Residency.REBUILDING)
         with self.quiet():
@@ -312,13 +326,26 @@ class Rebuilder:
 
     def _chain_reads(self, value: int) -> dict[int, int]:
         """How many times the operators that rebuilding ``value`` runs read each value: an
-        intermediate is dropped after its last reader, as the simulator's workspace assumes."""
+        intermediate is dropped after its last reader, as the simulator's workspace assumes.
+        With a memo (``chains``), the counts are walked again only when a saved tensor the
+        walk met has become or stopped being a rebuild input."""
+        chains = self.chains
+        if chains is not None:
+            known = chains.get(value)
+            if known is not None and all(self._is_input(v) is was for v, was in known[1]):
+                return dict(known[0])
         reads: dict[int, int] = {}
+        assumed: list[tuple[int, bool]] = []
         ops: set[int] = set()
         stack = [value]
         while stack:
             v = stack.pop()
-            if (v != value and self._is_input(v)) or v in self.externals or v in self.allocs:
+            if v != value and v in self.entry_of_value:
+                is_input = self._is_input(v)
+                assumed.append((v, is_input))
+                if is_input:
+                    continue
+            if v in self.externals or v in self.allocs:
                 continue
             p = self.numbering.producer(v)
             rec = self.records.get(p) if p != EXTERNAL else None
@@ -331,6 +358,8 @@ class Rebuilder:
                 if isinstance(x, _Ref):
                     reads[x.value] = reads.get(x.value, 0) + 1
                     stack.append(x.value)
+        if chains is not None:
+            chains[value] = (dict(reads), assumed)
         return reads
 
     def _resolve(self, value: int, cache: dict[int, Any]) -> Any:
@@ -368,25 +397,23 @@ class Rebuilder:
         _, flat = rec.args
         call = rec.call()
         real: dict[int, Any] = {}
-        for i in call.varying:
-            x = flat[i]
-            if isinstance(x, _Ref):
+        for i, x, written in call.inputs:
+            if x is not None:
                 storage = self._resolve(x.value, cache)
-                if i in rec.mutated and x.value not in cache:
+                if written and x.value not in cache:
                     # Write only into what this rebuild made: a resident saved tensor or a
                     # tensor of the caller's (running statistics that are no buffer) gets a
                     # scratch copy.
                     storage = storage.clone()
                 real[i] = view(storage, x.dtype, x.offset, x.size, x.stride)
             else:
-                real[i] = x.clone()  # a buffer the operator updates (batch-norm statistics)
+                real[i] = flat[i].clone()  # a buffer the operator updates (batch-norm statistics)
         args, kwargs = call.fill(flat, real)
-        # In the grad mode the forward call ran in (the backward pass runs with grad off): some
-        # kernels return more outputs when grad is on (the workspace of mkldnn_rnn_layer, which
-        # nn.LSTM runs on CPU). Autograd stays out of the replay, as it was below the mode.
-        with _rng_restored(rec.rng), torch.set_grad_enabled(rec.grad):
-            with below_autograd():
-                out = rec.func(*args, **kwargs)
+        if rec.rng is None:
+            out = _replay(rec, args, kwargs)
+        else:
+            with _rng_restored(rec.rng):
+                out = _replay(rec, args, kwargs)
         outs = [out] if isinstance(out, torch.Tensor) else tensors_of(out)
         for v, where in rec.writes.items():
             if where is None:
@@ -401,6 +428,24 @@ class Rebuilder:
             cache[v] = t.untyped_storage()
         if isinstance(cache, _Cache):
             cache.done_reading(call.refs, rec.writes)
+
+
+def _replay(rec: _OpRecord, args: Any, kwargs: Any) -> Any:
+    """Run ``rec``'s operator in the grad mode the forward call ran in (the backward pass runs
+    with grad off): some kernels return more outputs when grad is on (the workspace of
+    mkldnn_rnn_layer, which nn.LSTM runs on CPU). Autograd stays out of the replay, as it was
+    below the mode. The mode is set only where it differs (plain calls, no context objects:
+    this runs once per replayed operator)."""
+    before = torch.is_grad_enabled()
+    if before == rec.grad:
+        with below_autograd():
+            return rec.func(*args, **kwargs)
+    set_grad_mode(rec.grad)
+    try:
+        with below_autograd():
+            return rec.func(*args, **kwargs)
+    finally:
+        set_grad_mode(before)
 
 
 class _Cache(dict[int, Any]):

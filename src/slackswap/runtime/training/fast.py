@@ -85,6 +85,7 @@ class FastStep:
             )
             self.rebuilder.records = dict(rp.records)  # random ones get today's RNG state
             self.rebuilder.allocs = rp.allocs
+            self.rebuilder.chains = rp.chains
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
     @property
@@ -268,6 +269,9 @@ class FastStep:
         the model's state is that of one step."""
         assert self.rebuilder is not None and self.learned.replay is not None
         buffers = self.learned.replay.buffers
+        if not buffers:
+            self.rebuilder.rebuild(e)
+            return
         saved = [b.detach().clone() for b in buffers]
         try:
             self.rebuilder.rebuild(e)

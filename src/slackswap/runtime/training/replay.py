@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,6 +36,8 @@ class Replay:
     consumers: dict[int, set[int]]
     buffers: list[torch.Tensor]
     random: dict[int, tuple[str, int]]  # random operator -> (module, call) it starts with
+    #: The rebuilds' chains, walked once for all steps (`Rebuilder.chains`).
+    chains: dict[int, Any] = field(default_factory=dict)
 
 
 class _TraceOf:
