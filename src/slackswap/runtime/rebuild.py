@@ -147,8 +147,7 @@ class _Call:
         #: Per varying position: its `_Ref` (None for a buffer it writes) and whether the
         #: operator writes it.
         self.inputs = [
-            (i, flat[i] if isinstance(flat[i], _Ref) else None, i in mutated)
-            for i in self.varying
+            (i, flat[i] if isinstance(flat[i], _Ref) else None, i in mutated) for i in self.varying
         ]
         slots = [_Slot(i) for i in range(len(flat))]
         at_args, at_kwargs = tree_unflatten(slots, spec)
