@@ -62,16 +62,16 @@ def test_a_chain_is_walked_again_only_when_a_rebuild_input_changes() -> None:
     entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]
     rb = _rebuilder(numbering, entries)
     rb.chains = {}
-    assert rb._chain_reads(2) == {2: 0, 1: 1}  # saved tensor 0 is a rebuild input
+    assert rb._chain_reads(2) == ({2: 0, 1: 1}, 1)  # saved tensor 0 is a rebuild input
     walked = numbering.asked
-    counts = rb._chain_reads(2)
+    counts, _ = rb._chain_reads(2)
     counts[1] = 0  # a rebuild's _Cache counts down its own copy
-    assert rb._chain_reads(2) == {2: 0, 1: 1}
+    assert rb._chain_reads(2) == ({2: 0, 1: 1}, 1)
     assert numbering.asked == walked  # the memo, not a second walk
     # Released and let go: the chain runs operator 1 too, from the model input.
     entries[0].to(EntryState.SAVED)
     entries[0].to(EntryState.RELEASED)
-    assert rb._chain_reads(2) == {2: 0, 1: 1, 0: 1}
+    assert rb._chain_reads(2) == ({2: 0, 1: 1, 0: 1}, 2)
     assert numbering.asked > walked
 
 
@@ -123,7 +123,7 @@ def test_a_replay_of_an_operator_that_draws_no_random_numbers_leaves_the_generat
     rb.records[1] = rb.records[1].with_rng(rebuild._rng_state([x]))
     entries[0].to(EntryState.SAVED)
     entries[0].to(EntryState.RELEASED)
-    cache = rebuild._Cache(2, rb._chain_reads(2))
+    cache = rebuild._Cache(2, rb._chain_reads(2)[0])
     storage = rb._compute(2, cache)
     assert torch.equal(rebuild.view(storage, torch.float32, 0, (3,), (1,)), torch.ones(3))
     assert len(entered) == 1 and entered[0] is rb.records[1].rng  # operator 1 alone

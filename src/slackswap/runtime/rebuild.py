@@ -225,7 +225,7 @@ class Rebuilder:
         #: Rebuilt value -> its chain's read counts and the rebuild inputs they assume
         #: (`_chain_reads`); given only where records, externals and allocations stay those
         #: of the step that filled it (a fast step's replay, shared by its steps).
-        self.chains: dict[int, tuple[dict[int, int], list[tuple[int, bool]]]] | None = None
+        self.chains: dict[int, tuple[dict[int, int], int, list[tuple[int, bool]]]] | None = None
         self._values: Any = None
 
     def clear(self) -> None:
@@ -307,7 +307,9 @@ class Rebuilder:
         if self._values is None:
             self._values = [int(v) for v in self.instance.meta["runtime_signature"]["values"]]
         value = self._values[e.index]
-        cache = _Cache(value, self._chain_reads(value))
+        reads, n_ops = self._chain_reads(value)
+        # One operator leaves no intermediate to drop early: a plain dict, no counting.
+        cache = _Cache(value, reads) if n_ops > 1 else {}
         e.move(Residency.REBUILDING)
         with self.quiet():
             storage = self._compute(value, cache)
@@ -323,16 +325,16 @@ class Rebuilder:
             not self.entries[i].released or self.entries[i].device is not None
         )
 
-    def _chain_reads(self, value: int) -> dict[int, int]:
-        """How many times the operators that rebuilding ``value`` runs read each value: an
-        intermediate is dropped after its last reader, as the simulator's workspace assumes.
-        With a memo (``chains``), the counts are walked again only when a saved tensor the
-        walk met has become or stopped being a rebuild input."""
+    def _chain_reads(self, value: int) -> tuple[dict[int, int], int]:
+        """How many times the operators that rebuilding ``value`` runs read each value (an
+        intermediate is dropped after its last reader, as the simulator's workspace assumes),
+        and how many operators it runs. With a memo (``chains``), the chain is walked again
+        only when a saved tensor the walk met has become or stopped being a rebuild input."""
         chains = self.chains
         if chains is not None:
             known = chains.get(value)
-            if known is not None and all(self._is_input(v) is was for v, was in known[1]):
-                return dict(known[0])
+            if known is not None and all(self._is_input(v) is was for v, was in known[2]):
+                return dict(known[0]), known[1]
         reads: dict[int, int] = {}
         assumed: list[tuple[int, bool]] = []
         ops: set[int] = set()
@@ -358,8 +360,8 @@ class Rebuilder:
                     reads[x.value] = reads.get(x.value, 0) + 1
                     stack.append(x.value)
         if chains is not None:
-            chains[value] = (dict(reads), assumed)
-        return reads
+            chains[value] = (dict(reads), len(ops), assumed)
+        return reads, len(ops)
 
     def _resolve(self, value: int, cache: dict[int, Any]) -> Any:
         """The storage holding ``value`` now: a resident or fetched/rebuilt saved tensor, a
