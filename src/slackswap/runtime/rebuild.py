@@ -134,7 +134,7 @@ class _Call:
     each of them is a top-level argument (as for most operators), the call with the rest in
     place, so a rebuild fills in a few arguments instead of rebuilding the whole pytree."""
 
-    __slots__ = ("spec", "varying", "refs", "args", "kwargs", "places", "inputs")
+    __slots__ = ("spec", "varying", "refs", "args", "kwargs", "places", "inputs", "by_keyword")
 
     def __init__(self, spec: Any, flat: list[Any], mutated: Any):
         self.spec = spec
@@ -168,13 +168,14 @@ class _Call:
             )
             self.args, self.kwargs = list(args), dict(kwargs)
             self.places = [(i, *found[i]) for i in self.varying]
+        self.by_keyword = any(not positional for _, positional, _ in self.places or ())
 
     def fill(self, flat: list[Any], real: dict[int, Any]) -> tuple[Any, Any]:
         """The call's ``(args, kwargs)``, with ``real`` at the varying positions."""
         if self.places is None:
             return tree_unflatten([real.get(i, x) for i, x in enumerate(flat)], self.spec)
         args, kwargs = list(self.args), self.kwargs
-        if any(not positional for _, positional, _ in self.places):
+        if self.by_keyword:
             kwargs = dict(kwargs)
         for i, positional, at in self.places:
             if positional:
