@@ -103,11 +103,10 @@ def command_ends() -> None:
     """The command has returned, its output written: a Ctrl-C from now on lets the clean-up
     finish and then ends the process with the line and exit status 130 (`_after_the_clean_up`,
     the last exit hook; a second Ctrl-C, or the watchdog after ``CLOSING_GRACE_S``, ends it at
-    once). Raised in the
-    interpreter's shutdown it was a traceback from an exit hook (or, once Python has put back
-    the default action, an exit by the signal), and ending at once would skip the exit hooks
-    that stop the workers and remove their temporary folders and semaphores (loky's resource
-    tracker then warns of them)."""
+    once). Raised in the interpreter's shutdown it was a traceback from an exit hook (or, once
+    Python has put back the default action, an exit by the signal), and ending at once would
+    skip the exit hooks that stop the workers and remove their temporary folders and
+    semaphores (loky's resource tracker then warns of them)."""
     if _state["installed"]:
         _state["closing"] = True
 
@@ -178,7 +177,7 @@ def _after_the_clean_up() -> None:
     `KeyboardInterrupt` it considered unhandled, even one the command caught (2 of 30); and it
     puts SIGINT's default action back before its module teardown (about 0.2 s, the freeing of
     numba's and LLVM's modules), so a Ctrl-C there, after the command's output was complete,
-    was a death by the signal (12 of 60). Only objects that still buffer data at this point
+    was a death by the signal. Only objects that still buffer data at this point
     would lose it, and the command closes every file it writes (results atomically)."""
     if os.getpid() != _state["pid"]:
         return
