@@ -8,7 +8,7 @@ import pytest
 
 from slackswap.models.hardware import get_gpu, hardware
 from slackswap.profiling.build import MAX_CHAIN_OPS, build_instance
-from slackswap.profiling.trace import EXTERNAL, OpRecord, Trace, Value
+from slackswap.torchstep.trace import EXTERNAL, OpRecord, Trace, Value
 
 
 def _op(aten, phase, block, reads, writes, s, in_block=True, module="m"):

@@ -27,8 +27,8 @@ def test_package_imports_without_torch() -> None:
         import slackswap, slackswap.cli, slackswap.profiling
         slackswap.cli.build_parser()
         needs_torch = {"slackswap.profiling.step", "slackswap.profiling.recorder",
-                       "slackswap.profiling.torchapi", "slackswap.profiling.values",
-                       "slackswap.profiling.context",
+                       "slackswap.torchstep.torchapi", "slackswap.torchstep.values",
+                       "slackswap.torchstep.context", "slackswap.torchstep.loss",
                        "slackswap.runtime.executor", "slackswap.runtime.memory",
                        "slackswap.runtime.measure", "slackswap.runtime.copies",
                        "slackswap.runtime.rebuild", "slackswap.runtime.training"}

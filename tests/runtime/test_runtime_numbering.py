@@ -1,5 +1,5 @@
 """The executor is off the profiler: not a `Recorder`, it numbers a live step with the
-profiler's value numbering (`profiling.values`) and gets the profile's value ids."""
+profiler's value numbering (`torchstep.values`) and gets the profile's value ids."""
 
 from __future__ import annotations
 

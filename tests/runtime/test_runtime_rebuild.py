@@ -12,8 +12,8 @@ if os.environ.get("CI") or os.environ.get("SLACKSWAP_REQUIRE_TORCH"):
 else:
     torch = pytest.importorskip("torch")
 
-from slackswap.profiling.torchapi import tree_flatten  # noqa: E402
 from slackswap.runtime.rebuild import _Call, _Ref  # noqa: E402
+from slackswap.torchstep.torchapi import tree_flatten  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

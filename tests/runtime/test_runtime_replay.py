@@ -13,10 +13,10 @@ else:
     torch = pytest.importorskip("torch")
 
 from slackswap.plan import KEEP, RECOMP  # noqa: E402
-from slackswap.profiling.torchapi import tree_flatten  # noqa: E402
 from slackswap.runtime import rebuild  # noqa: E402
 from slackswap.runtime.entry import Entry, EntryState  # noqa: E402
 from slackswap.runtime.rebuild import Rebuilder, _OpRecord, _Ref  # noqa: E402
+from slackswap.torchstep.torchapi import tree_flatten  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -14,35 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from slackswap.errors import UserError
+from slackswap.torchstep import TORCH_HINT, TorchMissingError, require_torch
 
 if TYPE_CHECKING:
     from slackswap.profiling.factory import load_factory
     from slackswap.profiling.step import profile_step
 
 __all__ = ["TORCH_HINT", "profile_step", "load_factory", "require_torch", "TorchMissingError"]
-
-
-#: How to install torch: the CPU-only wheel serves profiling and `run` on CPU (about 200 MB);
-#: the default wheel on Linux carries CUDA (several GB), which only a GPU needs.
-TORCH_HINT = (
-    "profiling and `run` need torch: pip install torch --index-url "
-    "https://download.pytorch.org/whl/cpu (CPU only), or pip install 'slackswap[torch]' "
-    "(with CUDA, several GB)"
-)
-
-
-class TorchMissingError(UserError):
-    """torch is not installed; the message says how to get it."""
-
-
-def require_torch() -> Any:
-    """The torch module, or `TorchMissingError` naming the extra to install."""
-    try:
-        import torch
-    except ImportError:
-        raise TorchMissingError(TORCH_HINT) from None
-    return torch
 
 
 def __getattr__(name: str) -> Any:

@@ -52,8 +52,8 @@ from typing import Any
 
 from slackswap.instance import Hardware, Instance
 from slackswap.models.hardware import GPU
-from slackswap.profiling.costs import durations_s
-from slackswap.profiling.trace import EXTERNAL, Trace
+from slackswap.torchstep.costs import durations_s
+from slackswap.torchstep.trace import EXTERNAL, Trace
 
 #: A rebuild chain longer than this is no recomputation: the tensor counts as not rebuildable.
 MAX_CHAIN_OPS = 32

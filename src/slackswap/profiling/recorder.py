@@ -34,16 +34,16 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
-from slackswap.profiling.context import ModuleContext
-from slackswap.profiling.costs import op_kind
-from slackswap.profiling.torchapi import (
+from slackswap.torchstep.context import ModuleContext
+from slackswap.torchstep.costs import op_kind
+from slackswap.torchstep.torchapi import (
     TorchDispatchMode,
     current_node_key,
     disable_current_modes,
     storage_use_count,
 )
-from slackswap.profiling.trace import OpRecord, Trace
-from slackswap.profiling.values import ValueNumbering, number_call, tensors
+from slackswap.torchstep.trace import OpRecord, Trace
+from slackswap.torchstep.values import ValueNumbering, number_call, tensors
 
 
 class _Handle:

@@ -13,34 +13,14 @@ from slackswap.models.hardware import get_gpu, hardware
 from slackswap.profiling.blocks import find_blocks
 from slackswap.profiling.build import build_instance
 from slackswap.profiling.recorder import Recorder
+from slackswap.torchstep.loss import ProfileError, default_loss
 
 TIMINGS = ("roofline", "measured")
-
-
-class ProfileError(UserError):
-    """The profiled step failed (the model's forward, the loss or the backward raised)."""
 
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def default_loss(output: Any) -> torch.Tensor:
-    """The sum of every floating-point tensor in the output (a tensor, tuple, list or dict)."""
-    if isinstance(output, dict):
-        output = list(output.values())
-    parts = output if isinstance(output, list | tuple) else [output]
-    sums = [t.sum() for t in parts if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    if not sums:
-        raise ProfileError(
-            f"the model returned {type(output).__name__} with no floating-point tensor; "
-            "pass a loss_fn"
-        )
-    total = sums[0]
-    for s in sums[1:]:
-        total = total + s
-    return total
 
 
 def _as_inputs(example_inputs: Any) -> tuple[Any, ...]:

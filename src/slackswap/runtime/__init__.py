@@ -83,11 +83,11 @@ from slackswap.console import format_bytes
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP, Budget, Plan, PlanError
-from slackswap.profiling import require_torch
 from slackswap.runtime.policy import runtime_policy
 from slackswap.runtime.schedule import simulated_schedule
 from slackswap.simulator import simulate
 from slackswap.simulator.policies import execution_modes
+from slackswap.torchstep import require_torch
 
 if TYPE_CHECKING:
     import torch

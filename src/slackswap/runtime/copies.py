@@ -29,9 +29,9 @@ import torch
 
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
-from slackswap.profiling.torchapi import disable_current_modes
 from slackswap.runtime.entry import Entry, EntryState, Residency
 from slackswap.runtime.schedule import base_resident, rebuild_points
+from slackswap.torchstep.torchapi import disable_current_modes
 
 __all__ = ["CopyEngine"]
 

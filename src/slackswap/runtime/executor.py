@@ -2,8 +2,8 @@
 
 Imported only by `slackswap.runtime.apply`, after torch has been found. The executor is a
 ``TorchDispatchMode`` that numbers the step with the profiler's own parts, by composition: the
-storages and values (`profiling.values.ValueNumbering` and its operator rule `number_call`) and
-where the step is (`profiling.context.ModuleContext`), not the profiler's timing, FLOPs or
+storages and values (`torchstep.values.ValueNumbering` and its operator rule `number_call`) and
+where the step is (`torchstep.context.ModuleContext`), not the profiler's timing, FLOPs or
 memory bookkeeping. So every operator and value gets the number the profile gave it and the
 step is matched to the instance operator by operator and
 each saved tensor by value, dtype, shape and producing operator (the first difference named in
@@ -31,13 +31,13 @@ import torch
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.profiling.context import ModuleContext
-from slackswap.profiling.torchapi import StorageWeakRef, TorchDispatchMode, storage_key
-from slackswap.profiling.trace import EXTERNAL, Value
-from slackswap.profiling.values import ValueNumbering, number_call
 from slackswap.runtime.copies import CopyEngine
 from slackswap.runtime.entry import Entry, EntryState, Handle, Residency, StateError
 from slackswap.runtime.rebuild import Rebuilder, view
+from slackswap.torchstep.context import ModuleContext
+from slackswap.torchstep.torchapi import StorageWeakRef, TorchDispatchMode, storage_key
+from slackswap.torchstep.trace import EXTERNAL, Value
+from slackswap.torchstep.values import ValueNumbering, number_call
 
 
 class StepMismatchError(UserError):

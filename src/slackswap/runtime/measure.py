@@ -10,10 +10,10 @@ from typing import Any
 import torch
 
 from slackswap.plan import Budget, Plan
-from slackswap.profiling.step import default_loss
 from slackswap.runtime import RunStats, apply
 from slackswap.runtime.memory import StorageTracker
 from slackswap.simulator import simulate
+from slackswap.torchstep.loss import default_loss
 
 
 @dataclass

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from slackswap.profiling.torchapi import TorchDispatchMode, tree_flatten
+from slackswap.torchstep.torchapi import TorchDispatchMode, tree_flatten
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:

@@ -25,23 +25,23 @@ import torch
 
 from slackswap.instance import Instance
 from slackswap.plan import KEEP
-from slackswap.profiling.torchapi import (
+from slackswap.runtime.entry import Entry, Residency
+from slackswap.torchstep.torchapi import (
     below_autograd,
     disable_current_modes,
     set_grad_mode,
     tree_flatten,
     tree_unflatten,
 )
-from slackswap.profiling.trace import EXTERNAL
-from slackswap.profiling.values import bind
-from slackswap.runtime.entry import Entry, Residency
+from slackswap.torchstep.trace import EXTERNAL
+from slackswap.torchstep.values import bind
 
 __all__ = ["Numbering", "Rebuilder", "UNMARKED_WRITES", "tensors_of", "view", "written_arguments"]
 
 
 class Numbering(Protocol):
     """The step's numbering of storages and values, as a `Rebuilder` reads it
-    (`slackswap.profiling.values.ValueNumbering` is one)."""
+    (`slackswap.torchstep.values.ValueNumbering` is one)."""
 
     def key(self, t: torch.Tensor) -> int | None: ...
     def is_param(self, k: int | None) -> bool: ...

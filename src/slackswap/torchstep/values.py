@@ -1,7 +1,7 @@
 """`ValueNumbering`: storages and their values as one step creates them, for the profiler and the
 runtime alike.
 
-A value is the content of one storage between two writes (`slackswap.profiling.trace`). The
+A value is the content of one storage between two writes (`slackswap.torchstep.trace`). The
 numbering keeps, per storage key, the value it holds now; parameters and buffers are noted
 apart and get no values. `number_call` is the rule both the profiler's `Recorder` and the
 runtime's `PlanExecutor` apply to each call their dispatch mode sees: which calls are operators
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from slackswap.profiling.costs import NO_KERNEL
-from slackswap.profiling.torchapi import StorageWeakRef, storage_key, tree_flatten
-from slackswap.profiling.trace import EXTERNAL, Value
+from slackswap.torchstep.costs import NO_KERNEL
+from slackswap.torchstep.torchapi import StorageWeakRef, storage_key, tree_flatten
+from slackswap.torchstep.trace import EXTERNAL, Value
 
 __all__ = ["Call", "ValueNumbering", "bind", "number_call", "tensors"]
 

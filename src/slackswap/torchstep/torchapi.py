@@ -7,7 +7,7 @@ import that the installed torch is in the range these were tested with (`TESTED_
 torch outside it gets one `TorchVersionWarning`, and one whose API moved fails here with one
 error naming the version, not somewhere inside a step.
 
-Imported only after torch has been found (`slackswap.profiling.require_torch`).
+Imported only after torch has been found (`slackswap.torchstep.require_torch`).
 """
 
 from __future__ import annotations

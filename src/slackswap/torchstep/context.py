@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from slackswap.profiling.torchapi import current_node_key, node_key
-from slackswap.profiling.values import ValueNumbering, tensors
+from slackswap.torchstep.torchapi import current_node_key, node_key
+from slackswap.torchstep.values import ValueNumbering, tensors
 
 __all__ = ["Context", "ModuleContext"]
 

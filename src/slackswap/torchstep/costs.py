@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from slackswap.models.hardware import GPU
 from slackswap.models.roofline import Roofline
-from slackswap.profiling.trace import OpRecord
+from slackswap.torchstep.trace import OpRecord
 
 _GEMM = {
     "mm",

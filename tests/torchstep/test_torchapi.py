@@ -1,4 +1,4 @@
-"""The private torch APIs are wrapped in one module (`slackswap.profiling.torchapi`), which
+"""The private torch APIs are wrapped in one module (`slackswap.torchstep.torchapi`), which
 checks the torch version they were tested with."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from slackswap.profiling import torchapi  # noqa: E402
+from slackswap.torchstep import torchapi  # noqa: E402
 
 SRC = Path(torchapi.__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def test_importing_it_under_another_torch_warns_once() -> None:
         "torch.__version__ = '2.0.1'\n"
         "with warnings.catch_warnings(record=True) as got:\n"
         "    warnings.simplefilter('always')\n"
-        "    import slackswap.profiling.torchapi as api\n"
+        "    import slackswap.torchstep.torchapi as api\n"
         "hits = [w for w in got if issubclass(w.category, api.TorchVersionWarning)]\n"
         "print(len(hits), hits[0].message if hits else '')\n"
     )
