@@ -310,14 +310,14 @@ def _children(pid: int) -> list[int]:
     ],
 )
 def test_options_follow_their_annotations(solver, options, words) -> None:
-    from slackswap.solvers.base import REGISTRY
+    from slackswap.solvers.registry import REGISTRY
 
     with pytest.raises(UserError, match=re.escape(words)):
         REGISTRY[solver].make(**options)
 
 
 def test_options_of_the_right_type_are_taken() -> None:
-    from slackswap.solvers.base import REGISTRY
+    from slackswap.solvers.registry import REGISTRY
 
     ga = REGISTRY["ga"].make(repair=None, indpb=0.5, max_evaluations=100, cxpb=1)
     assert (ga.repair, ga.indpb, ga.max_evaluations) == (None, 0.5, 100)  # stored as given

@@ -32,7 +32,9 @@ SOLVER = '''
 import numpy as np
 
 from slackswap.plan import SWAP, Plan
-from slackswap.solvers.base import Display, Solver, Tags, register
+from slackswap.solvers.base import Solver, Tags
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import register
 
 
 @register("toy-greedy", "keep all if P fits, else swap all", display=Display(colour="#123456",
@@ -228,7 +230,8 @@ BAD = {
         {"my-vdnn": "badplug_vdnn"},
         {
             "badplug_vdnn": """
-            from slackswap.solvers.base import Solver, register
+            from slackswap.solvers.base import Solver
+            from slackswap.solvers.registry import register
             register("vdnn")(type("V", (Solver,), {}))
             """
         },
