@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 
 import slackswap
-from slackswap.analysis.results import COLUMNS, ResultsWriter, read_results, read_rows
+from slackswap.analysis.results import ResultsWriter, read_results, read_rows
 from slackswap.cli import main
 from slackswap.errors import UserError
+from slackswap.rowschema import COLUMNS
 
 SRC = Path(slackswap.__file__).resolve().parents[1]  # the slackswap under test
 
@@ -107,7 +108,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from slackswap.analysis.results import COLUMNS, ResultsWriter
+    from slackswap.analysis.results import ResultsWriter
+    from slackswap.rowschema import COLUMNS
     from slackswap.errors import UserError
 
     path, who, ready, done = sys.argv[1:5]

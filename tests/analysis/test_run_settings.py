@@ -118,7 +118,11 @@ def test_budgets_above_p_are_warned_about(capsys) -> None:
     assert "budget 0.5" not in err
 
 
-BARE_50 = "50: a budget is a fraction of P (0.5), a percentage (50%) or bytes (16GB)"
+BARE_50 = (
+    "50: "
+    "a bare number above 1 is not a budget: write a fraction of P up to 1 (0.5), a percentage "
+    "(50%, or 150% above P) or bytes (11GB, 11e9B, 16GiB)"
+)
 
 
 @pytest.mark.parametrize(

@@ -302,9 +302,13 @@ def test_a_command_module_that_fails_to_import_is_an_error(
 ) -> None:
     from slackswap import cli
 
-    monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "slackswap.commands.nope"))
+    commands = {**cli.COMMANDS, "nope": ("slackswap.commands.nope", "a command")}
+    monkeypatch.setattr(cli, "COMMANDS", commands)
+    parser = cli.build_parser()  # the module is imported when its command is chosen
     with pytest.raises(ModuleNotFoundError, match="slackswap.commands.nope"):
-        cli.build_parser()
+        parser.parse_args(["nope"])
+    with pytest.raises(ModuleNotFoundError, match="slackswap.commands.nope"):
+        cli.build_parser(every_command=True)
 
 
 #: The figures' styles of the built-in solvers before they moved into the registry (the

@@ -8,10 +8,14 @@ import sys
 from typing import Any
 
 from slackswap.analysis import checks
+from slackswap.analysis.jobs import SolverSpec, Sweep, parse_budgets, ref_from_arg
 from slackswap.analysis.progress import add_progress_arguments, failure_summary
+from slackswap.analysis.runner import run_sweep
+from slackswap.analysis.sweepfile import load_sweep, parse_solvers
 from slackswap.console import add_execution_arguments, format_bytes, format_percent, format_table
 from slackswap.errors import UserError
 from slackswap.plan import Budget
+from slackswap.solvers import REGISTRY
 from slackswap.userdoc import parse_option_value
 
 
@@ -79,9 +83,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def build_sweep(args: argparse.Namespace) -> Any:
     """The sweep the arguments describe (a sweep file, overridden by explicit options)."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.jobs import Sweep, parse_budgets, ref_from_arg
-    from slackswap.analysis.sweepfile import load_sweep, parse_solvers
 
     sweep = load_sweep(args.sweep) if args.sweep else None
     refs = [ref_from_arg(name) for name in args.instances]
@@ -119,10 +120,6 @@ def build_sweep(args: argparse.Namespace) -> Any:
 
 
 def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.jobs import SolverSpec
-    from slackswap.solvers import REGISTRY
-
     extra: dict[str, dict[str, Any]] = {}
     for item in items:
         target, eq, value = item.partition("=")
@@ -143,9 +140,6 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: would add numba + pandas + pyarrow + scipy (~2.2 s) to this module's import
-    from slackswap.analysis.runner import run_sweep
-
     sweep = build_sweep(args)
     if args.resume and not sweep.output:
         raise UserError("--resume needs a results file: -o FILE (or output in the sweep file)")

@@ -11,10 +11,13 @@ from typing import Any, NoReturn
 
 from slackswap.analysis import checks
 from slackswap.analysis.progress import JobProgress, add_progress_arguments
+from slackswap.analysis.warmup import warm_up
 from slackswap.commands.common import load_instance_arg
 from slackswap.console import format_bytes, format_percent, print_json
 from slackswap.errors import UserError
 from slackswap.plan import Budget
+from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
+from slackswap.solvers import REGISTRY, Status, describe_solvers, run
 from slackswap.userdoc import parse_option_value
 
 
@@ -55,7 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("instance", help="instance file or catalog name (gpt2-xl, llama-7b@h100-pcie5)")
     s.add_argument(
-        "--budget", required=True, help="fraction of the peak P (0.5, 50%%) or bytes (11GB)"
+        "--budget",
+        required=True,
+        help="fraction of the peak P (0.5), percent (50%%, 150%%) or bytes (11GB)",
     )
     s.add_argument(
         "--solver", default="slackswap", help="registered solver (see `slackswap solvers`)"
@@ -104,9 +109,6 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_solvers(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import describe_solvers
-
     entries = describe_solvers()
     if args.json:
         print_json(entries)
@@ -116,10 +118,6 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 def cmd_runtimes(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
-    from slackswap.solvers import REGISTRY
-
     real = execution_modes()
     entries: list[dict[str, Any]] = [
         {
@@ -194,12 +192,6 @@ def solver_entry(e: dict[str, Any], width: int = 100) -> str:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.warmup import warm_up
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import REGISTRY, Status, run
-
     if args.output is not None:  # checked before the work, not after it
         checks.output_file(args.output, "-o", overwrite=args.overwrite)
     inst = load_instance_arg(args.instance)
