@@ -97,6 +97,7 @@ def build_parser(*, every_command: bool = False) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"slackswap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", action=LazyCommands)
+    assert isinstance(sub, LazyCommands)  # for the type checker: argparse types it as its own
     for name, (module, summary) in COMMANDS.items():
         sub.add_lazy(name, module, summary)
     helper = sub.add_parser("help", help="show the help of a command: slackswap help [COMMAND]")

@@ -98,7 +98,7 @@ def test_reports_run_their_solves_through_the_batch_runner(report, monkeypatch, 
     argv = {
         "table2": ["reproduce", "table2"],
         "table3": ["reproduce", "table3", "--repeats", "0"],
-        "gaps": ["reproduce", "gaps", "--models", "bert-large", "--budgets", "0.5,0.2",
+        "gaps": ["reproduce", "gaps", "--instances", "bert-large", "--budgets", "0.5,0.2",
                  "--solvers", "slackswap,vdnn"],
     }[report]  # fmt: skip
     assert main(argv) == 0

@@ -83,7 +83,7 @@ def test_every_writer_refuses_an_existing_file(tmp_path, capsys, writer) -> None
         (tmp_path / "fig4").mkdir()
         target = tmp_path / "fig4" / "fig4.csv"
         results.rename(target)
-        argv = ["reproduce", "fig4", "-o", str(tmp_path / "fig4"), "--workloads", "vgg16",
+        argv = ["reproduce", "fig4", "-o", str(tmp_path / "fig4"), "--instances", "vgg16",
                 "--solvers", "checkpoint", "--no-progress"]  # fmt: skip
     before = target.read_bytes()
     assert main(argv) == 2

@@ -230,8 +230,7 @@ BAD = {
         {"my-vdnn": "badplug_vdnn"},
         {
             "badplug_vdnn": """
-            from slackswap.solvers.base import Solver
-            from slackswap.solvers.registry import register
+            from slackswap.solvers import Solver, register
             register("vdnn")(type("V", (Solver,), {}))
             """
         },

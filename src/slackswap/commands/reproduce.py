@@ -22,6 +22,7 @@ REPORTS = {
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="reproduce a table or figure of the paper")
     rsub = p.add_subparsers(dest="report", metavar="REPORT", action=LazyCommands)
+    assert isinstance(rsub, LazyCommands)  # for the type checker: argparse types it as its own
     for name, help_text in REPORTS.items():
         rsub.add_lazy(name, f"slackswap.reproduce.{name}", help_text)
     p.set_defaults(func=_missing_report)

@@ -11,7 +11,7 @@ from slackswap.commands.common import load_instance_arg
 from slackswap.console import format_bytes, format_table, print_json
 from slackswap.errors import UserError
 from slackswap.plan import Budget, Plan
-from slackswap.simulator import simulate
+from slackswap.simulator.api import simulate
 from slackswap.simulator.chrome_trace import write_chrome_trace
 from slackswap.simulator.policies import RUNTIMES
 

@@ -17,7 +17,8 @@ from slackswap.console import format_bytes, format_percent, print_json
 from slackswap.errors import UserError
 from slackswap.plan import Budget
 from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
-from slackswap.solvers import REGISTRY, Status, describe_solvers, run
+from slackswap.solvers import REGISTRY, Status, describe_solvers
+from slackswap.solvers.running import run
 from slackswap.userdoc import parse_option_value
 
 
