@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+import pandas as pd
+
 from slackswap.analysis import checks
 from slackswap.analysis.jobs import SolverSpec, Sweep, parse_budgets, ref_from_arg
 from slackswap.analysis.progress import add_progress_arguments, failure_summary
@@ -182,7 +184,6 @@ def _json_default(o: Any) -> Any:
 def format_results(df: Any) -> str:
     """The per-job table (ms, %, bytes) for the terminal; rows without a plan say why and, when
     known, the smallest budget that fits that solver."""
-    import pandas as pd
 
     def f(x: Any, scale: float, digits: int) -> str:
         return "-" if pd.isna(x) else f"{scale * float(x):.{digits}f}"
@@ -229,7 +230,6 @@ def format_results(df: Any) -> str:
 
 def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:
     """A budget as given: a share of P in %, bytes as bytes (with their share of P)."""
-    import pandas as pd
 
     key = getattr(r, "budget", None)  # the job's budget as given (absent from a bare record)
     if pd.isna(r.budget_fraction):
@@ -245,7 +245,6 @@ def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:
 
 def _no_plan_columns(r: Any, format_bytes: Any, format_percent: Any) -> list[str]:
     """For a row without a plan: the smallest budget that fits (bytes, % of P) and the reason."""
-    import pandas as pd
 
     if not pd.isna(r.step_s):
         return ["", ""]

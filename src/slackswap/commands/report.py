@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from slackswap.analysis.checks import output_dir
 from slackswap.analysis.gapanalysis import format_gaps, gaps
@@ -89,7 +90,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _check_output(directory: str, formats: tuple[str, ...], *, overwrite: bool) -> None:
     """Refuse to replace figures or traces already in ``directory`` unless ``overwrite``."""
-    from pathlib import Path
 
     names = [f"{n}.{fmt}" for n in FIGURE_NAMES for fmt in formats]
     d = check_output_path(Path(directory), "-o")

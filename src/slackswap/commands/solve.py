@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 from typing import Any, NoReturn
 
 from slackswap.analysis import checks
@@ -146,8 +147,6 @@ def cmd_runtimes(args: argparse.Namespace) -> int:
 
 
 def _wrap(text: str, indent: int, width: int = 100) -> str:
-    import textwrap
-
     return textwrap.fill(
         text, width, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
     )
@@ -156,7 +155,6 @@ def _wrap(text: str, indent: int, width: int = 100) -> str:
 def solver_entry(e: dict[str, Any], width: int = 100) -> str:
     """One solver for the terminal: its name and description, then its tags and options, each
     wrapped to ``width`` columns (the options of the genetic search alone run to 300)."""
-    import textwrap
 
     t = e["tags"]
     tags = [k for k in ("exact", "deterministic", "honours_time_limit", "uses_time_limit") if t[k]]

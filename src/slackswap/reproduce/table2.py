@@ -9,7 +9,11 @@ solver of that name, scored in the one event model.
 from __future__ import annotations
 
 import argparse
+import inspect
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 import slackswap
 from slackswap.console import print_json
@@ -60,9 +64,6 @@ def block_times(model: str, block: int | None = None) -> tuple[float, float, flo
 
 def vdnn_why() -> str:
     """Why vDNN's Llama-7B backward stall misses, in the catalog instances' own numbers."""
-    from dataclasses import replace
-
-    import numpy as np
 
     g_c, g_f, g_b = block_times("gpt2-xl")
     l_c, l_f, l_b = block_times("llama-7b")
@@ -139,7 +140,6 @@ def ratios(row: dict[str, Any]) -> tuple[float, float, float, float, float] | No
 
 def solver_note(solver: str) -> str:
     """The paragraph of the solver's docstring that states its measured deviations, if any."""
-    import inspect
 
     paras = [
         " ".join(p.split()) for p in (inspect.getdoc(REGISTRY[solver].cls) or "").split("\n\n")

@@ -15,7 +15,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from slackswap.console import format_table, print_json
 from slackswap.instances.catalog import load
@@ -144,9 +147,6 @@ def _plan_why() -> str:
 
 def explain_barriers() -> list[dict[str, Any]]:
     """SlackSwap's plan under barriers with op_layer = block (the models) and = every operator."""
-    from dataclasses import replace
-
-    import numpy as np
 
     out = []
     for (model, frac), paper in PAPER.items():
