@@ -218,7 +218,7 @@ BUDGET_FORMS = (
     "or bytes (11GB, 11e9B, 16GiB)"
 )
 _EXPECTED = f"expected {BUDGET_FORMS}"
-_POSITIVE = "must be > 0 (a fraction of P, or bytes) and finite"
+_POSITIVE = f"must be > 0 and finite: {BUDGET_FORMS}"
 #: A bare number above 1 is refused rather than read as a multiple of P: ``--budget 50`` means 50%
 #: or 50 GB far more often than 50 P, and 50 P fits anything, so the mistake would pass unseen.
 _BARE_ABOVE_ONE = f"a bare number above 1 is not a budget: write {BUDGET_FORMS}"

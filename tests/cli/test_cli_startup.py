@@ -147,7 +147,7 @@ def test_misspelt_names_get_a_did_you_mean(
 
 
 def test_the_budget_message_lists_every_form(capsys: pytest.CaptureFixture[str]) -> None:
-    for bad in ("1.5", "lots"):
+    for bad in ("1.5", "lots", "-1", "0%"):
         assert cli.main(["solve", "gpt2-xl", "--budget", bad]) == 2
         err = capsys.readouterr().err
         for form in ("0.5", "50%", "150%", "11GB"):
