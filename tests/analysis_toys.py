@@ -16,7 +16,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from slackswap.plan import KEEP, RECOMP, Plan
-from slackswap.solvers.base import REGISTRY, Solution, Solver, Tags
+from slackswap.solvers.base import Solution, Solver, Tags
+from slackswap.solvers.registry import REGISTRY
 
 
 class ToyKeep(Solver):

@@ -12,17 +12,6 @@ from typing import Any
 import numpy as np
 
 
-def add_hidden_alias(p: argparse.ArgumentParser, alias: str, of: argparse.Action) -> None:
-    """Accept ``alias`` as an old spelling of the option ``of``, without listing it in the help."""
-    kwargs: dict[str, Any] = {"dest": of.dest, "help": argparse.SUPPRESS}
-    if of.nargs == 0:  # store_true / store_false / store_const
-        kwargs.update(action="store_const", const=of.const)
-    else:
-        kwargs.update(type=of.type, metavar=of.metavar)
-    # SUPPRESS: the alias sets nothing unless given, so it never overrides the option's default.
-    p.add_argument(alias, default=argparse.SUPPRESS, **kwargs)
-
-
 def print_json(obj: Any) -> None:
     """Print ``obj`` as valid JSON: a number that is not finite (inf, nan) is written ``null``.
 

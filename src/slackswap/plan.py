@@ -212,11 +212,16 @@ _BYTES_RE = re.compile(r"^\s*([0-9.eE+\-]+)\s*([KMGT]I?B|B)\s*$", re.IGNORECASE)
 #: The largest budget in bytes (2**53, 9.0 PB: far above any device, exact as a float and
 #: an int64, so every results row can be read back).
 MAX_BUDGET_BYTES = 2**53
-_EXPECTED = "expected a fraction of P (0.5, 50%) or bytes (11GB, 11e9B)"
-_POSITIVE = "must be > 0 (a fraction of P, or bytes) and finite"
+#: Every form a budget takes, for the messages that refuse one.
+BUDGET_FORMS = (
+    "a fraction of P up to 1 (0.5), a percentage (50%, or 150% above P) "
+    "or bytes (11GB, 11e9B, 16GiB)"
+)
+_EXPECTED = f"expected {BUDGET_FORMS}"
+_POSITIVE = f"must be > 0 and finite: {BUDGET_FORMS}"
 #: A bare number above 1 is refused rather than read as a multiple of P: ``--budget 50`` means 50%
 #: or 50 GB far more often than 50 P, and 50 P fits anything, so the mistake would pass unseen.
-_BARE_ABOVE_ONE = "a budget is a fraction of P (0.5), a percentage (50%) or bytes (16GB)"
+_BARE_ABOVE_ONE = f"a bare number above 1 is not a budget: write {BUDGET_FORMS}"
 
 
 def budget_too_big(nbytes: float) -> str:

@@ -42,7 +42,8 @@ from slackswap.instances.format import instance_to_dict
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan, PlanError
 from slackswap.simulator import RUNTIMES, simulate, simulate_many
 from slackswap.simulator.policies import get_runtime
-from slackswap.solvers.base import REGISTRY, Solver, Status, Tags
+from slackswap.solvers.base import Solver, Status, Tags
+from slackswap.solvers.registry import REGISTRY
 from slackswap.solvers.running import TIME_LIMIT_SLACK, RunRecord, run
 
 #: Time limit (seconds) for solvers whose quality depends on it.

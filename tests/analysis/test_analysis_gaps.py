@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from slackswap.analysis.gapanalysis import format_gaps, gaps
-from slackswap.analysis.results import COLUMNS, rows_to_frame
+from slackswap.analysis.results import rows_to_frame
+from slackswap.rowschema import COLUMNS
 
 
 def r(solver: str, b: float, step: float | None, seed: int = 0, **kw) -> dict:

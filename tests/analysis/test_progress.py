@@ -85,20 +85,20 @@ def test_solve_with_a_search_says_what_runs_and_a_quick_solver_stays_quiet(capsy
 
 @pytest.mark.parametrize("report", ["table2", "table3", "gaps"])
 def test_reports_run_their_solves_through_the_batch_runner(report, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    from slackswap.analysis import runner
+    from slackswap.reproduce import _batch
 
     calls: list[int] = []
-    real = runner.run_sweep
+    real = _batch.run_sweep
 
     def spy(sweep, **kw):  # type: ignore[no-untyped-def]
         calls.append(len(sweep))
         return real(sweep, **kw)
 
-    monkeypatch.setattr(runner, "run_sweep", spy)
+    monkeypatch.setattr(_batch, "run_sweep", spy)  # the reports' one batch runner
     argv = {
         "table2": ["reproduce", "table2"],
         "table3": ["reproduce", "table3", "--repeats", "0"],
-        "gaps": ["reproduce", "gaps", "--models", "bert-large", "--budgets", "0.5,0.2",
+        "gaps": ["reproduce", "gaps", "--instances", "bert-large", "--budgets", "0.5,0.2",
                  "--solvers", "slackswap,vdnn"],
     }[report]  # fmt: skip
     assert main(argv) == 0

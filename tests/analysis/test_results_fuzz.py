@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import slackswap
-from slackswap.analysis.results import COLUMNS, FLOAT_COLUMNS, read_results
+from slackswap.analysis.results import read_results
 from slackswap.cli import main
 from slackswap.errors import UserError
+from slackswap.rowschema import COLUMNS, FLOAT_COLUMNS
 from tests.userinput import refused
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 import slackswap
-from slackswap.analysis.results import COLUMNS, ResultsWriter, read_rows
+from slackswap.analysis.results import ResultsWriter, read_rows
 from slackswap.errors import UserError
+from slackswap.rowschema import COLUMNS
 
 SRC = Path(slackswap.__file__).resolve().parents[1]
 
@@ -22,7 +23,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from slackswap.analysis.results import COLUMNS, ResultsWriter
+    from slackswap.analysis.results import ResultsWriter
+    from slackswap.rowschema import COLUMNS
     from slackswap.errors import UserError
 
     path, who, ready, done, mode = sys.argv[1:6]

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 
 import slackswap
-from slackswap.analysis.results import COLUMNS, ResultsWriter, read_results, read_rows
+from slackswap.analysis.results import ResultsWriter, read_results, read_rows
 from slackswap.cli import main
 from slackswap.errors import UserError
+from slackswap.rowschema import COLUMNS
 
 SRC = Path(slackswap.__file__).resolve().parents[1]  # the slackswap under test
 
@@ -82,7 +83,7 @@ def test_every_writer_refuses_an_existing_file(tmp_path, capsys, writer) -> None
         (tmp_path / "fig4").mkdir()
         target = tmp_path / "fig4" / "fig4.csv"
         results.rename(target)
-        argv = ["reproduce", "fig4", "-o", str(tmp_path / "fig4"), "--workloads", "vgg16",
+        argv = ["reproduce", "fig4", "-o", str(tmp_path / "fig4"), "--instances", "vgg16",
                 "--solvers", "checkpoint", "--no-progress"]  # fmt: skip
     before = target.read_bytes()
     assert main(argv) == 2
@@ -107,7 +108,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from slackswap.analysis.results import COLUMNS, ResultsWriter
+    from slackswap.analysis.results import ResultsWriter
+    from slackswap.rowschema import COLUMNS
     from slackswap.errors import UserError
 
     path, who, ready, done = sys.argv[1:5]

@@ -118,7 +118,11 @@ def test_budgets_above_p_are_warned_about(capsys) -> None:
     assert "budget 0.5" not in err
 
 
-BARE_50 = "50: a budget is a fraction of P (0.5), a percentage (50%) or bytes (16GB)"
+BARE_50 = (
+    "50: "
+    "a bare number above 1 is not a budget: write a fraction of P up to 1 (0.5), a percentage "
+    "(50%, or 150% above P) or bytes (11GB, 11e9B, 16GiB)"
+)
 
 
 @pytest.mark.parametrize(
@@ -310,14 +314,14 @@ def _children(pid: int) -> list[int]:
     ],
 )
 def test_options_follow_their_annotations(solver, options, words) -> None:
-    from slackswap.solvers.base import REGISTRY
+    from slackswap.solvers.registry import REGISTRY
 
     with pytest.raises(UserError, match=re.escape(words)):
         REGISTRY[solver].make(**options)
 
 
 def test_options_of_the_right_type_are_taken() -> None:
-    from slackswap.solvers.base import REGISTRY
+    from slackswap.solvers.registry import REGISTRY
 
     ga = REGISTRY["ga"].make(repair=None, indpb=0.5, max_evaluations=100, cxpb=1)
     assert (ga.repair, ga.indpb, ga.max_evaluations) == (None, 0.5, 100)  # stored as given

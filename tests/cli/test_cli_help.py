@@ -1,5 +1,5 @@
-"""The CLI's voice: every option documented with its default, one name per concept, old
-spellings still accepted, tables that fit a 100-column terminal, files written named."""
+"""The CLI's voice: every option documented with its default, one name per concept (the old
+spellings are gone), tables that fit a 100-column terminal, files written named."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
                 for name, sub in action.choices.items():
                     walk(sub, f"{path} {name}".strip())
 
-    walk(build_parser(), "")
+    walk(build_parser(every_command=True), "")
     return out
 
 
@@ -43,11 +43,8 @@ def test_every_option_has_help(path: str, parser: argparse.ArgumentParser) -> No
         if isinstance(action, SKIP):
             continue
         name = "/".join(action.option_strings) or action.dest
-        if action.help == argparse.SUPPRESS:
-            # Hidden only as an old spelling of an option the help documents.
-            assert action.dest in documented, f"{path} {name}: hidden, and no visible option"
-        else:
-            assert action.help and action.help.strip(), f"{path} {name}: no help text"
+        assert action.help != argparse.SUPPRESS, f"{path} {name}: a hidden option"
+        assert action.dest in documented and action.help.strip(), f"{path} {name}: no help text"
 
 
 @pytest.mark.parametrize("path,parser", PARSERS, ids=[p for p, _ in PARSERS])
@@ -83,10 +80,8 @@ def test_one_name_per_concept() -> None:
 @pytest.mark.parametrize(
     "argv,dest,value",
     [
-        (["reproduce", "fig4", "--workloads", "vgg16"], "workloads", "vgg16"),
         (["reproduce", "fig4", "--instances", "vgg16"], "workloads", "vgg16"),
         (["reproduce", "fig4"], "workloads", "bert-large,gpt2-xl,llama-7b,vgg16"),
-        (["reproduce", "gaps", "--models", "vgg16"], "models", "vgg16"),
         (["reproduce", "gaps", "--instances", "vgg16"], "models", "vgg16"),
         (["reproduce", "fig4"], "min_budget", False),
         (["reproduce", "fig4", "--min-budget"], "min_budget", True),
@@ -99,8 +94,18 @@ def test_one_name_per_concept() -> None:
         (["reproduce", "fig6", "--no-progress"], "progress", False),
     ],
 )
-def test_old_and_new_spellings_parse(argv: list[str], dest: str, value: object) -> None:
+def test_spellings_parse(argv: list[str], dest: str, value: object) -> None:
     assert getattr(build_parser().parse_args(argv), dest) == value
+
+
+@pytest.mark.parametrize("report,old", [("fig4", "--workloads"), ("gaps", "--models")])
+def test_the_old_spellings_are_gone(
+    report: str, old: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["reproduce", report, old, "vgg16"])
+    assert done.value.code == 2
+    assert f"unrecognized arguments: {old} vgg16" in capsys.readouterr().err
 
 
 def test_solvers_table_fits_100_columns(capsys: pytest.CaptureFixture[str]) -> None:

@@ -120,7 +120,7 @@ def _subcommand_paths() -> list[list[str]]:
                     out += walk(sub, [*prefix, name])
         return out
 
-    return walk(build_parser(), [])
+    return walk(build_parser(every_command=True), [])
 
 
 @pytest.mark.parametrize("argv", _subcommand_paths(), ids=lambda a: " ".join(a) or "slackswap")

@@ -94,7 +94,8 @@ FAMILY_SOLVER = """
 import numpy as np
 
 from slackswap.plan import SWAP, Plan
-from slackswap.solvers.base import Solver, register
+from slackswap.solvers.base import Solver
+from slackswap.solvers.registry import register
 
 
 @register("swap-all-toy", "swaps every tensor")

@@ -110,7 +110,10 @@ def test_bad_budget_is_user_error(spec: str) -> None:
         Budget.parse(spec)
 
 
-BARE_ABOVE_ONE = "a budget is a fraction of P (0.5), a percentage (50%) or bytes (16GB)"
+BARE_ABOVE_ONE = (
+    "a bare number above 1 is not a budget: write a fraction of P up to 1 (0.5), a percentage "
+    "(50%, or 150% above P) or bytes (11GB, 11e9B, 16GiB)"
+)
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,9 @@ SOLVER = '''
 import numpy as np
 
 from slackswap.plan import SWAP, Plan
-from slackswap.solvers.base import Display, Solver, Tags, register
+from slackswap.solvers.base import Solver, Tags
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import register
 
 
 @register("toy-greedy", "keep all if P fits, else swap all", display=Display(colour="#123456",
@@ -228,7 +230,7 @@ BAD = {
         {"my-vdnn": "badplug_vdnn"},
         {
             "badplug_vdnn": """
-            from slackswap.solvers.base import Solver, register
+            from slackswap.solvers import Solver, register
             register("vdnn")(type("V", (Solver,), {}))
             """
         },
@@ -299,9 +301,13 @@ def test_a_command_module_that_fails_to_import_is_an_error(
 ) -> None:
     from slackswap import cli
 
-    monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "slackswap.commands.nope"))
+    commands = {**cli.COMMANDS, "nope": ("slackswap.commands.nope", "a command")}
+    monkeypatch.setattr(cli, "COMMANDS", commands)
+    parser = cli.build_parser()  # the module is imported when its command is chosen
     with pytest.raises(ModuleNotFoundError, match="slackswap.commands.nope"):
-        cli.build_parser()
+        parser.parse_args(["nope"])
+    with pytest.raises(ModuleNotFoundError, match="slackswap.commands.nope"):
+        cli.build_parser(every_command=True)
 
 
 #: The figures' styles of the built-in solvers before they moved into the registry (the

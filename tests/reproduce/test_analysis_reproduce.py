@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from slackswap.analysis.facts import render, span
-from slackswap.analysis.results import COLUMNS, rows_to_frame
+from slackswap.analysis.results import rows_to_frame
 from slackswap.cli import main
 from slackswap.reproduce.fig4 import fig4_facts
 from slackswap.reproduce.fig6 import fig6_facts
+from slackswap.rowschema import COLUMNS
 
 
 def row(inst: str, b: float, solver: str, thr: float | None, **kw) -> dict:

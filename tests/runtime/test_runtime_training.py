@@ -523,7 +523,7 @@ def _solver_plans(inst: Any) -> dict[str, tuple[Plan, float]]:
     """Every registered static solver's plan at 50% and 30% of P that fits there barrier-free,
     as run barrier-free (the runtime tests' set); identical plans once."""
     from slackswap.simulator import simulate
-    from slackswap.solvers.base import REGISTRY
+    from slackswap.solvers.registry import REGISTRY
 
     out: dict[str, tuple[Plan, float]] = {}
     seen: set[tuple[bytes, float]] = set()

@@ -42,7 +42,7 @@ def test_an_infeasible_budget_is_reported_with_its_proof(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code = main(
-        ["reproduce", "gaps", "--models", "vgg16", "--budgets", "0.5", "--solvers", "milp",
+        ["reproduce", "gaps", "--instances", "vgg16", "--budgets", "0.5", "--solvers", "milp",
          "--time-limit", "3", "--json"]
     )  # fmt: skip
     assert code == 0
@@ -60,13 +60,13 @@ def test_an_infeasible_budget_is_reported_with_its_proof(
         ("--budgets", "half", "--budgets"),
         ("--budgets", "7", "fraction"),
         ("--solvers", "nope", "unknown solver"),
-        ("--models", "nope", "nope"),
+        ("--instances", "nope", "nope"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
     flag: str, value: str, needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["reproduce", "gaps", "--models", "vgg16", "--budgets", "0.5", "--solvers", "milp"]
+    args = ["reproduce", "gaps", "--instances", "vgg16", "--budgets", "0.5", "--solvers", "milp"]
     args[args.index(flag) + 1] = value
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -13,10 +13,10 @@ from slackswap.instances.catalog import build_model
 from slackswap.plan import Budget, Plan
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, Solution, Solver, Status, Tags, run
-from slackswap.solvers.base import Registry
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic import ga as ga_module
 from slackswap.solvers.genetic.ga import GeneticSearch, seed_plans
+from slackswap.solvers.registry import Registry
 
 
 @pytest.fixture(scope="module")
@@ -187,9 +187,8 @@ def test_seed_plans_skip_failures_refuse_searches(small, monkeypatch) -> None:  
         reg.register(cls.key, cls)
     reg.register("slackswap", REGISTRY["slackswap"].cls)
     monkeypatch.setattr(ga_module, "REGISTRY", reg)
-    monkeypatch.setattr("slackswap.solvers.base.REGISTRY", reg)
+    monkeypatch.setattr("slackswap.solvers.registry.REGISTRY", reg)
     monkeypatch.setattr("slackswap.solvers._named_solvers.REGISTRY", reg)
-    monkeypatch.setattr("slackswap.solvers.base._load_all", lambda: None)
     names = ("slackswap", "t-raise", "t-none", "t-keep")
     seeds = seed_plans(small, Budget.parse(0.5), deadline=Deadline.never(), seed=0, names=names)
     assert [name for name, _ in seeds] == ["slackswap", "t-keep"]
@@ -197,7 +196,7 @@ def test_seed_plans_skip_failures_refuse_searches(small, monkeypatch) -> None:  
     assert all(a.dtype == np.int8 and a.shape == (small.n_tensors,) for _, a in seeds)
     for bad in ("t-search", "t-dyn"):  # a search or a run-time policy is no seed
         with pytest.raises(UserError, match=f"{bad}' is a search or a run-time policy"):
-            GeneticSearch(seed_solvers=("slackswap", bad))
+            GeneticSearch(seed_solvers=("slackswap", bad)).check_options()
 
 
 def test_search_never_recomputes_an_unrebuildable_tensor(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from slackswap.analysis.gapanalysis import gaps, solver_order
+from slackswap.solvers.registry import REGISTRY
 from slackswap.textfile import write_output
 
 #: Colours for solvers whose registry entry sets none (and for the convergence figure's runs).
@@ -33,8 +34,6 @@ _MARKERS = "s^vDP*Xph<>d"
 def _display(solver: str) -> Any:
     """The registry's `Display` for a run label (``ga(pop_size=50)`` -> ``ga``), or None for a
     solver this process does not know (results written elsewhere)."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers.base import REGISTRY
 
     entry = REGISTRY.get(solver.split("(", 1)[0])
     return None if entry is None else entry.display
@@ -56,8 +55,6 @@ def solver_style(solver: str, others: Sequence[str] = ()) -> dict[str, Any]:
     if d is not None and d.colour is not None:
         return {"color": d.colour, "linewidth": 1.4, "marker": d.marker or _MARKERS[0],
                 "markersize": 4, "zorder": 3}  # fmt: skip
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers.base import REGISTRY
 
     styled = sum(1 for e in REGISTRY if e.display.colour is not None and not e.display.emphasis)
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from slackswap.analysis.results import read_results
 from slackswap.console import format_table
+from slackswap.solvers.registry import REGISTRY
 
 GAP_COLUMNS = (
     "instance", "budget_fraction", "solver", "status", "runs", "feasible_runs", "step_s",
@@ -113,8 +114,6 @@ def gaps(results: pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
 def solver_order(solvers: Any) -> list[str]:
     """Solver labels by their registry entry's ``Display.order`` (the paper's order for the
     built-ins), then the others (unordered or unknown here) in order of appearance."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers.base import REGISTRY
 
     seen = list(dict.fromkeys(str(s) for s in solvers))
 

@@ -30,7 +30,7 @@ from slackswap.plan import Budget
 from slackswap.simulator import simulate
 from slackswap.simulator.chrome_trace import write_chrome_trace
 from slackswap.solvers import run
-from slackswap.solvers.base import REGISTRY
+from slackswap.solvers.registry import REGISTRY
 
 #: Every figure a report may draw (each as NAME.FORMAT), and the pattern of its trace files.
 FIGURE_NAMES = (

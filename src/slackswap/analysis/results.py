@@ -27,15 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from slackswap import rowschema
 from slackswap.analysis.resultslock import ResultsLock
 from slackswap.errors import UserError
+from slackswap.rowschema import COLUMNS, FLOAT_COLUMNS, INT_COLUMNS
 from slackswap.textfile import check_output_path, node_kind, read_user_text, replace_target
 from slackswap.userdoc import parse_json
 
-COLUMNS = rowschema.COLUMNS
-FLOAT_COLUMNS = rowschema.FLOAT_COLUMNS
-INT_COLUMNS = rowschema.INT_COLUMNS
 #: Columns that change from run to run of the same job (compare rows without them).
 TIMING_COLUMNS = ("plan_s", "wall_s")
 

@@ -1,6 +1,6 @@
-"""CLI command groups; each module registers its subcommands on the ``slackswap`` parser."""
+"""CLI command groups; each module registers its subcommands on the ``slackswap`` parser.
 
-# The command modules import the library inside their command functions, on purpose: building
-# the parser (even for ``slackswap --help``) imports every command module and every report
-# module under slackswap.reproduce, and top-level imports would load numba, pandas and
-# matplotlib for it.
+A command's module is imported only when that command is chosen (`slackswap.commands.lazy`,
+the command line's one lazy boundary), so each imports the library at its top: ``slackswap
+--help`` never imports them.
+"""

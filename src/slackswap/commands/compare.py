@@ -7,11 +7,17 @@ import json
 import sys
 from typing import Any
 
+import pandas as pd
+
 from slackswap.analysis import checks
+from slackswap.analysis.jobs import SolverSpec, Sweep, parse_budgets, ref_from_arg
 from slackswap.analysis.progress import add_progress_arguments, failure_summary
+from slackswap.analysis.runner import run_sweep
+from slackswap.analysis.sweepfile import load_sweep, parse_solvers
 from slackswap.console import add_execution_arguments, format_bytes, format_percent, format_table
 from slackswap.errors import UserError
 from slackswap.plan import Budget
+from slackswap.solvers import REGISTRY
 from slackswap.userdoc import parse_option_value
 
 
@@ -79,9 +85,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def build_sweep(args: argparse.Namespace) -> Any:
     """The sweep the arguments describe (a sweep file, overridden by explicit options)."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.jobs import Sweep, parse_budgets, ref_from_arg
-    from slackswap.analysis.sweepfile import load_sweep, parse_solvers
 
     sweep = load_sweep(args.sweep) if args.sweep else None
     refs = [ref_from_arg(name) for name in args.instances]
@@ -119,10 +122,6 @@ def build_sweep(args: argparse.Namespace) -> Any:
 
 
 def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.jobs import SolverSpec
-    from slackswap.solvers import REGISTRY
-
     extra: dict[str, dict[str, Any]] = {}
     for item in items:
         target, eq, value = item.partition("=")
@@ -143,9 +142,6 @@ def _apply_options(solvers: list[Any], items: list[str]) -> list[Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: would add numba + pandas + pyarrow + scipy (~2.2 s) to this module's import
-    from slackswap.analysis.runner import run_sweep
-
     sweep = build_sweep(args)
     if args.resume and not sweep.output:
         raise UserError("--resume needs a results file: -o FILE (or output in the sweep file)")
@@ -188,7 +184,6 @@ def _json_default(o: Any) -> Any:
 def format_results(df: Any) -> str:
     """The per-job table (ms, %, bytes) for the terminal; rows without a plan say why and, when
     known, the smallest budget that fits that solver."""
-    import pandas as pd
 
     def f(x: Any, scale: float, digits: int) -> str:
         return "-" if pd.isna(x) else f"{scale * float(x):.{digits}f}"
@@ -235,7 +230,6 @@ def format_results(df: Any) -> str:
 
 def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:
     """A budget as given: a share of P in %, bytes as bytes (with their share of P)."""
-    import pandas as pd
 
     key = getattr(r, "budget", None)  # the job's budget as given (absent from a bare record)
     if pd.isna(r.budget_fraction):
@@ -251,7 +245,6 @@ def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:
 
 def _no_plan_columns(r: Any, format_bytes: Any, format_percent: Any) -> list[str]:
     """For a row without a plan: the smallest budget that fits (bytes, % of P) and the reason."""
-    import pandas as pd
 
     if not pd.isna(r.step_s):
         return ["", ""]

@@ -8,6 +8,7 @@ import sys
 from slackswap.analysis.checks import output_file, text
 from slackswap.commands.common import HelpFormatter, load_instance_arg
 from slackswap.console import format_bytes, format_table, positive_float, positive_int, print_json
+from slackswap.didyoumean import did_you_mean
 from slackswap.errors import UserError
 from slackswap.instances.catalog import build_model
 from slackswap.instances.linkbudget import link_budget_table
@@ -144,9 +145,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     output_file(args.output, "-o", overwrite=args.overwrite)  # before the work, not after
     text(args.name, "--name")
     if args.gpu.lower() not in GPUS:
-        raise UserError(f"--gpu {args.gpu!r}: unknown GPU (one of {', '.join(GPUS)})")
+        raise UserError(
+            f"--gpu {args.gpu!r}: unknown GPU{did_you_mean(args.gpu, GPUS)} (one of {', '.join(GPUS)})"
+        )
     if args.link is not None and args.link.lower() not in LINKS:
-        raise UserError(f"--link {args.link!r}: unknown link (one of {', '.join(LINKS)})")
+        raise UserError(
+            f"--link {args.link!r}: unknown link{did_you_mean(args.link, LINKS)} "
+            f"(one of {', '.join(LINKS)})"
+        )
     try:
         inst = build_model(
             args.model,

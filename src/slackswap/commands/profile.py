@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from slackswap import profiling
 from slackswap.analysis.checks import output_file, text
 from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.console import format_bytes, positive_float, print_json
@@ -75,8 +76,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     text(args.name, "--name")
 
     torch = require_torch()
-    # lazy: needs torch, an optional dependency (and ~1.5 s to import)
-    from slackswap.profiling.step import profile_step
 
     try:
         hardware(args.gpu, args.link)  # fail before the factory builds the model
@@ -86,7 +85,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     phase("profile", f"building the model of {args.factory} and profiling its training step",
           args.progress)  # fmt: skip
     model, inputs, loss_fn = call_factory(args.factory)
-    inst = profile_step(
+    inst = profiling.profile_step(  # the package imports torch here, on first use
         model,
         inputs,
         loss_fn,

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from slackswap.analysis.checks import output_dir
+from slackswap.analysis.gapanalysis import format_gaps, gaps
 from slackswap.analysis.progress import add_progress_arguments, phase
+from slackswap.analysis.report import FIGURE_NAMES, TRACE_PATTERN, write_report
+from slackswap.analysis.results import read_results
 from slackswap.errors import UserError
 from slackswap.textfile import check_output_path
 
@@ -45,10 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: would add pandas + pyarrow (~0.8 s) to this module's import
-    from slackswap.analysis.gapanalysis import format_gaps, gaps
-    from slackswap.analysis.results import read_results
-
     formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
     if args.output is not None:  # checked before the work, not after it
         bad = [f for f in formats if f not in ("png", "svg", "pdf")]
@@ -71,8 +71,6 @@ def main(args: argparse.Namespace) -> int:
     print(format_gaps(gaps(df)))
     if args.output is None:
         return 0
-    # lazy: would add matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to this module's import
-    from slackswap.analysis.report import write_report
 
     phase("report", f"drawing the figures into {args.output}", args.progress)
     rep = write_report(
@@ -92,10 +90,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _check_output(directory: str, formats: tuple[str, ...], *, overwrite: bool) -> None:
     """Refuse to replace figures or traces already in ``directory`` unless ``overwrite``."""
-    from pathlib import Path
-
-    # lazy: would add matplotlib + numba + pandas + pyarrow + scipy (~2.9 s) to this module's import
-    from slackswap.analysis.report import FIGURE_NAMES, TRACE_PATTERN
 
     names = [f"{n}.{fmt}" for n in FIGURE_NAMES for fmt in formats]
     d = check_output_path(Path(directory), "-o")

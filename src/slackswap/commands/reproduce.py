@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 
+from slackswap.commands.lazy import LazyCommands
 from slackswap.errors import UserError
 
-# name -> module under slackswap.reproduce; each has add_arguments(parser) and main(args) -> int.
+# name -> module under slackswap.reproduce (imported only when that report is chosen); each has
+# add_arguments(parser) and main(args) -> int.
 REPORTS = {
     "table1": "Table 1 and the checkpoint-offload essay's figures (workload models)",
     "table2": "Table 2: where the time goes at 40% of the peak",
@@ -20,18 +21,10 @@ REPORTS = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="reproduce a table or figure of the paper")
-    rsub = p.add_subparsers(dest="report", metavar="REPORT")
+    rsub = p.add_subparsers(dest="report", metavar="REPORT", action=LazyCommands)
+    assert isinstance(rsub, LazyCommands)  # for the type checker: argparse types it as its own
     for name, help_text in REPORTS.items():
-        try:
-            module = importlib.import_module(f"slackswap.reproduce.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"slackswap.reproduce.{name}":
-                continue  # report not built yet
-            raise
-        # argparse %-formats help strings (not descriptions): "40% of" must be escaped.
-        rp = rsub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
-        module.add_arguments(rp)
-        rp.set_defaults(func=module.main)
+        rsub.add_lazy(name, f"slackswap.reproduce.{name}", help_text)
     p.set_defaults(func=_missing_report)
 
 

@@ -8,6 +8,7 @@ import sys
 import warnings
 from typing import Any
 
+from slackswap import profiling
 from slackswap.analysis import checks
 from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.console import format_bytes, format_percent, print_json
@@ -17,6 +18,8 @@ from slackswap.models.hardware import hardware
 from slackswap.plan import Budget, Plan
 from slackswap.profiling import require_torch
 from slackswap.profiling.factory import call_factory
+from slackswap.runtime import RUNTIME_MODES, BudgetWarning, check_plan
+from slackswap.solvers import REGISTRY, run
 
 MS = 1e3
 
@@ -78,9 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     torch = require_torch()
-    # lazy: needs torch, an optional dependency (and ~1.5 s to import)
-    from slackswap.profiling.step import profile_step
-    from slackswap.runtime import RUNTIME_MODES, BudgetWarning, check_plan
+    # function-level: runtime.measure imports torch, an optional dependency (checked just above)
     from slackswap.runtime.measure import (
         has_sparse_gradients,
         max_abs_diff,
@@ -89,9 +90,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         train_difference,
         train_steps,
     )
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import REGISTRY, run
 
     if args.steps < 1:
         raise UserError(f"--steps = {args.steps}: must be at least 1")
@@ -113,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         phase("run", f"profiling its training step ({args.timing} times of {args.gpu})",
               args.progress)  # fmt: skip
-        inst = profile_step(
+        inst = profiling.profile_step(  # the package imports torch here, on first use
             model, inputs, loss_fn, gpu=args.gpu, link=args.link, timing=args.timing
         )
     if args.plan:

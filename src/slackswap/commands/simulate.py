@@ -11,6 +11,9 @@ from slackswap.commands.common import load_instance_arg
 from slackswap.console import format_bytes, format_table, print_json
 from slackswap.errors import UserError
 from slackswap.plan import Budget, Plan
+from slackswap.simulator.api import simulate
+from slackswap.simulator.chrome_trace import write_chrome_trace
+from slackswap.simulator.policies import RUNTIMES
 
 if TYPE_CHECKING:
     from slackswap.simulator.result import SimResult
@@ -19,9 +22,6 @@ MS = 1e3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.simulator.policies import RUNTIMES
-
     p = sub.add_parser(
         "simulate",
         help="simulate one plan at one budget (step time, stalls, copies, peak memory)",
@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("instance", help="instance file or catalog name (gpt2-xl, llama-7b@h100-pcie5)")
     p.add_argument("plan", help="plan file (JSON, from `slackswap solve -o`), or keep-all")
     p.add_argument(
-        "--budget", required=True, help="fraction of the peak P (0.5, 50%%) or bytes (11GB)"
+        "--budget",
+        required=True,
+        help="fraction of the peak P (0.5), percent (50%%, 150%%) or bytes (11GB)",
     )
     p.add_argument(
         "--runtime",
@@ -49,9 +51,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.simulator import simulate
-
     if args.trace is not None:  # checked before the work, not after it
         output_file(args.trace, "--trace", overwrite=args.overwrite)
     inst = load_instance_arg(args.instance)
@@ -62,9 +61,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan, inst)
     result = simulate(inst, plan, budget, runtime=args.runtime, timeline=bool(args.trace))
     if args.trace:
-        # lazy: would add numba + scipy (~1.4 s) to this module's import
-        from slackswap.simulator.chrome_trace import write_chrome_trace
-
         try:
             write_chrome_trace(args.trace, inst, result)
         except OSError as exc:

@@ -7,14 +7,19 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 from typing import Any, NoReturn
 
 from slackswap.analysis import checks
 from slackswap.analysis.progress import JobProgress, add_progress_arguments
+from slackswap.analysis.warmup import warm_up
 from slackswap.commands.common import load_instance_arg
 from slackswap.console import format_bytes, format_percent, print_json
 from slackswap.errors import UserError
 from slackswap.plan import Budget
+from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
+from slackswap.solvers import REGISTRY, Status, describe_solvers
+from slackswap.solvers.running import run
 from slackswap.userdoc import parse_option_value
 
 
@@ -55,7 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("instance", help="instance file or catalog name (gpt2-xl, llama-7b@h100-pcie5)")
     s.add_argument(
-        "--budget", required=True, help="fraction of the peak P (0.5, 50%%) or bytes (11GB)"
+        "--budget",
+        required=True,
+        help="fraction of the peak P (0.5), percent (50%%, 150%%) or bytes (11GB)",
     )
     s.add_argument(
         "--solver", default="slackswap", help="registered solver (see `slackswap solvers`)"
@@ -104,9 +111,6 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_solvers(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import describe_solvers
-
     entries = describe_solvers()
     if args.json:
         print_json(entries)
@@ -116,10 +120,6 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 def cmd_runtimes(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
-    from slackswap.solvers import REGISTRY
-
     real = execution_modes()
     entries: list[dict[str, Any]] = [
         {
@@ -147,8 +147,6 @@ def cmd_runtimes(args: argparse.Namespace) -> int:
 
 
 def _wrap(text: str, indent: int, width: int = 100) -> str:
-    import textwrap
-
     return textwrap.fill(
         text, width, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
     )
@@ -157,7 +155,6 @@ def _wrap(text: str, indent: int, width: int = 100) -> str:
 def solver_entry(e: dict[str, Any], width: int = 100) -> str:
     """One solver for the terminal: its name and description, then its tags and options, each
     wrapped to ``width`` columns (the options of the genetic search alone run to 300)."""
-    import textwrap
 
     t = e["tags"]
     tags = [k for k in ("exact", "deterministic", "honours_time_limit", "uses_time_limit") if t[k]]
@@ -194,12 +191,6 @@ def solver_entry(e: dict[str, Any], width: int = 100) -> str:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.warmup import warm_up
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import REGISTRY, Status, run
-
     if args.output is not None:  # checked before the work, not after it
         checks.output_file(args.output, "-o", overwrite=args.overwrite)
     inst = load_instance_arg(args.instance)

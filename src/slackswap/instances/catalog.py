@@ -19,6 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from slackswap.didyoumean import did_you_mean
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.instances.format import load_instance
@@ -83,7 +84,9 @@ def build_model(
     models = workload_models()
     entry = models.get(model.lower())
     if entry is None:
-        raise UnknownInstanceError(f"unknown model {model!r} (one of {', '.join(models)})")
+        raise UnknownInstanceError(
+            f"unknown model {model!r}{did_you_mean(model, models)} (one of {', '.join(models)})"
+        )
     if layers is not None and not isinstance(layers, bool) and layers > MAX_LAYERS:
         raise LayersError(
             f"layers = {layers} is more than the {MAX_LAYERS} layers a model may have"
@@ -104,9 +107,13 @@ def parse_name(name: str) -> tuple[str, str, str | None]:
         return model, DEFAULT_GPU, DEFAULT_LINK
     gpu, _, link = hw.partition("-")
     if gpu not in GPUS:
-        raise UnknownInstanceError(f"{name}: unknown GPU {gpu!r} (one of {', '.join(GPUS)})")
+        raise UnknownInstanceError(
+            f"{name}: unknown GPU {gpu!r}{did_you_mean(gpu, GPUS)} (one of {', '.join(GPUS)})"
+        )
     if link and link not in LINKS:
-        raise UnknownInstanceError(f"{name}: unknown link {link!r} (one of {', '.join(LINKS)})")
+        raise UnknownInstanceError(
+            f"{name}: unknown link {link!r}{did_you_mean(link, LINKS)} (one of {', '.join(LINKS)})"
+        )
     return model, gpu, link or None
 
 
@@ -148,8 +155,8 @@ def _resolve_name(name: str) -> Instance:
     parameters = name_parameters(name)
     if model not in workload_models():
         raise UnknownInstanceError(
-            f"{name!r} is neither a file nor a catalog name (models: {', '.join(workload_models())}; "
-            "add @GPU-LINK, e.g. llama-7b@h100-pcie5)"
+            f"{name!r} is neither a file nor a catalog name{did_you_mean(model, workload_models())} "
+            f"(models: {', '.join(workload_models())}; add @GPU-LINK, e.g. llama-7b@h100-pcie5)"
         )
     plain = "@" not in name and not parameters
     if plain and model in BUNDLED and bundled_path(model).exists():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slackswap.didyoumean import did_you_mean
 from slackswap.instance import Hardware
 
 
@@ -72,14 +73,18 @@ def get_gpu(key: str) -> GPU:
     try:
         return GPUS[key.lower()]
     except KeyError:
-        raise KeyError(f"unknown GPU {key!r} (one of {', '.join(GPUS)})") from None
+        raise KeyError(
+            f"unknown GPU {key!r}{did_you_mean(key, GPUS)} (one of {', '.join(GPUS)})"
+        ) from None
 
 
 def get_link(key: str) -> Link:
     try:
         return LINKS[key.lower()]
     except KeyError:
-        raise KeyError(f"unknown link {key!r} (one of {', '.join(LINKS)})") from None
+        raise KeyError(
+            f"unknown link {key!r}{did_you_mean(key, LINKS)} (one of {', '.join(LINKS)})"
+        ) from None
 
 
 def hardware(gpu: str, link: str | None = None, link_bw_Bps: float | None = None) -> Hardware:

@@ -7,17 +7,17 @@ activations) with its size, producer, last forward reader, first and last backwa
 rebuild inputs, and the blocks (the model's repeated child modules). The result is an ordinary
 instance: every solver and the simulator work on it unchanged.
 
-This package imports torch only when `profile_step` or `load_factory` is used.
+This package imports torch only when `profile_step` is used.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from slackswap.profiling.factory import load_factory
 from slackswap.torchstep import TORCH_HINT, TorchMissingError, require_torch
 
 if TYPE_CHECKING:
-    from slackswap.profiling.factory import load_factory
     from slackswap.profiling.step import profile_step
 
 __all__ = ["TORCH_HINT", "profile_step", "load_factory", "require_torch", "TorchMissingError"]
@@ -26,11 +26,7 @@ __all__ = ["TORCH_HINT", "profile_step", "load_factory", "require_torch", "Torch
 def __getattr__(name: str) -> Any:
     if name == "profile_step":
         require_torch()
-        from slackswap.profiling.step import profile_step
+        from slackswap.profiling.step import profile_step  # lazy: imports torch (optional)
 
         return profile_step
-    if name == "load_factory":
-        from slackswap.profiling.factory import load_factory
-
-        return load_factory
     raise AttributeError(f"module 'slackswap.profiling' has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""Reproduction reports: each module prints paper value, toolkit value and deviation."""
+"""Reproduction reports: each module prints paper value, toolkit value and deviation.
 
-# As in slackswap.commands: the parser imports every report module to add its arguments, so the
-# reports import the solvers, simulator and analysis inside main(), not at the top.
+A report's module is imported only when ``slackswap reproduce NAME`` names it
+(`slackswap.commands.lazy`), so each imports what it uses at the top.
+"""

@@ -7,7 +7,15 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from slackswap.analysis.jobs import (
+    Job,
+    SolverSpec,
+    budget_key,
+    default_job_timeout,
+    ref_from_arg,
+)
 from slackswap.analysis.progress import add_progress_arguments
+from slackswap.analysis.runner import run_sweep
 from slackswap.console import add_execution_arguments
 from slackswap.plan import Budget
 
@@ -27,17 +35,6 @@ def run_cases(
 ) -> dict[tuple[str, float, str], dict[str, Any]]:
     """Each case's results row (`RunRecord.to_row` plus the job's columns), by (model, budget,
     solver). The minimum-budget bisection is off, as in the reports' own solves."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.jobs import (
-        Job,
-        SolverSpec,
-        budget_key,
-        default_job_timeout,
-        ref_from_arg,
-    )
-
-    # lazy: would add numba + pandas + pyarrow + scipy (~2.2 s) to this module's import
-    from slackswap.analysis.runner import run_sweep
 
     refs: dict[str, Any] = {}
     jobs: list[Job] = []

@@ -17,12 +17,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis import figures as F
 from slackswap.analysis.checks import output_dir
 from slackswap.analysis.facts import Fact, best_table, no_plan_reasons, pct, render, span
+from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_arg
 from slackswap.analysis.progress import add_progress_arguments
 from slackswap.analysis.progress import failed as job_failed
-from slackswap.console import add_execution_arguments, add_hidden_alias
+from slackswap.analysis.runner import run_sweep
+from slackswap.console import add_execution_arguments
 from slackswap.plan import Budget
+from slackswap.solvers import REGISTRY, run
 
 WORKLOADS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 TRANSFORMERS = ("bert-large", "gpt2-xl", "llama-7b")
@@ -64,8 +68,6 @@ TITANX_BUDGET = Budget.fraction(1.29)
 
 def titanx_fact() -> Fact:
     """The Titan X check as a fact, with each policy's stalls where it differs."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import run
 
     over: dict[str, float] = {}
     parts = []
@@ -94,8 +96,6 @@ def titanx_fact() -> Fact:
 
 def heuristic_solvers() -> list[str]:
     """Every registered policy that is neither exact nor a time-limited search."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers.base import REGISTRY
 
     return [e.name for e in REGISTRY if not e.tags.exact and not e.tags.uses_time_limit]
 
@@ -106,9 +106,6 @@ def fig4_sweep(
     budgets: tuple[str, ...] = BUDGETS,
     min_budget: bool = False,
 ) -> Any:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_arg
-
     names = solvers or heuristic_solvers()
     return Sweep(
         instances=[ref_from_arg(w) for w in workloads],
@@ -123,9 +120,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="reproduce-fig4", metavar="DIR",
                    help="directory for fig4.csv and the figure (default reproduce-fig4)")  # fmt: skip
     add_execution_arguments(p)
-    names = p.add_argument("--instances", dest="workloads", default=",".join(WORKLOADS),
-                           metavar="NAMES", help="catalog names, comma separated")  # fmt: skip
-    add_hidden_alias(p, "--workloads", names)  # the old spelling
+    p.add_argument("--instances", dest="workloads", default=",".join(WORKLOADS),
+                   metavar="NAMES", help="catalog names, comma separated")  # fmt: skip
     p.add_argument("--solvers", help="comma-separated (default: every heuristic policy)")
     p.add_argument("--resume", action="store_true", help="continue DIR/fig4.csv")
     p.add_argument("--overwrite", action="store_true", help="replace DIR/fig4.csv (else refused)")
@@ -139,13 +135,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: pyplot, PIL and fonts; at module level `slackswap --help` took 0.33 s longer
-    from slackswap.analysis import figures as F
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.runner import run_sweep
-    from slackswap.solvers import REGISTRY
-
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     solvers = (
         [REGISTRY.canonical(s.strip()) for s in args.solvers.split(",")] if args.solvers else None

@@ -19,10 +19,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slackswap.analysis import figures as F
 from slackswap.analysis.checks import output_dir
 from slackswap.analysis.facts import Fact, no_plan_reasons, pct, render, span
+from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point
 from slackswap.analysis.progress import add_progress_arguments
+from slackswap.analysis.runner import run_sweep
 from slackswap.console import add_execution_arguments
+from slackswap.solvers import REGISTRY
 
 LINKS_GBPS = (12, 16, 25, 32, 50, 64, 100, 200, 450)
 SEQS = (2048, 4096, 8192, 16384, 32768)
@@ -39,8 +43,6 @@ def fig6_sweep(
     layers: int | None = None,
 ) -> Any:
     """Both sweeps as one; ``layers`` shrinks the models (tests)."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point
 
     extra = {"layers": layers} if layers else {}
     refs = [ref_from_grid_point({"model": "gpt2-xl", "link_bw_GBps": bw, **extra}) for bw in links]
@@ -69,13 +71,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: pyplot, PIL and fonts; at module level `slackswap --help` took 0.33 s longer
-    from slackswap.analysis import figures as F
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.analysis.runner import run_sweep
-    from slackswap.solvers import REGISTRY
-
     solvers = tuple(REGISTRY.canonical(s.strip()) for s in args.solvers.split(",") if s.strip())
     sweep = fig6_sweep(solvers=solvers, layers=args.layers)
     out = output_dir(args.output, "-o", [], overwrite=True)  # a directory we can write in

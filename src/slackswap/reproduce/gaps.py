@@ -15,10 +15,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from slackswap.console import add_hidden_alias, format_table
+from slackswap.console import format_table
 from slackswap.errors import UserError
 from slackswap.plan import Budget, PlanError
 from slackswap.reproduce._batch import add_batch_arguments, run_cases
+from slackswap.solvers import REGISTRY, RunRecord
 
 DEFAULT_MODELS = ("bert-large", "gpt2-xl", "llama-7b", "vgg16")
 DEFAULT_BUDGETS = (0.5, 0.2)
@@ -41,8 +42,6 @@ def certified_gaps(
     The solves run as batch jobs (`run_cases`; ``args`` gives ``--jobs``, ``--backend`` and the
     progress mode, else one after another, silently); searches and exact solvers get
     ``time_limit``, the others none."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import REGISTRY, RunRecord
 
     exact = {name: REGISTRY[name].tags.exact for name in solvers}
     cases = [
@@ -119,14 +118,13 @@ def render(rows: list[dict[str, Any]], solvers: Sequence[str]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    names = p.add_argument(
+    p.add_argument(
         "--instances",
         dest="models",
         default=",".join(DEFAULT_MODELS),
         metavar="NAMES",
         help="catalog names, comma separated",
     )
-    add_hidden_alias(p, "--models", names)  # the old spelling
     p.add_argument(
         "--budgets",
         default=",".join(str(b) for b in DEFAULT_BUDGETS),
@@ -147,9 +145,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import REGISTRY
-
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     solvers = [REGISTRY.canonical(s.strip()) for s in args.solvers.split(",") if s.strip()]
     budgets = []

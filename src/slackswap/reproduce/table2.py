@@ -9,12 +9,18 @@ solver of that name, scored in the one event model.
 from __future__ import annotations
 
 import argparse
+import inspect
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 import slackswap
 from slackswap.console import print_json
 from slackswap.reproduce._batch import add_batch_arguments, run_cases
 from slackswap.reproduce._cells import Cell, print_table
+from slackswap.simulator import simulate
+from slackswap.solvers import REGISTRY, run
 
 BUDGET = 0.4
 REL_TOL, ABS_TOL, SMALL = 0.15, 0.03, 0.2
@@ -58,13 +64,6 @@ def block_times(model: str, block: int | None = None) -> tuple[float, float, flo
 
 def vdnn_why() -> str:
     """Why vDNN's Llama-7B backward stall misses, in the catalog instances' own numbers."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.simulator import simulate
-    from slackswap.solvers import run
 
     g_c, g_f, g_b = block_times("gpt2-xl")
     l_c, l_f, l_b = block_times("llama-7b")
@@ -120,8 +119,6 @@ def vdnn_why() -> str:
 
 def measure(model: str, solver: str) -> tuple[float, float, float, float, float] | None:
     """The toolkit's row, or None when the solver finds no plan at 40%."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import run
 
     return ratios(run(model, BUDGET, solver, find_min_budget=False).to_row())
 
@@ -143,10 +140,6 @@ def ratios(row: dict[str, Any]) -> tuple[float, float, float, float, float] | No
 
 def solver_note(solver: str) -> str:
     """The paragraph of the solver's docstring that states its measured deviations, if any."""
-    import inspect
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import REGISTRY
 
     paras = [
         " ".join(p.split()) for p in (inspect.getdoc(REGISTRY[solver].cls) or "").split("\n\n")
@@ -161,8 +154,6 @@ def solver_note(solver: str) -> str:
 def table2_cells(args: argparse.Namespace | None = None) -> list[Cell]:
     """Every cell; the solves run as batch jobs (``args``: ``--jobs``, progress; see
     `run_cases`)."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers.base import REGISTRY
 
     rows = run_cases(
         [(model, BUDGET, solver, None) for model, solver in PAPER], args=args, desc="table2"

@@ -15,13 +15,19 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from slackswap.console import format_table, print_json
 from slackswap.instances.catalog import load
 from slackswap.plan import Budget
 from slackswap.reproduce._batch import add_batch_arguments, run_cases
 from slackswap.reproduce._cells import Cell, print_table
+from slackswap.simulator import simulate
+from slackswap.solvers import REGISTRY, run
+from slackswap.solvers.deadline import Deadline
 
 TOLERANCE_POINTS = 2.5
 PLAN_TARGET_MS = 10.0
@@ -84,9 +90,6 @@ WHY = {
 def plan_ms(model: str, frac: float, repeats: int) -> float:
     """Median CPU time (ms) of the thread running SlackSwap's solve (all repair rounds), after
     one warm-up: on a shared machine wall time also counts other processes' turns."""
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.solvers import REGISTRY
-    from slackswap.solvers.deadline import Deadline
 
     inst = load(model)
     solver = REGISTRY["slackswap"].make()
@@ -144,13 +147,6 @@ def _plan_why() -> str:
 
 def explain_barriers() -> list[dict[str, Any]]:
     """SlackSwap's plan under barriers with op_layer = block (the models) and = every operator."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    # lazy: would add numba + scipy (~1.4 s) to this module's import
-    from slackswap.simulator import simulate
-    from slackswap.solvers import run
 
     out = []
     for (model, frac), paper in PAPER.items():

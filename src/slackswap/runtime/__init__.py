@@ -80,7 +80,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slackswap.console import format_bytes
-from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP, Budget, Plan, PlanError
 from slackswap.runtime.policy import runtime_policy
@@ -162,16 +161,16 @@ def __getattr__(name: str) -> Any:
         return execution_modes()
     # lazy (each below): the module imports torch, an optional dependency
     if name == "StepMismatchError":
-        from slackswap.runtime.executor import StepMismatchError
+        from slackswap.runtime.executor import StepMismatchError  # lazy: imports torch
 
         return StepMismatchError
     if name in ("prepare", "PlannedStep", "ShapeChangeError"):
         require_torch()  # one line saying how to install the extra, not an ImportError
-        from slackswap.runtime import training
+        from slackswap.runtime import training  # lazy: imports torch
 
         return getattr(training, name)
     if name == "StorageTracker":
-        from slackswap.runtime.memory import StorageTracker
+        from slackswap.runtime.memory import StorageTracker  # lazy: imports torch
 
         return StorageTracker
     raise AttributeError(f"module 'slackswap.runtime' has no attribute {name!r}")
@@ -353,6 +352,3 @@ def _retained(stats: RunStats) -> str:
         f"({format_bytes(stats.retained_bytes)}) when the step ended (backward(retain_graph="
         "True) keeps each until the graph goes; the plan frees it after its last reader)"
     )
-
-
-_ = UserError

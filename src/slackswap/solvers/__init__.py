@@ -2,8 +2,10 @@
 
 The package is grouped by family: ``planner/`` (SlackSwap and its passes), ``exact/`` (the LP,
 MILP and CP-SAT solvers, their bounds and searches), ``genetic/`` (the genetic search) and
-``baselines/`` (the published policies). `base` holds the contract and the registry, `running`
-the `run` that wraps every solve.
+``baselines/`` (the published policies). `base` holds the contract, `registry` the solvers by
+name (with `options`, the checks of their options, and `display`, their look in figures),
+`running` the `run` that wraps every solve. A plug-in imports what it needs from here:
+``from slackswap.solvers import Display, Solver, Tags, register``.
 
 ``REGISTRY`` fills itself on first use: it imports the built-in modules in `SOLVER_MODULES`
 (their order is the order ``slackswap solvers`` lists), then every other public module of this
@@ -20,15 +22,9 @@ from __future__ import annotations
 import importlib
 
 from slackswap import interrupts, plugins
-from slackswap.solvers.base import (
-    REGISTRY,
-    Solution,
-    Solver,
-    Status,
-    Tags,
-    describe_solvers,
-    register,
-)
+from slackswap.solvers.base import Solution, Solver, Status, Tags
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import REGISTRY, describe_solvers, register
 from slackswap.solvers.running import RunRecord, run, solve
 
 SOLVER_MODULES = (
@@ -56,7 +52,11 @@ def load_solver_modules() -> None:
         interrupts.window("registry")  # the OR-Tools import comes next (a test may sleep here)
         for name in SOLVER_MODULES:
             importlib.import_module(name)
-        plugins.import_modules(__name__, skip={"base", "running"}, recurse=True)
+        plugins.import_modules(
+            __name__,
+            skip={"base", "running", "registry", "options", "display", "deadline"},
+            recurse=True,
+        )
         _loaded = True
     plugins.load_group(plugins.SOLVERS, REGISTRY.registered_names)
 
@@ -66,6 +66,7 @@ REGISTRY.loader = load_solver_modules
 
 __all__ = [
     "REGISTRY",
+    "Display",
     "RunRecord",
     "Solution",
     "Solver",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from slackswap.errors import UserError
-from slackswap.solvers.base import REGISTRY
+from slackswap.solvers.registry import REGISTRY
 
 
 def solver_names(value: str | Iterable[str]) -> tuple[str, ...]:
@@ -32,9 +32,7 @@ def check_solver_names(
         if name == owner:
             raise UserError(f"{where}: {name!r} cannot use its own plans")
         if name not in REGISTRY:
-            raise UserError(
-                f"{where}: unknown solver {name!r} (registered: {', '.join(REGISTRY.names())})"
-            )
+            raise UserError(f"{where}: {REGISTRY.unknown(name)}")
         tags = REGISTRY[name].tags
         if static_only and (not tags.static_plan or tags.uses_time_limit):
             raise UserError(

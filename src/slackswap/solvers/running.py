@@ -1,13 +1,14 @@
 """`run`: solve one case, time it and score its plan in the simulator, as a flat `RunRecord`.
 
 Solvers never time or score themselves: `run` starts the solve's `Deadline` from the time
-limit (less the solver's ``margin``), calls the solver's ``solve`` with it, simulates the plan and returns one row with provenance. An exception inside a solver
+limit (less the solver's ``margin``), calls ``solve`` on a copy of the solver with it, simulates the plan and returns one row with provenance. An exception inside a solver
 becomes an ``error`` record, never a crash. `smallest_feasible_budget` bisects the budget of an
 infeasible case for the smallest one the solver fits.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import numbers
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from slackswap import __version__, rowschema
-from slackswap.errors import MAX_SECONDS, MAX_SEED, ArgumentError, ArgumentTypeError
+from slackswap.errors import MAX_SECONDS, MAX_SEED, ArgumentError, ArgumentTypeError, UserError
 from slackswap.instance import Instance
 from slackswap.instances.catalog import load
 from slackswap.plan import Budget, Plan
 from slackswap.simulator import SimResult, simulate
-from slackswap.solvers.base import REGISTRY, Solution, Solver, Status
+from slackswap.solvers.base import Solution, Solver, Status
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.registry import REGISTRY
 
 #: A solver that overruns its time limit by more than this share is reported as a timeout.
 TIME_LIMIT_SLACK = 0.10
@@ -110,7 +112,10 @@ def run(
         solver_obj = entry.make(**(options or {}))
         label = entry.label(options or {})
     else:
-        solver_obj, label = solver, repr(solver)
+        # pymoo's rule: the solve works on a copy, so a solver object that keeps state (a cache,
+        # a counter) never changes the caller's object nor, through it, the next run's result
+        solver_obj, label = _copy_of(solver), repr(solver)
+        _checked_options(solver_obj, label)
     budget_bytes = bud.bytes_for(inst)
     base: dict[str, Any] = dict(
         instance=inst.name,
@@ -239,8 +244,8 @@ def smallest_feasible_budget(
 
     def fits(nbytes: int) -> bool:
         b = Budget.bytes(nbytes)
-        try:
-            out = solver.solve(instance, b, deadline=Deadline.never(), seed=seed)
+        try:  # each probe on a fresh copy, as `run`'s own solve: no probe sees another's state
+            out = _copy_of(solver).solve(instance, b, deadline=Deadline.never(), seed=seed)
         except Exception:
             return False
         plan = out.plan if isinstance(out, Solution) else out
@@ -259,6 +264,32 @@ def smallest_feasible_budget(
         else:
             lo = mid
     return hi
+
+
+def _copy_of(solver: Solver) -> Solver:
+    """A deep copy of ``solver`` for one solve; a solver that cannot be copied is the caller's
+    error (`ArgumentTypeError`), named before any work."""
+    try:
+        return copy.deepcopy(solver)
+    except Exception as exc:  # noqa: BLE001 - whatever deepcopy raises, the one line says why
+        raise ArgumentTypeError(
+            f"solver {solver!r}: cannot be copied ({type(exc).__name__}: {exc}); run() solves "
+            "on a copy, so a solver's attributes must be options that deepcopy can copy"
+        ) from None
+
+
+def _checked_options(solver: Solver, label: str) -> None:
+    """`Solver.check_options` before the clock starts: a bad value is the caller's error (one
+    line, exit 2 at the CLI), not an ``error`` row after the run."""
+    check = getattr(solver, "check_options", None)  # a duck-typed solver may not have it
+    if check is None:
+        return
+    try:
+        check()
+    except UserError:
+        raise
+    except ValueError as exc:
+        raise ArgumentError(f"solver {label}: {exc}") from None
 
 
 def _check_arguments(instance: Any, solver: Any, time_limit: Any, seed: Any) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from slackswap.console import format_bytes
 from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
-from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.baselines._common import checkpoint_actions, checkpointable_blocks, probe
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import register
 
 
 @register(

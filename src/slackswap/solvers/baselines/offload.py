@@ -6,13 +6,15 @@ import numpy as np
 
 from slackswap.instance import Instance
 from slackswap.plan import SWAP, Budget, Plan
-from slackswap.solvers.base import Display, Solver, Tags, register
+from slackswap.solvers.base import Solver, Tags
 from slackswap.solvers.baselines._common import (
     block_input_tensors,
     checkpoint_actions,
     checkpointable_blocks,
 )
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import register
 
 
 def offload_actions(instance: Instance, *, keep_last: int) -> np.ndarray:

@@ -6,9 +6,11 @@ import numpy as np
 
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP, Budget, Plan
-from slackswap.solvers.base import Display, Solver, Tags, register
+from slackswap.solvers.base import Solver, Tags
 from slackswap.solvers.baselines._common import category_mask
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import register
 
 #: Outputs of cheap layers (LayerNorm / RMSNorm, GeLU / SwiGLU, dropout masks): recomputed.
 RECOMPUTED = ("elementwise", "dropout_mask")

@@ -7,8 +7,10 @@ import numpy as np
 from slackswap.console import format_bytes
 from slackswap.instance import Instance
 from slackswap.plan import SWAP, Budget, Plan
-from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import register
 
 
 def belady_swaps(instance: Instance, budget_bytes: int) -> tuple[np.ndarray, int]:

@@ -6,9 +6,11 @@ import numpy as np
 
 from slackswap.instance import Instance
 from slackswap.plan import SWAP, Budget, Plan
-from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.baselines._common import check_choice, probe
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.display import Display
+from slackswap.solvers.registry import register
 
 POLICIES = ("dynamic", "none", "conv", "all")
 

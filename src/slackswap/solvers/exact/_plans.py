@@ -13,8 +13,9 @@ import numpy as np
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget
 from slackswap.simulator import SimResult, simulate, simulate_many
-from slackswap.solvers.base import REGISTRY, Solution
+from slackswap.solvers.base import Solution
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.registry import REGISTRY
 
 #: Instances with at most this many tensors get the whole pair neighbourhood in local search.
 FULL_PAIRS = 40

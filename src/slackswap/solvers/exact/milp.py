@@ -38,8 +38,9 @@ from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
-from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.deadline import MARGIN, Deadline
+from slackswap.solvers.display import Display
 from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers.exact._guided import search_from_relaxation
 from slackswap.solvers.exact._lp import BoundProgram
@@ -50,6 +51,7 @@ from slackswap.solvers.exact._plans import (
     labelled,
     round_candidates,
 )
+from slackswap.solvers.registry import register
 
 
 @register("milp", display=Display(colour="#393b79", marker=">", order=13))
@@ -73,21 +75,26 @@ class Milp(Solver):
         like the others; ``info["found_by"]`` says ``hint:SOLVER`` when it wins): default
         ``slackswap``, ``none`` for no hint."""
         self.integral = integral
-        # One registered solver by name (or "none"), never looked up by what is registered:
-        # a new solver changes no exact solver's starts. Checked here, so a misspelt hint is
-        # the user's error rather than a start silently missing.
-        hints = solver_names(hint)
-        if len(hints) > 1:
-            raise UserError(f"solver {self.key!r} option hint: one solver or none, got {hint!r}")
-        check_solver_names(self.key, "hint", hints, static_only=False)
         self.hint = hint
         self.search = search
         self.max_evaluations = max_evaluations
         self.default_time_limit = default_time_limit
 
+    def check_options(self) -> None:
+        # One registered solver by name (or "none"), never looked up by what is registered:
+        # a new solver changes no exact solver's starts. A misspelt hint is the user's error
+        # rather than a start silently missing.
+        hints = solver_names(self.hint)
+        if len(hints) > 1:
+            raise UserError(
+                f"solver {self.key!r} option hint: one solver or none, got {self.hint!r}"
+            )
+        check_solver_names(self.key, "hint", hints, static_only=False)
+
     def solve(
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
+        self.check_options()
         limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
         deadline = deadline.or_limit(limit)
         M = budget.bytes_for(instance)

@@ -78,10 +78,12 @@ from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
 from slackswap.simulator import score_many
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
-from slackswap.solvers.base import REGISTRY, Display, Solution, Solver, Tags, register
+from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.display import Display
 from slackswap.solvers.genetic._repair import Repair
 from slackswap.solvers.genetic._search import SearchConfig, SearchResult, search
+from slackswap.solvers.registry import REGISTRY, register
 
 #: How far (relative) above the ideal step a simulated step still counts as reaching it: the
 #: simulator sums the same operator times in another order.
@@ -259,11 +261,8 @@ class GeneticSearch(Solver):
         self.runtime = runtime
         self.n_jobs = n_jobs
         self.processes = processes
-        # Checked here too, so a bad option is the user's error (CLI: one line, exit 2) before
-        # any run starts, not an error record after it.
-        self._check()
 
-    def _check(self) -> None:
+    def check_options(self) -> None:
         check_solver_names(
             self.key, "seed_solvers", solver_names(self.seed_solvers), static_only=True
         )
@@ -307,7 +306,7 @@ class GeneticSearch(Solver):
     def solve(
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
-        self._check()
+        self.check_options()
         n = instance.n_tensors
         seed_names = solver_names(self.seed_solvers)
         seeds = (

@@ -69,10 +69,12 @@ from slackswap.instance import BACKWARD, Instance
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.simulator import simulate
 from slackswap.simulator.result import COMPUTE_KINDS
-from slackswap.solvers.base import Display, Solution, Solver, Tags, register
+from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.display import Display
 from slackswap.solvers.planner._memory import need_ops, static_arrays
 from slackswap.solvers.planner._passes import PassResult, plan_passes
+from slackswap.solvers.registry import register
 
 if TYPE_CHECKING:
     from slackswap.simulator import SimResult
@@ -147,17 +149,16 @@ class SlackSwap(Solver):
         self.oversubscribe = oversubscribe
         self.op_waits = op_waits
         self.memory_branch = memory_branch
-        # Checked here too, so a bad option is refused before any run (CLI: one line, exit 2),
-        # not an error row after it.
-        if order not in ORDERS:
-            raise ArgumentError(f"order must be 'rho' or 'production', got {order!r}")
+
+    def check_options(self) -> None:
+        if self.order not in ORDERS:
+            raise ArgumentError(f"order must be 'rho' or 'production', got {self.order!r}")
 
     # ---------------------------------------------------------------------------------------
     def solve(
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Plan | Solution:
-        if self.order not in ORDERS:
-            raise ValueError(f"order={self.order!r}: expected 'rho' or 'production'")
+        self.check_options()
         m_bytes = budget.bytes_for(instance)
         if m_bytes >= instance.peak_bytes:
             return Plan.keep_all(instance, self.runtime)
