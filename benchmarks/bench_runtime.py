@@ -1,7 +1,7 @@
 """The training path (`slackswap.runtime.prepare`) against PyTorch's own tools, CPU and GPU.
 
 CPU half, for the tests' GPT (with dropout), PyTorch's ``nn.TransformerEncoder`` and a CNN with
-batch-norm (`tests/profiling_factories.py`, at the sizes below): the median wall time of one
+batch-norm (`tests/support/profiling_factories.py`, at the sizes below): the median wall time of one
 forward and backward (``--repeat`` steps, after the plan's checked first step and one warm-up)
 unplanned; under the training path with a keep-all plan; ``torch.autograd.graph.save_on_cpu``
 and the training path with every saved tensor swapped; ``torch.utils.checkpoint`` (non-reentrant)
@@ -56,7 +56,7 @@ from slackswap.runtime.training import fast as fast_module  # noqa: E402
 from slackswap.runtime.training.fast import FastStep  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 
 class Case:

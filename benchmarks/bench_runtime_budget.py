@@ -1,6 +1,6 @@
 """Measured peak against budget and simulated peak, per plan, on the tests' small models (CPU).
 
-For each case (factory of ``tests/profiling_factories.py``, solver, budget): profile the step,
+For each case (factory of ``tests/support/profiling_factories.py``, solver, budget): profile the step,
 solve, run it under the plan (`slackswap.runtime.measure.run_step`, the replayed copy schedule on
 CPU) and print a Markdown row: budget, simulated peak, the tracker's measured peak, how far the
 measured peak is above the budget, and the operator where measured and simulated differ most.
@@ -21,7 +21,7 @@ from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import BudgetWarning  # noqa: E402
 from slackswap.runtime.measure import run_step, simulated_op_peaks, where_they_differ  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 CASES = (
     ("gpt2", "slackswap", "35%"),

@@ -29,7 +29,7 @@ from slackswap.runtime.measure import (  # noqa: E402
     train_difference,
     train_steps,
 )
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 MODELS = ("resnet", "lstm_deep", "gru", "checkpoint_reentrant")
 

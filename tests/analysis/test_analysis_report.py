@@ -15,7 +15,7 @@ from slackswap.analysis.report import write_report
 from slackswap.analysis.results import ResultsWriter
 from slackswap.analysis.runner import run_sweep
 from slackswap.cli import main
-from tests.analysis_toys import ToyKeep, ToyRecompute, registered
+from tests.support.analysis_toys import ToyKeep, ToyRecompute, registered
 
 FIGURES = (
     "throughput_vs_budget", "time_breakdown", "gap_heatmap", "plan_time_vs_size",

@@ -12,7 +12,7 @@ from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point, ref_
 from slackswap.analysis.results import TIMING_COLUMNS, read_results
 from slackswap.analysis.runner import run_sweep
 from slackswap.instances.catalog import build_model
-from tests.analysis_toys import ToyBoom, ToyKeep, ToyRecompute, ToySleep
+from tests.support.analysis_toys import ToyBoom, ToyKeep, ToyRecompute, ToySleep
 
 
 def small_sweep(**kw) -> Sweep:

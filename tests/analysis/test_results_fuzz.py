@@ -22,7 +22,7 @@ from slackswap.analysis.results import read_results
 from slackswap.cli import main
 from slackswap.errors import UserError
 from slackswap.rowschema import COLUMNS, FLOAT_COLUMNS
-from tests.userinput import refused
+from tests.support.userinput import refused
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from slackswap.analysis.sweepfile import load_sweep
 from slackswap.errors import UserError
 from slackswap.userdoc import MAX_YAML_NODES, parse_yaml
-from tests.userinput import refused
+from tests.support.userinput import refused
 
 
 def laughs(levels: int = 9, fan: int = 9) -> str:

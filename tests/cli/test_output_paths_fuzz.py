@@ -22,7 +22,7 @@ import slackswap
 from slackswap.analysis import checks
 from slackswap.errors import UserError
 from slackswap.textfile import check_output_path, write_output
-from tests.userinput import is_char_device, null_device, refused
+from tests.support.userinput import is_char_device, null_device, refused
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from slackswap.errors import UserError
 from slackswap.plan import Plan, PlanError
 from slackswap.textfile import MAX_INPUT_BYTES
 from slackswap.userdoc import MAX_DEPTH, json_depth, parse_option_value
-from tests.userinput import refused
+from tests.support.userinput import refused
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import slackswap
 from slackswap.errors import UserError
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan, PlanError
-from tests.simhelpers import chain
+from tests.support.simhelpers import chain
 
 
 def test_actions_are_read_only_int8_and_copied() -> None:

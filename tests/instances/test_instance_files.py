@@ -16,7 +16,7 @@ import slackswap
 from slackswap.errors import InstanceError
 from slackswap.instance import LINK_GUARD
 from slackswap.instances.format import instance_to_dict, load_instance
-from tests.strategies import small_instances
+from tests.support.strategies import small_instances
 
 
 def _write(tmp_path: Path, d: object, name: str = "bad.json") -> Path:

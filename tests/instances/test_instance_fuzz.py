@@ -1,7 +1,7 @@
 """Fuzzed instance files: each is refused with one `InstanceError` line, or it loads and every
 solver returns a finite or infeasible record within its time limit (never a crash or a hang).
 
-The mutations (`tests.instance_mutations`) start from a 1-layer GPT-2 XL instance (32 operators,
+The mutations (`tests.support.instance_mutations`) start from a 1-layer GPT-2 XL instance (32 operators,
 14 saved tensors), so a loaded file solves in milliseconds. `compare` has no default solver set
 (``--solvers`` is required), so the set is the registry: each loaded file runs every solver that
 does not search for its whole time limit, plus one drawn search or exact solver (milp, cpsat, ga,
@@ -26,7 +26,7 @@ from slackswap.instance import Instance
 from slackswap.instances.format import instance_to_dict, load_instance
 from slackswap.solvers import REGISTRY, Status, run
 from slackswap.solvers.running import TIME_LIMIT_SLACK
-from tests.instance_mutations import mutated_files
+from tests.support.instance_mutations import mutated_files
 
 TIME_LIMIT_S = 0.5  # per solve; searches use all of it, the heuristics milliseconds
 SCHEDULING_NOISE_S = 2.0

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.instance_mutations import ODD_VALUES, _odd_value, scaled
+from tests.support.instance_mutations import ODD_VALUES, _odd_value, scaled
 
 MUTABLE_ODD_VALUES = [v for v in ODD_VALUES if isinstance(v, list | dict)]
 

@@ -23,7 +23,7 @@ from slackswap.errors import UserError  # noqa: E402
 from slackswap.models.transformer import TransformerConfig, build_transformer  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.profiling.step import ProfileError  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

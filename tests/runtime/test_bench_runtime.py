@@ -17,7 +17,7 @@ if os.environ.get("CI"):
 else:
     torch = pytest.importorskip("torch")
 
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 
 def _bench() -> ModuleType:

@@ -25,7 +25,7 @@ from slackswap.runtime.measure import (  # noqa: E402
 )
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import REGISTRY, run  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -28,11 +28,11 @@ from slackswap.runtime import BudgetWarning, HeldTensorWarning, apply  # noqa: E
 from slackswap.runtime.measure import run_step, simulated_op_peaks  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-FACTORIES = Path(__file__).parent.parent / "profiling_factories.py"
+FACTORIES = Path(__file__).parent.parent / "support" / "profiling_factories.py"
 
 
 @pytest.fixture(scope="module")

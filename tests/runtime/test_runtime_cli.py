@@ -21,7 +21,7 @@ from slackswap.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-FACTORIES = Path(__file__).parent.parent / "profiling_factories.py"
+FACTORIES = Path(__file__).parent.parent / "support" / "profiling_factories.py"
 EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "models.py"
 GPT = f"{FACTORIES}:gpt_dropout"
 KEYS = {

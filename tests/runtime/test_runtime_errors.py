@@ -22,7 +22,7 @@ from slackswap.errors import UserError  # noqa: E402
 from slackswap.plan import SWAP, Plan, PlanError  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime.measure import bitwise_equal, run_step  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

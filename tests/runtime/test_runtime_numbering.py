@@ -19,7 +19,7 @@ from slackswap.profiling import step as step_module  # noqa: E402
 from slackswap.profiling.recorder import Recorder  # noqa: E402
 from slackswap.runtime import apply  # noqa: E402
 from slackswap.runtime.executor import PlanExecutor  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 
 def test_the_executor_is_no_recorder() -> None:

@@ -27,11 +27,11 @@ from slackswap.runtime.measure import (  # noqa: E402
 )
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import REGISTRY, run  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-FACTORIES = Path(__file__).parent.parent / "profiling_factories.py"
+FACTORIES = Path(__file__).parent.parent / "support" / "profiling_factories.py"
 
 
 def _made(name: str):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from slackswap.errors import UserError
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.simulator import RUNTIMES, simulate, simulate_many
 from slackswap.simulator.chrome_trace import LANES, trace_events, write_chrome_trace
-from tests.simhelpers import MS, chain
+from tests.support.simhelpers import MS, chain
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_sync_copies_block_compute() -> None:
 
 def test_rebuild_chain_runs_inputs_first() -> None:
     from slackswap.models.graph import GraphBuilder
-    from tests.simhelpers import HW
+    from tests.support.simhelpers import HW
 
     g = GraphBuilder("rebuild-chain", HW)
     g.op("f0", block=0, kind="memory", duration_s=1 * MS)
@@ -167,7 +167,7 @@ def test_rebuild_chain_runs_inputs_first() -> None:
 
 def test_deadlock_rule_admits_without_look_ahead() -> None:
     from slackswap.models.graph import GraphBuilder
-    from tests.simhelpers import HW
+    from tests.support.simhelpers import HW
 
     # b0 needs a; the next ops' transients make the look-ahead refuse a forever.
     g = GraphBuilder("deadlock", HW)

@@ -16,7 +16,7 @@ from slackswap.plan import RECOMP, SWAP
 from slackswap.simulator import kernel as K
 from slackswap.simulator.policies import get_runtime
 from slackswap.simulator.static import Static, static_for
-from tests.simhelpers import chain
+from tests.support.simhelpers import chain
 
 LIMIT_S = 20.0  # a run takes microseconds; past this the kernel is taken to hang
 

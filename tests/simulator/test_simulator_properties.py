@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.simulator import RUNTIMES, simulate, simulate_many
-from tests.simhelpers import random_instance
+from tests.support.simhelpers import random_instance
 
 KERNEL_RUNTIMES = ["barrier-free", "barriers", "layer-prefetch", "sync"]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,7 +25,7 @@ from slackswap.simulator import (
     simulate_many,
 )
 from slackswap.simulator import policies as registry
-from tests.simhelpers import HW, MS, chain
+from tests.support.simhelpers import HW, MS, chain
 
 KERNEL = ("barrier-free", "barriers", "layer-prefetch", "sync")
 

@@ -7,7 +7,7 @@ from slackswap.instance import Instance
 from slackswap.models.graph import GraphBuilder
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan
 from slackswap.simulator import simulate
-from tests.simhelpers import HW, MS, chain, eviction_case
+from tests.support.simhelpers import HW, MS, chain, eviction_case
 
 
 def approx(x: float) -> object:

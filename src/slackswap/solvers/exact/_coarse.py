@@ -20,7 +20,7 @@ at a kept operator, and each row is one of three kinds:
   deadlines j' > a of W_j' + bw S_j'`` (prefetch deadlines: ``amount_a + bw start_a <= U_a``);
   ``H_c = max over kept sources a < c of amount_a + bw start_a - bmax_a`` (refetches:
   ``H_c <= X_c + bw S_c``). A point of the full LP, with V, U, H set to those extremes,
-  satisfies every row (`embed` does exactly this; ``tests/solvers/test_exact_coarse.py`` checks it on
+  satisfies every row (`embed` does exactly this; ``tests/solvers/exact/test_exact_coarse.py`` checks it on
   simulated runs and compares the two optima).
 
 Dropping the other operators' rows only lowers the optimum. On the repeated-layer catalog models

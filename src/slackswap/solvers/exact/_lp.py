@@ -18,7 +18,7 @@ Variables (bytes scaled by P, seconds by the ideal step, so coefficients are O(1
 - running sums (``Q``, ``L``, ``Rb``, ``W``, ``G``, ``R``) that keep every row sparse.
 
 Constraints, each true of every feasible simulator run (the embedding in `embed_run` and the
-test ``tests/solvers/test_exact_validity.py`` execute that argument):
+test ``tests/solvers/exact/test_exact_validity.py`` execute that argument):
 
 1. memory at the start of every operator, both passes: tensors between producer and last
    forward reader are resident whatever the action; after that, keep and swap tensors stay

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from slackswap.instance import Hardware, Instance
 from slackswap.models.graph import GraphBuilder
 from slackswap.simulator.policies.lru import build_steps, simulate_lru
-from tests.strategies import small_instances
+from tests.support.strategies import small_instances
 
 KEEP, SWAP, RECOMP = 0, 1, 2
 

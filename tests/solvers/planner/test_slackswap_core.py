@@ -15,7 +15,7 @@ from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.solvers.planner._linkcheck import link_schedule
 from slackswap.solvers.planner._memory import memory_profile, static_arrays, static_profile
 from slackswap.solvers.planner._passes import candidate_order, plan_passes
-from tests.strategies import small_instances
+from tests.support.strategies import small_instances
 
 GB = 10**9
 HW = Hardware(gpu="test", link="test", link_bw_Bps=1e9, copy_latency_s=0.0)

@@ -18,7 +18,7 @@ from slackswap.instances.catalog import build_model
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic._repair import Repair, static_profile
 from slackswap.solvers.genetic._search import SearchConfig, deap_random, search
-from tests.strategies import small_instances
+from tests.support.strategies import small_instances
 
 N_GENES = 40
 TARGET = np.random.default_rng(7).choice(3, N_GENES, p=[0.45, 0.1, 0.45]).astype(np.int8)

@@ -18,9 +18,9 @@ from slackswap.solvers import Status, run
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._coarse import CoarseBound, select_ops
 from slackswap.solvers.exact._lp import BoundProgram
-from tests.exact_helpers import brute_force, mini_layer, small_catalog_instances
-from tests.solvers.test_exact_validity import random_plan, tight_budget
-from tests.strategies import small_instances
+from tests.solvers.exact.test_exact_validity import random_plan, tight_budget
+from tests.support.exact_helpers import brute_force, mini_layer, small_catalog_instances
+from tests.support.strategies import small_instances
 
 
 def kept_subsets(model: BoundProgram, rng: np.random.Generator) -> list[np.ndarray]:

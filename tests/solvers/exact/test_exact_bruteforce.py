@@ -17,8 +17,8 @@ from slackswap.instance import Instance
 from slackswap.instances.catalog import build_model
 from slackswap.plan import Budget
 from slackswap.solvers import Status, run
-from tests.exact_helpers import brute_force, mini_layer
-from tests.strategies import small_instances
+from tests.support.exact_helpers import brute_force, mini_layer
+from tests.support.strategies import small_instances
 
 SECONDS = 2.0  # time limit per exact solve on a tiny instance
 
@@ -81,7 +81,7 @@ def test_cpsat_proves_an_ideal_plan_optimal() -> None:
 
 
 def test_brute_force_helper_counts_recompute_only_where_possible() -> None:
-    from tests.exact_helpers import all_plans
+    from tests.support.exact_helpers import all_plans
 
     inst = mini_layer()
     plans = all_plans(inst)

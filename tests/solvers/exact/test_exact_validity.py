@@ -18,8 +18,8 @@ from slackswap.plan import Budget
 from slackswap.simulator import simulate, simulate_many
 from slackswap.solvers.exact._cp import CpPlanProgram
 from slackswap.solvers.exact._lp import BoundProgram
-from tests.exact_helpers import small_catalog_instances
-from tests.strategies import small_instances
+from tests.support.exact_helpers import small_catalog_instances
+from tests.support.strategies import small_instances
 
 
 def random_plan(inst: Instance, rng: np.random.Generator) -> np.ndarray:

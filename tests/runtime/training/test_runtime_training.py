@@ -22,7 +22,7 @@ from slackswap.runtime.policy import runtime_policy  # noqa: E402
 from slackswap.simulator import policies  # noqa: E402
 from slackswap.simulator.policies import ExecutionMode, RuntimeSpec  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
