@@ -72,12 +72,26 @@ def test_failed_jobs_are_reported(capsys) -> None:
 
 
 def test_a_job_that_returns_a_plan_is_no_failure_and_failures_are_named(capsys) -> None:
-    # A search out of time with its best plan has status timeout, and a plan: not a failure.
+    # A search out of time with its best plan is feasible, stopped by the time limit, and its
+    # reason says so: not a failure, and never `timeout` (that is a run with no plan).
     argv = ["compare", "vgg16", "--budgets", "1", "--solvers", "toy-out-of-time,toy-boom",
             "--time-limit", "1", "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert [line.split()[4] for line in captured.out.splitlines()[2:]] == ["timeout", "error"]
+    table = captured.out.split("\n\n")[0].splitlines()[2:]
+    assert [line.split()[4:7] for line in table] == [
+        ["feasible", "time", "limit"],
+        ["error", "error", "-"],
+    ]
+    summary = [line for line in captured.out.splitlines() if line.startswith("best: ")]
+    assert (
+        summary
+        == [
+            "best: vgg16 at 100% of P: toy-out-of-time "
+            + summary[0].split("toy-out-of-time ", 1)[1]
+        ]
+        and "above the best lower bound (the ideal step)" in summary[0]
+    )
     err = captured.err.splitlines()
     at = err.index("slackswap: 1 of 2 jobs failed:")
     assert err[at + 1].startswith("  vgg16 100% toy-boom: error: RuntimeError: toy solver failure")

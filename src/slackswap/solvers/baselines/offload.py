@@ -55,7 +55,7 @@ class OffloadSync(_CheckpointOffload):
     """
 
     key = "offload-sync"
-    tags = Tags(deterministic=True)
+    tags = Tags(deterministic=True, uses_seed=False)
     runtime = "sync"
     keep_last = 0
 
@@ -72,6 +72,6 @@ class OffloadOverlap(_CheckpointOffload):
     """
 
     key = "offload-overlap"
-    tags = Tags(deterministic=True)
+    tags = Tags(deterministic=True, uses_seed=False)
     runtime = "layer-prefetch"
     keep_last = 1
