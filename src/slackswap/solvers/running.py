@@ -187,8 +187,9 @@ def run(
         evaluations=sol.evaluations,
     )
     overran = time_limit is not None and plan_s > time_limit * (1 + TIME_LIMIT_SLACK)
-    timed_out = sol.timed_out or overran
-    stopped_by = _stopped_by(sol, solver_obj, timed_out)
+    stopped_by = _stopped_by(sol, solver_obj, sol.timed_out or overran)
+    # the clock ended the run (a search says so by its stop rule): without a plan, a timeout
+    timed_out = stopped_by == "time limit"
     if sol.plan is None or sim is None:
         status = Status.TIMEOUT if timed_out and not sol.proven_infeasible else Status.INFEASIBLE
         fields["reason"] = str(sol.info.get("reason", "the solver found no plan"))
