@@ -138,11 +138,12 @@ def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
             s = sub[sub["solver"] == solver].sort_values("budget_fraction")
             if s.empty:
                 continue
-            x = 100 * s["budget_fraction"]
-            ax.errorbar(x, 100 * s["throughput"], yerr=100 * s["throughput_std"].fillna(0),
-                         label=solver, capsize=3, **st)  # fmt: skip
-            gx.errorbar(x, 100 * s["gap"], yerr=100 * s["gap_std"].fillna(0), label=solver,
+            x = 100 * s["budget_fraction"].to_numpy(float)
+
+            ax.errorbar(x, _pct(s, "throughput"), yerr=_pct(s, "throughput_std"), label=solver,
                         capsize=3, **st)  # fmt: skip
+            gx.errorbar(x, _pct(s, "gap"), yerr=_pct(s, "gap_std"), label=solver, capsize=3,
+                        **st)  # fmt: skip
         ax.set_title(f"{inst}: throughput", fontsize="medium")
         ax.set_ylabel("throughput (% of ideal)")
         gx.set_title(f"{inst}: gap to the fastest plan found", fontsize="medium")
@@ -158,6 +159,11 @@ def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
     spread = f"; mean and std over {seeds} seeds" if seeds > 1 else ""
     fig.suptitle(title or f"Throughput against memory budget (missing points: no plan{spread})")
     return fig
+
+
+def _pct(rows: pd.DataFrame, col: str) -> np.ndarray:
+    """A fraction column in percent as floats (a missing spread: none drawn)."""
+    return 100 * rows[col].astype("float64").fillna(0).to_numpy(float)
 
 
 def nearest_budget(df: pd.DataFrame, budget: float) -> float:

@@ -3,7 +3,7 @@
 Colours are the Okabe-Ito palette (black first, its yellow left out: too pale on white) then
 Paul Tol's muted colours; a solver's style is its place in the figure's solver list (the
 registry's display order, `solver_order`), so every figure of one report draws a solver alike.
-Past the 12 colours the line style changes, so 48 solvers stay apart. Lines that coincide stay
+Past the 12 colours the line style changes and the 13 markers shift against the colours. Lines that coincide stay
 visible: the first solver is drawn widest with the largest markers at the bottom and each next
 one thinner on top, so a tie shows as a thin line inside a wider one of another colour.
 """
@@ -19,7 +19,9 @@ PALETTE = (
     "#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7",
     "#882255", "#999933", "#44AA99", "#332288", "#AA4499",
 )  # fmt: skip
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "<", ">", "p", "*")
+#: One more marker than colours: colour and marker together repeat only after 156 solvers, so
+#: points drawn without a line (where the line style cannot show) stay apart too.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "<", ">", "p", "*", "d")
 LINESTYLES = ("-", "--", "-.", ":")
 
 
