@@ -60,8 +60,7 @@ def test_a_plan_at_the_time_limit_is_feasible_not_timeout(inst) -> None:  # type
     assert best.reason.startswith("optimal: ")
     plain = run(inst, 1.0, ToyKeep())
     assert plain.status is Status.FEASIBLE and plain.stopped_by == "finished" and not plain.reason
-    for rec in (rec, none, best, plain):
-        assert rec.stopped_by in STOPPED_BY
+    assert all(r.stopped_by in STOPPED_BY for r in (rec, none, best, plain))
 
 
 def test_every_row_that_is_not_plainly_feasible_says_why(inst) -> None:  # type: ignore[no-untyped-def]

@@ -105,9 +105,9 @@ class Display:
     """How figures and reports show a solver: its registry entry carries this, so a new solver
     (a plug-in too) needs no edit of the analysis code.
 
-    ``colour``/``marker``: a matplotlib colour and marker; None picks a palette colour after the
-    ones registered solvers set. ``emphasis``: drawn as the wide black reference line beneath
-    the others. ``order``: figures and tables list solvers by it (lower first; None after those
+    ``colour``/``marker``/``emphasis``: kept for callers of the registry; the figures draw
+    every solver in its own colour-blind-safe colour, marker and line style by its place in
+    ``order`` (`slackswap.analysis.styles`). ``order``: figures and tables list solvers by it (lower first; None after those
     that set one, in order of appearance). ``label``: the policy's name in prose and tables
     (``vDNN``); figures label a line by the run's label (name and changed options) so two
     configurations stay apart. ``featured``: the report reruns the featured solvers first (lower
