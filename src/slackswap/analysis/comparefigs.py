@@ -7,6 +7,7 @@ interquartile band over seeds). Each takes a results DataFrame and returns a mat
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -82,6 +83,22 @@ def ecdf_gap(
     return fig
 
 
+def _room_for_markers(ax: Any) -> None:
+    """Axis limits a little beyond the data (a factor on the log axes), so markers at the
+    edges are drawn whole (a point at a gap of 0 too)."""
+    xs, ys = [], []
+    for line in ax.get_lines():
+        x = np.asarray(line.get_xdata(), float)
+        y = np.asarray(line.get_ydata(), float)
+        ok = np.isfinite(x) & np.isfinite(y)
+        xs += list(x[ok & (x > 0)])
+        ys += list(y[ok])
+    if xs:
+        ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
+    top = max(ys, default=1.0)
+    ax.set_ylim(-0.3 * GAP_LINTHRESH_PCT, max(top * 2.5, 10 * GAP_LINTHRESH_PCT))
+
+
 def anytime(df: pd.DataFrame) -> Figure:
     """Per (instance, budget): each search's gap to the fastest plan found (%, symmetric log)
     against planning time (log), median line and interquartile band over its seeds; solvers
@@ -106,7 +123,7 @@ def anytime(df: pd.DataFrame) -> Figure:
                         zorder=st["zorder"] + 1)  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("symlog", linthresh=GAP_LINTHRESH_PCT)
-        ax.set_ylim(bottom=0)
+        _room_for_markers(ax)
         ax.set_xlabel("planning time (s, log)")
         ax.set_ylabel("gap to fastest plan (%)")
         ax.set_title(f"{case.instance} at {100 * case.budget_fraction:g}% of P", fontsize="medium")

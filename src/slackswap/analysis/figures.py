@@ -148,7 +148,7 @@ def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
         ax.set_ylabel("throughput (% of ideal)")
         gx.set_title(f"{inst}: gap to the fastest plan found", fontsize="medium")
         gx.set_yscale("symlog", linthresh=GAP_LINTHRESH_PCT)
-        gx.set_ylim(bottom=0)
+        gx.set_ylim(bottom=-0.3 * GAP_LINTHRESH_PCT)  # a point at 0 drawn whole
         gx.set_ylabel("gap to fastest plan (%, lower is better)")
         for a in (ax, gx):
             a.set_xlabel("memory budget (% of no-swap peak P)")

@@ -155,7 +155,7 @@ def to_latex(s: pd.DataFrame) -> str:
                                                     "plan_s")}  # fmt: skip
     head = ["instance", "budget", "solver", *HEADERS.values()]
     lines = [
-        f"% {_seeds_note(s)}",
+        f"% {_seeds_note(s).replace('±', '+-')}",
         r"\begin{tabular}{lll" + "r" * 4 + "lll}",
         r"\toprule",
         " & ".join(latex_escape(h) for h in head) + r" \\",

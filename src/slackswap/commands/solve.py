@@ -274,7 +274,7 @@ def summary(rec: Any) -> str:
     lines = [
         f"{rec.instance}  budget {format_bytes(rec.budget_bytes)} "
         f"({format_percent(rec.budget_fraction)} of P)  solver {rec.solver}  seed {rec.seed}",
-        f"status      {rec.status.value}",
+        f"status      {rec.status.value} (stopped by: {rec.stopped_by})",
     ]
     if rec.step_s is not None:
         lines += [
