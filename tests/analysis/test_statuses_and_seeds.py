@@ -144,3 +144,23 @@ def test_results_written_before_the_new_columns_still_read_resume_and_report(
     # resume continues it (nothing to run) and adopts today's columns
     again = run_sweep(sweep, results=path, resume=True, progress=False)
     assert len(again) == 2 and set(NEW_COLUMNS) <= set(read_results(path).columns)
+
+
+def test_compare_resumes_a_file_from_before_the_new_columns(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "old.csv"
+    argv = ["compare", "vgg16", "--budgets", "1,0.9", "--solvers", "checkpoint", "--seeds", "0,1",
+            "--no-min-budget", "--no-progress", "-o", str(path)]  # fmt: skip
+    assert main(argv) == 0
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    header = [c for c in rows[0] if c not in NEW_COLUMNS]
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("\n\n")[0].splitlines()[2:]
+    assert len(table) == 2  # once per case: checkpoint is seed-independent
+    assert "best: vgg16 at 100% of P: checkpoint" in out

@@ -263,7 +263,8 @@ def format_key(df: Any) -> str:
     lines = textwrap.wrap("key: " + KEY, 100, break_on_hyphens=False)
     seeds = df["seed"].dropna().nunique() if "seed" in df else 0
     if "seed_independent" in df:
-        once = list(dict.fromkeys(df.loc[df["seed_independent"] == 1, "solver"].astype(str)))
+        once_rows = df["seed_independent"].fillna(0).astype(int) == 1  # NA: a row from an old file
+        once = list(dict.fromkeys(df.loc[once_rows, "solver"].astype(str)))
         if once:
             text = (
                 f"ran once per case, the seed never changes their plans (seed-independent): "
