@@ -244,6 +244,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             print(f"wrote plan: {args.output}", file=sys.stderr)  # stderr: --json keeps stdout
     if args.json:
         row = rec.to_row()
+        row.pop("history", None)  # the results file's JSON text; here a list, searches only
         if rec.history:
             row["history"] = history_rows(rec.history)
         print_json(row)
