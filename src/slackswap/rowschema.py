@@ -19,6 +19,7 @@ RECORD: tuple[tuple[str, Kind], ...] = (
     ("solver", "str"),
     ("seed", "int"),
     ("status", "str"),
+    ("stopped_by", "str"),  # what ended the run: time limit, evaluations, bound reached, ...
     ("step_s", "float"),
     ("ideal_s", "float"),
     ("throughput", "float"),
@@ -43,6 +44,7 @@ RECORD: tuple[tuple[str, Kind], ...] = (
     ("min_budget_bytes", "int"),
     ("reason", "str"),
     ("version", "str"),
+    ("history", "str"),  # JSON [[seconds, plans evaluated, best step s or null], ...] (searches)
 )
 
 #: What a results file adds to `RECORD`, in order: (column, kind).
@@ -64,6 +66,7 @@ JOB: tuple[tuple[str, Kind], ...] = (
     ("saved_bytes", "int"),
     ("instance_peak_bytes", "int"),
     ("hideable_fraction", "float"),
+    ("seed_independent", "int"),  # 1: the solver ignores the seed, run once for all the seeds
     ("wall_s", "float"),  # set by execute, after the job ran
 )
 

@@ -232,6 +232,11 @@ def check_deterministic(
     assert a.status == b.status, f"{where}, seed {seed}: status {a.status} then {b.status}"
     assert a.plan == b.plan, f"{where}, seed {seed}: two runs gave different plans"
     assert a.step_s == b.step_s, f"{where}, seed {seed}: step {a.step_s} then {b.step_s}"
+    if not getattr(s.tags, "uses_seed", True):  # a sweep runs it once for all seeds: hold it
+        c = s.solve(instance, budget, seed=seed + 1)
+        assert c.plan == a.plan, (
+            f"{where}: tagged uses_seed=False, but seeds {seed} and {seed + 1} gave different plans"
+        )
 
 
 def check_time_limit(

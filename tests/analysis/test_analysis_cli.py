@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,12 +73,24 @@ def test_failed_jobs_are_reported(capsys) -> None:
 
 
 def test_a_job_that_returns_a_plan_is_no_failure_and_failures_are_named(capsys) -> None:
-    # A search out of time with its best plan has status timeout, and a plan: not a failure.
+    # A search out of time with its best plan is feasible, stopped by the time limit, and its
+    # reason says so: not a failure, and never `timeout` (that is a run with no plan).
     argv = ["compare", "vgg16", "--budgets", "1", "--solvers", "toy-out-of-time,toy-boom",
             "--time-limit", "1", "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert [line.split()[4] for line in captured.out.splitlines()[2:]] == ["timeout", "error"]
+    table = captured.out.split("\n\n")[0].splitlines()[2:]
+    assert [line.split()[4:7] for line in table] == [
+        ["feasible", "time", "limit"],
+        ["error", "error", "-"],
+    ]
+    # one line per case: the best solver and its gap to the bound (keep-all at P: the ideal)
+    summary = [line for line in captured.out.splitlines() if line.startswith("best: ")]
+    assert len(summary) == 1 and re.fullmatch(
+        r"best: vgg16 at 100% of P: toy-out-of-time [\d.]+ ms \(throughput 100\.0%\), "
+        r"0% above the best lower bound \(the ideal step\)",
+        summary[0],
+    ), summary
     err = captured.err.splitlines()
     at = err.index("slackswap: 1 of 2 jobs failed:")
     assert err[at + 1].startswith("  vgg16 100% toy-boom: error: RuntimeError: toy solver failure")
@@ -167,3 +180,17 @@ def test_killed_sweep_resumes_with_every_job_once(tmp_path, suffix: str) -> None
     solves = log.read_text().splitlines()
     assert 30 <= len(solves) - 2 <= 31
     assert {r["job_id"] for r in partial} <= set(df["job_id"])
+
+
+def test_compare_says_which_solvers_ran_once_per_case(capsys) -> None:
+    argv = ["compare", "vgg16", "--budgets", "1", "--solvers", "toy-once,toy-keep", "--seeds",
+            "0,1,2", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    table = out.split("\n\n")[0].splitlines()[2:]
+    assert [line.split()[2:4] for line in table] == [
+        ["toy-once", "0"], ["toy-keep", "0"], ["toy-keep", "1"], ["toy-keep", "2"],
+    ]  # fmt: skip
+    note = " ".join(out.split("\n\n")[1].split())
+    assert "ran once per case, the seed never changes their plans (seed-independent): toy-once;" \
+        " the other solvers ran once per seed (3 seeds)" in note  # fmt: skip

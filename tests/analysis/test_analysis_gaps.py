@@ -66,9 +66,13 @@ def test_best_known_bound_and_gaps() -> None:
 
 def test_gap_table_text() -> None:
     text = format_gaps(gaps(frame()))
-    lines = text.splitlines()
+    table, key = text.split("\n\n")
+    lines = table.splitlines()
     assert lines[0].split()[:3] == ["instance", "budget", "solver"]
     assert len(lines) == 2 + 6
+    assert "lower is better" in key and "higher is better" in key
+    # ga's two seeds: mean 1.155 s, std sqrt(((1.21-1.155)^2 + (1.10-1.155)^2) / 1) = 77.78 ms
+    assert "1155.00 +- 77.78" in table
     assert any("20.00%" in line and " b " in f" {line} " for line in lines)
 
 

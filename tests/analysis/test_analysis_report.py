@@ -19,6 +19,7 @@ from tests.support.analysis_toys import ToyKeep, ToyRecompute, registered
 
 FIGURES = (
     "throughput_vs_budget", "time_breakdown", "gap_heatmap", "plan_time_vs_size",
+    "performance_profile", "ecdf_gap", "anytime",
     "sensitivity_link", "sensitivity_seq", "plan_by_recompute_cost", "timeline",
 )  # fmt: skip
 
@@ -58,10 +59,10 @@ def results(tmp_path_factory) -> Path:
 def test_report_command_draws_every_figure(results: Path, tmp_path, capsys) -> None:
     out = tmp_path / "cli"
     with registered():
-        assert main(["report", str(results), "-o", str(out)]) == 0
+        assert main(["report", str(results), "-o", str(out), "--rerun"]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].split()[:3] == ["instance", "budget", "solver"]
-    assert "wrote 17 files" in captured.err, captured.err
+    assert "wrote 23 files" in captured.err, captured.err
     # each case rerun for a figure is said before it runs (a search reruns for its time limit)
     assert f"report: drawing the figures into {out} ..." in captured.err.splitlines()
     reruns = [line for line in captured.err.splitlines() if line.startswith("report: rerunning")]
@@ -91,12 +92,47 @@ def test_report_without_reruns_or_sweeps(tmp_path) -> None:
         ),  # fmt: skip
         progress=False,
     )
-    rep = write_report(df, tmp_path, formats=("png",))
-    assert {p.name for p in rep.files} == {f"{n}.png" for n in FIGURES[:4]}
+    rep = write_report(df, tmp_path, formats=("png",), rerun=True)
+    assert {p.name for p in rep.files} == {f"{n}.png" for n in FIGURES[:7]}
     for p in rep.files:
         check_image(p)
     assert any("no instance in the results can be rebuilt" in n for n in rep.notes)
     assert any("do not sweep link_bw_Bps" in n for n in rep.notes)
+
+
+def test_report_reruns_nothing_unless_asked(results: Path, tmp_path, capsys) -> None:
+    out = tmp_path / "norerun"
+    with registered():
+        assert main(["report", str(results), "-o", str(out), "--format", "png"]) == 0
+    err = capsys.readouterr().err
+    assert "rerunning" not in err and "pass --rerun" in err
+    assert {p.name for p in out.iterdir()} == {f"{n}.png" for n in FIGURES[:9]}
+
+
+def test_report_tables_and_paired_comparison(results: Path, capsys) -> None:
+    with registered():
+        assert main(["report", str(results), "--table", "json"]) == 0
+        obj = json.loads(capsys.readouterr().out)
+        assert {r["solver"] for r in obj["rows"]} == {"toy-keep", "toy-recompute(share=1.0)"}
+        assert main(["report", str(results), "--table", "latex"]) == 0
+        tex = capsys.readouterr().out
+        assert r"\toprule" in tex and r"\bottomrule" in tex
+        argv = ["report", str(results), "--compare", "toy-keep,toy-recompute(share=1.0)"]
+        assert main(argv) == 0
+        assert "Wilcoxon signed-rank p =" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--format", "latex"], "--format: 'latex' is not png, svg or pdf (for a table: --table"),
+        (["--compare", "toy-keep"], "--compare: expected two solver labels"),
+        (["--compare", "toy-keep,nope"], "--compare: solver 'nope' is not in"),
+    ],
+)
+def test_report_refuses_bad_table_options(results: Path, argv, needle, capsys) -> None:
+    assert main(["report", str(results), *argv]) == 2
+    assert needle in capsys.readouterr().err
 
 
 def test_report_bad_input(tmp_path, capsys) -> None:

@@ -35,12 +35,14 @@ def test_notebook_executes_and_renders_figures(tmp_path) -> None:
         o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
         if "image/png" in o.get("data", {})
     ]  # fmt: skip
-    # Fig. 4, Table 2 bars, heat map, plan time, Fig. 3, Fig. 5, Fig. 6a, search convergence
-    assert len(images) >= 8
+    # Fig. 4, Table 2 bars, heat map, plan time, the performance profile, the ECDF, the anytime
+    # curves, Fig. 3, Fig. 5, Fig. 6a, search convergence
+    assert len(images) >= 11
     text = "".join(
         o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
     )
     assert "gap best" in text and "runs," in text
+    assert "Wilcoxon signed-rank p =" in text and "| instance | budget | solver |" in text
     assert "ga: " in text and "ga-random: " in text and " plans, " in text  # the searches ran
 
 

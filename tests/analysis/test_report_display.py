@@ -67,7 +67,7 @@ def test_gap_heatmap_prints_small_gaps() -> None:
 def test_tied_curve_is_drawn_over_slackswap() -> None:
     """ga ties SlackSwap: its line lies on top of SlackSwap's wider one, so both show."""
     fig = F.throughput_vs_budget(_rows())
-    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    lines = {str(c.get_label()): c[0] for c in fig.axes[0].containers}  # the error bars' lines
     ss, ga = lines["slackswap"], lines["ga"]
     assert ss.get_zorder() < ga.get_zorder()
     assert ss.get_linewidth() > ga.get_linewidth() and ss.get_markersize() > ga.get_markersize()

@@ -81,8 +81,10 @@ def test_a_spec_naming_an_endless_file_is_one_line_on_rerun(tmp_path, good, caps
         r["instance_spec"] = '{"path": "/dev/zero"}'
     path = tmp_path / "r.csv"
     _write(path, rows)
-    line = refused(["report", str(path), "-o", str(tmp_path / "figs")], capsys)
+    line = refused(["report", str(path), "-o", str(tmp_path / "figs"), "--rerun"], capsys)
     assert "/dev/zero: is a character device" in line
+    # without --rerun nothing is rebuilt: the figures from the rows alone
+    assert main(["report", str(path), "-o", str(tmp_path / "rows"), "--format", "png"]) == 0
 
 
 def test_a_byte_order_mark_is_read_and_kept_out_of_the_header(tmp_path, good, capsys) -> None:

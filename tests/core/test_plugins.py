@@ -101,7 +101,7 @@ toy-block = "toyplug.model"
 
 #: Run in the subprocess: the conformance kit on the plug-ins, and figures' view of them.
 CHECK = """
-from slackswap.analysis.figures import solver_style
+from slackswap.analysis.figures import solver_styles
 from slackswap.analysis.gapanalysis import solver_order
 from slackswap.instances.catalog import catalog_names
 from slackswap.solvers import REGISTRY
@@ -111,7 +111,8 @@ if __name__ == "__main__":
     check_runtime("toy-sync")
     check_solver("toy-greedy")
     assert "toy-block" in catalog_names()
-    assert solver_style("toy-greedy")["color"] == "#123456"
+    styles = solver_styles(solver_order(["vdnn", "toy-greedy", "slackswap"]))
+    assert len({(st["color"], st["marker"]) for st in styles.values()}) == 3
     assert solver_order(["vdnn", "toy-greedy", "slackswap"]) == ["slackswap", "toy-greedy", "vdnn"]
     assert REGISTRY["toy-greedy"].title == "Toy"
     print("KIT-OK")
@@ -310,16 +311,6 @@ def test_a_command_module_that_fails_to_import_is_an_error(
         cli.build_parser(every_command=True)
 
 
-#: The figures' styles of the built-in solvers before they moved into the registry (the
-#: hand-kept lists of analysis/figures.py): colour, marker. SlackSwap is the wide black line.
-STYLES = {
-    "vdnn": ("#1f77b4", "s"), "superneurons": ("#ff7f0e", "^"), "swapadvisor": ("#2ca02c", "v"),
-    "checkpoint": ("#d62728", "D"), "swap-first": ("#9467bd", "P"),
-    "recompute-only": ("#8c564b", "*"), "barriers": ("#e377c2", "X"),
-    "offload-sync": ("#7f7f7f", "p"), "offload-overlap": ("#bcbd22", "h"),
-    "cpsat": ("#17becf", "<"), "milp": ("#393b79", ">"), "ga": ("#637939", "d"),
-    "ga-random": ("#8c6d31", "s"),
-}  # fmt: skip
 ORDER = (
     "slackswap", "swap-first", "recompute-only", "barriers", "vdnn", "superneurons",
     "swapadvisor", "checkpoint", "offload-sync", "offload-overlap", "ga", "ga-random", "cpsat",
@@ -327,21 +318,17 @@ ORDER = (
 )  # fmt: skip
 
 
-def test_builtin_figure_styles_and_order_are_unchanged() -> None:
-    from slackswap.analysis.figures import solver_style
+def test_builtin_figure_styles_are_distinct_and_the_order_unchanged() -> None:
+    from slackswap.analysis.figures import solver_style, solver_styles
     from slackswap.analysis.gapanalysis import solver_order
 
-    for name, (colour, marker) in STYLES.items():
-        st = solver_style(name)
-        assert (st["color"], st["marker"], st["linewidth"], st["zorder"]) == (
-            colour, marker, 1.4, 3,
-        ), name  # fmt: skip
-        assert solver_style(f"{name}(x=1)") == st
-    assert solver_style("slackswap") == {
-        "color": "black", "linewidth": 3.2, "marker": "o", "markersize": 7, "zorder": 2,
-    }  # fmt: skip
-    # a solver no registry entry styles takes the palette colour after the built-ins'
-    assert solver_style("zeta", ["zeta"])["color"] == "#843c39"
+    styles = solver_styles(ORDER)
+    assert len({(st["color"], st["marker"]) for st in styles.values()}) == len(ORDER)
+    assert styles["slackswap"]["color"] == "#000000"  # first in the display order: black
+    assert (
+        solver_style("ga(x=1)", ["slackswap", "ga(x=1)"])
+        == solver_styles(["slackswap", "ga"])["ga"]
+    )  # a style is a place in the figure's order, options or not
     assert solver_order(["zeta", *reversed(ORDER), "ga(pop_size=4)"]) == [
         *ORDER[:11], "ga(pop_size=4)", *ORDER[11:], "zeta",
     ]  # fmt: skip

@@ -53,6 +53,17 @@ class ToyRecompute(Solver):
         return Plan(instance, np.where(pick, RECOMP, KEEP).astype(np.int8))
 
 
+class ToyOnce(Solver):
+    """Keeps every tensor and declares that the seed never changes its plan: a sweep runs it
+    once per case (``Tags.uses_seed=False``)."""
+
+    key = "toy-once"
+    tags = Tags(uses_seed=False)
+
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
+        return Plan.keep_all(instance)
+
+
 class ToyBoom(Solver):
     key = "toy-boom"
 
@@ -83,7 +94,7 @@ class ToyOutOfTime(Solver):
         return Solution(Plan.keep_all(instance), timed_out=True)
 
 
-TOYS = (ToyKeep, ToyRecompute, ToyBoom, ToySleep, ToyOutOfTime)
+TOYS = (ToyKeep, ToyRecompute, ToyOnce, ToyBoom, ToySleep, ToyOutOfTime)
 
 
 @contextmanager

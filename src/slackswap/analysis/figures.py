@@ -1,4 +1,5 @@
-"""Figures drawn from a results table: Fig. 4, Table 2 as bars, Fig. 6, gap heat map, plan time.
+"""Figures drawn from a results table: Fig. 4, Table 2 as bars, Fig. 6, gap heat map, plan time
+(the comparison forms of optimisation research are in `comparefigs`).
 
 Every function takes a results DataFrame (`run_sweep` / `read_results`), except `convergence`,
 which takes run records (a search's history is not a column of the table), and returns a
@@ -20,57 +21,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from slackswap.analysis.gapanalysis import gaps, solver_order
-from slackswap.solvers.registry import REGISTRY
+from slackswap.analysis.stats import run_gaps
+from slackswap.analysis.styles import scatter_style, solver_styles
+from slackswap.analysis.styles import solver_style as solver_style  # re-exported for callers
 from slackswap.textfile import write_output
 
-#: Colours for solvers whose registry entry sets none (and for the convergence figure's runs).
-_PALETTE = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
-)  # fmt: skip
-_MARKERS = "s^vDP*Xph<>d"
 
-
-def _display(solver: str) -> Any:
-    """The registry's `Display` for a run label (``ga(pop_size=50)`` -> ``ga``), or None for a
-    solver this process does not know (results written elsewhere)."""
-
-    entry = REGISTRY.get(solver.split("(", 1)[0])
-    return None if entry is None else entry.display
-
-
-def solver_style(solver: str, others: Sequence[str] = ()) -> dict[str, Any]:
-    """Colour, line width and marker for a solver label, from its registry entry's `Display`
-    (stable across figures); a solver that sets no colour takes the next palette colour after
-    those the registered solvers set, by its place among such solvers in ``others``.
-
-    The emphasised solver (SlackSwap) is the widest line, drawn beneath the others: a policy
-    that ties it (the genetic search often does) shows as a thin coloured line inside the black
-    one instead of vanishing under it.
-    """
-    d = _display(solver)
-    if d is not None and d.emphasis:
-        return {"color": d.colour or "black", "linewidth": 3.2, "marker": d.marker or "o",
-                "markersize": 7, "zorder": 2}  # fmt: skip
-    if d is not None and d.colour is not None:
-        return {"color": d.colour, "linewidth": 1.4, "marker": d.marker or _MARKERS[0],
-                "markersize": 4, "zorder": 3}  # fmt: skip
-
-    styled = sum(1 for e in REGISTRY if e.display.colour is not None and not e.display.emphasis)
-
-    def unstyled(label: str) -> bool:
-        e = _display(label)
-        return e is None or (e.colour is None and not e.emphasis)
-
-    extra = [s for s in others if unstyled(s)]
-    i = styled + (extra.index(solver) if solver in extra else 0)
-    return {
-        "color": _PALETTE[i % len(_PALETTE)],
-        "linewidth": 1.4,
-        "marker": (d.marker if d is not None and d.marker else _MARKERS[i % len(_MARKERS)]),
-        "markersize": 4,
-        "zorder": 3,
-    }
+def _styles(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Every solver's style in a results table (the same in each figure of one report)."""
+    return solver_styles(solver_order(df["solver"].astype(str)))
 
 
 def save(
@@ -125,84 +84,86 @@ def _plain_log_ticks(axis: Any, values: Any) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _legend(fig: Figure, axes: list[Any]) -> None:
+def _legend(fig: Figure, axes: list[Any], title: str | None = None) -> None:
+    """One legend for the figure: each label once, in the order first drawn."""
     handles: dict[str, Any] = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(lab, h)
-    # The grey lines' entry last: the coloured solvers are the ones compared.
-    handles = dict(sorted(handles.items(), key=lambda kv: kv[0].startswith("grey: ")))
     if handles:
         fig.legend(
             list(handles.values()), list(handles), loc="outside lower center",
-            ncols=min(6, len(handles)), frameon=False, fontsize="small",
+            ncols=min(6, len(handles)), frameon=False, fontsize="small", title=title,
+            title_fontsize="small",
         )  # fmt: skip
 
 
-#: Most solvers a line figure draws in colour; past it only the featured ones are coloured.
-MAX_COLOURED = 6
-#: The style of the solvers a figure does not compare: thin grey lines beneath the others.
-_GREY = {"color": "#b8b8b8", "linewidth": 1.0, "marker": None, "zorder": 1}
+def _seed_means(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (instance, budget, solver) over the runs with a plan: mean and std of throughput
+    and of the gap to the case's fastest plan, and the runs counted."""
+
+    d = run_gaps(df)
+    d = d.assign(throughput=d["throughput"].astype("float64"))
+    grp = d[d["step_s"].notna()].groupby(["instance", "budget_fraction", "solver"], sort=False)
+    return grp.agg(
+        throughput=("throughput", "mean"),
+        throughput_std=("throughput", "std"),
+        gap=("gap_to_best", "mean"),
+        gap_std=("gap_to_best", "std"),
+        runs=("step_s", "size"),
+    ).reset_index()
 
 
-def compared_solvers(solvers: Sequence[str]) -> list[str]:
-    """The solvers a line figure colours: all of them up to `MAX_COLOURED`, else the featured
-    ones (SlackSwap and the paper's four baselines, `Display.featured`) and the emphasised one
-    (the first `MAX_COLOURED` when none of them is there)."""
-    if len(solvers) <= MAX_COLOURED:
-        return list(solvers)
-
-    def shown(solver: str) -> bool:
-        d = _display(solver)
-        return d is not None and (d.featured is not None or d.emphasis)
-
-    picked = [s for s in solvers if shown(s)]
-    return picked or list(solvers[:MAX_COLOURED])
+#: The gap panels' linear range (percent) of their symmetric-log axis: 0 shows, and 0.01% to
+#: 100% each get their own decade.
+GAP_LINTHRESH_PCT = 0.01
 
 
-def _others_label(others: Sequence[str]) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap("grey: " + ", ".join(others), 44, break_on_hyphens=False))
-
-
-def throughput_vs_budget(
-    df: pd.DataFrame, title: str | None = None, highlight: Sequence[str] | None = None
-) -> Figure:
-    """Fig. 4: throughput (% of ideal) against the budget (% of P), one panel per instance.
-
-    The ``highlight`` solvers (default `compared_solvers`) are coloured; the others are thin
-    grey lines beneath them, named in one legend entry, so a sweep of every solver stays legible.
-    """
-    g = _best(df)
-    instances = list(dict.fromkeys(g["instance"]))
-    solvers = _solvers(g)
-    coloured = compared_solvers(solvers) if highlight is None else list(highlight)
-    others = [s for s in solvers if s not in coloured]
-    fig, axes = _grid(len(instances))
-    for ax, inst in zip(axes, instances, strict=True):
-        sub = g[g["instance"] == inst]
-        for solver in solvers:
+def throughput_vs_budget(df: pd.DataFrame, title: str | None = None) -> Figure:
+    """Fig. 4: throughput (% of ideal) against the budget (% of P), one row per instance:
+    absolute throughput on the left, the gap to the fastest plan found at that budget (%,
+    symmetric log) on the right, where differences of 0.01-2% show. Points are means over the
+    seeds with a plan, error bars one standard deviation (none for one run); every solver has
+    its own colour, marker and line style (`slackswap.analysis.styles`)."""
+    m = _seed_means(df)
+    instances = list(dict.fromkeys(m["instance"])) or list(dict.fromkeys(df["instance"]))
+    styles = _styles(df)
+    fig = Figure(figsize=(11.0, 3.9 * max(1, len(instances))), layout="constrained")
+    axes = fig.subplots(max(1, len(instances)), 2, squeeze=False)
+    lo, hi = 100 * df["budget_fraction"].min(), 100 * df["budget_fraction"].max()
+    pad = max(2.0, 0.04 * (hi - lo))
+    for (ax, gx), inst in zip(axes, instances, strict=False):
+        sub = m[m["instance"] == inst]
+        for solver, st in styles.items():
             s = sub[sub["solver"] == solver].sort_values("budget_fraction")
             if s.empty:
                 continue
-            grey = solver in others
-            ax.plot(
-                100 * s["budget_fraction"], 100 * s["throughput"],
-                label=_others_label(others) if grey else solver,
-                **(_GREY if grey else solver_style(solver, solvers)),
-            )  # fmt: skip
-        ax.set_title(str(inst), fontsize="medium")
-        ax.set_xlabel("memory budget (% of no-swap peak P)")
+            x = 100 * s["budget_fraction"].to_numpy(float)
+
+            ax.errorbar(x, _pct(s, "throughput"), yerr=_pct(s, "throughput_std"), label=solver,
+                        capsize=3, **st)  # fmt: skip
+            gx.errorbar(x, _pct(s, "gap"), yerr=_pct(s, "gap_std"), label=solver, capsize=3,
+                        **st)  # fmt: skip
+        ax.set_title(f"{inst}: throughput", fontsize="medium")
         ax.set_ylabel("throughput (% of ideal)")
-        lo, hi = 100 * g["budget_fraction"].min(), 100 * g["budget_fraction"].max()
-        pad = max(2.0, 0.04 * (hi - lo))
-        ax.set_xlim(hi + pad, lo - pad)  # every panel spans the whole sweep, largest budget left
-        ax.set_ylim(bottom=0, top=105)
-        ax.grid(alpha=0.3)
-    _legend(fig, axes)
-    fig.suptitle(title or "Throughput against memory budget (missing points: no plan fits)")
+        gx.set_title(f"{inst}: gap to the fastest plan found", fontsize="medium")
+        gx.set_yscale("symlog", linthresh=GAP_LINTHRESH_PCT)
+        gx.set_ylim(bottom=-0.3 * GAP_LINTHRESH_PCT)  # a point at 0 drawn whole
+        gx.set_ylabel("gap to fastest plan (%, lower is better)")
+        for a in (ax, gx):
+            a.set_xlabel("memory budget (% of no-swap peak P)")
+            a.set_xlim(hi + pad, lo - pad)  # every panel spans the whole sweep, largest left
+            a.grid(alpha=0.3, which="both")
+    _legend(fig, [a for row in axes for a in row])
+    seeds = int(df["seed"].nunique()) if "seed" in df else 1
+    spread = f"; mean and std over {seeds} seeds" if seeds > 1 else ""
+    fig.suptitle(title or f"Throughput against memory budget (missing points: no plan{spread})")
     return fig
+
+
+def _pct(rows: pd.DataFrame, col: str) -> np.ndarray:
+    """A fraction column in percent as floats (a missing spread: none drawn)."""
+    return 100 * rows[col].astype("float64").fillna(0).to_numpy(float)
 
 
 def nearest_budget(df: pd.DataFrame, budget: float) -> float:
@@ -311,17 +272,21 @@ def gap_heatmap(df: pd.DataFrame) -> Figure:
                 r.gap_to_best
             )
         panels.append((solvers, budgets, m))
-    # One colour scale for every panel (the colour bar is shared), saturating at the 95th
-    # percentile so one far-off baseline does not wash out the small gaps.
+    # One colour scale for every panel (the colour bar is shared), symmetric-log: linear below
+    # 0.01% (so 0 has a colour) and one decade per colour step above, so 0.03% and 0.2% differ
+    # as much as 3% and 20%; it spans the largest gap, whatever it is.
+    import matplotlib.colors as mcolors
+
     cells = np.concatenate([m.ravel() for _, _, m in panels]) if panels else np.array([])
-    vmax = max(5.0, float(np.nanpercentile(cells, 95)) if np.isfinite(cells).any() else 5.0)
+    vmax = max(1.0, float(np.nanmax(cells)) if np.isfinite(cells).any() else 1.0)
+    norm = mcolors.SymLogNorm(linthresh=GAP_LINTHRESH_PCT, linscale=0.5, vmin=0, vmax=vmax)
     cmap = _cmap()
     image = None
     for ax, inst, (solvers, budgets, m) in zip(axes, instances, panels, strict=True):
-        image = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0, vmax=vmax, aspect="auto")
+        image = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, norm=norm, aspect="auto")
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
-                dark = np.isfinite(m[i, j]) and m[i, j] > 0.5 * vmax  # viridis_r: dark at the top
+                dark = np.isfinite(m[i, j]) and norm(m[i, j]) > 0.5  # viridis_r: dark at the top
                 ax.text(j, i, gap_text(m[i, j]), ha="center", va="center",
                         fontsize=HEATMAP_FONT_PT, color="white" if dark else "black")  # fmt: skip
         ax.set_xticks(range(len(budgets)), [f"{100 * b:g}" for b in budgets], fontsize=9)
@@ -329,7 +294,7 @@ def gap_heatmap(df: pd.DataFrame) -> Figure:
         ax.set_xlabel("memory budget (% of P)")
         ax.set_title(str(inst), fontsize="medium")
     if image is not None:
-        fig.colorbar(image, ax=axes, label="gap to best known plan (%)  [- : no plan]")
+        fig.colorbar(image, ax=axes, label="gap to best known plan (%, log)  [- : no plan]")
     fig.suptitle("Optimality gap to the best known plan")
     return fig
 
@@ -363,17 +328,17 @@ def plan_time_vs_size(df: pd.DataFrame) -> Figure:
     d = df[df["plan_s"].notna()]
     sizes = d.groupby("instance", sort=False)["n_tensors"].first()
     instances = sorted(sizes.index, key=lambda i: (float(sizes[i]), _natural(str(i))))
+    styles = _styles(df)
     solvers = [s for s in _solvers(df) if (d["solver"] == s).any()]
     slot = 0.8 / max(1, len(solvers))  # the column is 0.8 wide; each solver one slot of it
     fig = Figure(figsize=(max(6.4, 2.4 + 1.4 * len(instances)), 4.6), layout="constrained")
     ax = fig.subplots()
     for k, solver in enumerate(solvers):
         s = d[d["solver"] == solver]
-        st = solver_style(solver, solvers)
         column = s["instance"].map({name: i for i, name in enumerate(instances)})
         ax.scatter(
             column + (k - (len(solvers) - 1) / 2) * slot, 1e3 * s["plan_s"], label=solver, s=16,
-            alpha=0.75, color=st["color"], marker=st["marker"],
+            alpha=0.75, **scatter_style(styles[solver]),
         )  # fmt: skip
     ax.set_yscale("log")
     ax.set_xticks(
@@ -461,6 +426,7 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
     """
     label, scale, xscale = SENSITIVITY[by]
     cases = _sensitivity_cases(df, by)
+    styles = _styles(df)
     fig = Figure(figsize=(11.0, 3.8 * max(1, len(cases))), layout="constrained")
     axes = fig.subplots(max(1, len(cases)), 2, squeeze=False)
     for grp, (ax, ax2) in zip(cases, axes, strict=False):
@@ -472,7 +438,7 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
                 continue
             ax.plot(
                 scale * s[by].astype(float), 100 * s["throughput"], label=solver,
-                **solver_style(solver, solvers),
+                **styles[solver],
             )  # fmt: skip
         ax.set_xscale(xscale)
         _plain_log_ticks(ax.xaxis, scale * grp[by].astype(float).unique())
@@ -555,7 +521,9 @@ def convergence(
             label = f"{_field(record, 'instance')} {budget:.0f}%: {label}"
         # One colour per run, not per solver: the lines are often runs of one solver. The best
         # only changes where a point is, so the line holds its value until the next.
-        ax.step(xs, ys, where="post", color=_PALETTE[i % len(_PALETTE)], linewidth=1.6, label=label)
+        st = solver_styles([str(k) for k in range(len(records))])[str(i)]
+        ax.step(xs, ys, where="post", color=st["color"], linestyle=st["linestyle"],
+                linewidth=1.6, label=label)  # fmt: skip
     for record in references:
         step_s = _field(record, "step_s")
         if step_s is not None and math.isfinite(step_s):

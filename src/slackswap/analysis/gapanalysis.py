@@ -10,6 +10,7 @@ plan itself may be from optimal.
 from __future__ import annotations
 
 import os
+import textwrap
 from collections import Counter
 from typing import Any
 
@@ -22,7 +23,7 @@ from slackswap.solvers.registry import REGISTRY
 
 GAP_COLUMNS = (
     "instance", "budget_fraction", "solver", "status", "runs", "feasible_runs", "step_s",
-    "step_s_mean", "throughput", "best_known_s", "best_solver", "lower_bound_s",
+    "step_s_mean", "step_s_std", "throughput", "best_known_s", "best_solver", "lower_bound_s",
     "bound_source", "gap_to_best", "gap_to_bound", "certified_gap", "plan_s", "plan_s_max",
     "min_budget_bytes",
 )  # fmt: skip
@@ -68,6 +69,7 @@ def gaps(results: pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
         feasible_runs=("step_s", "count"),
         step_s=("step_s", "min"),
         step_s_mean=("step_s", "mean"),
+        step_s_std=("step_s", "std"),
         plan_s=("plan_s", "median"),
         plan_s_max=("plan_s", "max"),
         min_budget_bytes=("min_budget_bytes", "min"),
@@ -111,6 +113,15 @@ def gaps(results: pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
     return g[list(GAP_COLUMNS)].reset_index(drop=True)
 
 
+def case_bounds(g: pd.DataFrame) -> pd.DataFrame:
+    """Per (instance, budget) of a gap table (`gaps`): the fastest plan found
+    (``best_known_s``, ``best_solver``) and the best lower bound (``lower_bound_s``,
+    ``bound_source``)."""
+    cols = ["instance", "budget_fraction", "best_known_s", "best_solver", "lower_bound_s",
+            "bound_source"]  # fmt: skip
+    return g[cols].drop_duplicates(["instance", "budget_fraction"]).reset_index(drop=True)
+
+
 def solver_order(solvers: Any) -> list[str]:
     """Solver labels by their registry entry's ``Display.order`` (the paper's order for the
     built-ins), then the others (unordered or unknown here) in order of appearance."""
@@ -135,7 +146,9 @@ def _status_summary(statuses: pd.Series) -> str:
 
 
 def format_gaps(g: pd.DataFrame) -> str:
-    """The gap table for a terminal (ms, %, GB)."""
+    """The gap table for a terminal (ms, %, GB): each solver's best step over its runs, and
+    with more than one run per case its mean +- std, then a line on the seeds and the
+    direction of every column."""
 
     def pct(x: Any, digits: int = 1) -> str:
         return "-" if pd.isna(x) else f"{100 * float(x):.{digits}f}%"
@@ -143,13 +156,21 @@ def format_gaps(g: pd.DataFrame) -> str:
     def ms(x: Any) -> str:
         return "-" if pd.isna(x) else f"{1e3 * float(x):.1f}"
 
+    def spread(r: Any) -> str:
+        if pd.isna(r.step_s_mean) or r.feasible_runs < 2:
+            return "-" if pd.isna(r.step_s_mean) else f"{1e3 * float(r.step_s_mean):.2f}"
+        return f"{1e3 * float(r.step_s_mean):.2f} +- {1e3 * float(r.step_s_std):.2f}"
+
+    many = bool((g["runs"] > 1).any()) if len(g) else False
     rows = [
         [
             r.instance,
             f"{100 * r.budget_fraction:g}%",
             r.solver,
             r.status,
+            str(r.runs),
             ms(r.step_s),
+            *([spread(r)] if many else []),
             pct(r.throughput),
             pct(r.gap_to_best, 2),
             pct(r.gap_to_bound, 2),
@@ -159,7 +180,15 @@ def format_gaps(g: pd.DataFrame) -> str:
         for r in g.itertuples(index=False)
     ]
     header = [
-        "instance", "budget", "solver", "status", "step ms", "thr", "gap best", "gap bound",
-        "bound", "plan ms",
+        "instance", "budget", "solver", "status", "runs", "best step ms",
+        *(["mean +- std ms"] if many else []), "thr", "gap best", "gap bound", "bound", "plan ms",
     ]  # fmt: skip
-    return format_table(rows, header)
+    most = int(g["runs"].max()) if len(g) else 0
+    key = (
+        f"runs: runs per case (up to {most}; a seed-independent solver runs once for all "
+        "seeds); best step: fastest run, lower is better; thr: ideal / best step, higher is "
+        "better; gap best / gap bound: best step above the fastest plan any solver found / "
+        "above the best lower bound (ideal step or a proven bound), lower is better; plan ms: "
+        "median planning time"
+    )
+    return format_table(rows, header) + "\n\n" + "\n".join(textwrap.wrap(key, 100))

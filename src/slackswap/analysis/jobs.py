@@ -211,6 +211,15 @@ class SolverSpec:
     def of_object(cls, solver: Solver, time_limit: float | None = None) -> SolverSpec:
         return cls(type(solver).key or type(solver).__name__, (), time_limit, solver)
 
+    @property
+    def uses_seed(self) -> bool:
+        """False when the solver declares that the seed never changes its plan (``Tags.uses_seed``):
+        a sweep then runs it once per case, whatever seeds it lists."""
+        if self.obj is not None:
+            return bool(getattr(type(self.obj).tags, "uses_seed", True))
+        entry = REGISTRY.get(self.name)  # an unknown name is `check`'s to refuse
+        return entry is None or bool(getattr(entry.tags, "uses_seed", True))
+
     def check(self) -> None:
         """Fail early (UserError) on an unknown solver or option, before any job starts."""
         if self.obj is not None:
@@ -231,6 +240,8 @@ class Job:
     time_limit: float | None = None  # seconds, passed to the solver
     job_timeout: float | None = None  # seconds of wall clock before the guard stops the job
     find_min_budget: bool = True
+    #: The solver ignores the seed: this one job stands for every seed of the sweep.
+    seed_independent: bool = False
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -253,6 +264,7 @@ class Job:
             "solver_options": json.dumps(dict(self.solver.options), sort_keys=True, default=str),
             "instance_spec": self.instance.spec_json,
             **self.instance.columns,
+            "seed_independent": int(self.seed_independent),
         }
 
 
@@ -356,12 +368,21 @@ class Sweep:
     output: str | None = None  # results file named by a sweep file
 
     def jobs(self) -> list[Job]:
-        """Every job, instance-major, then budget, solver and seed."""
+        """Every job, instance-major, then budget, solver and seed.
+
+        A solver whose plan the seed never changes (``Tags.uses_seed=False``: the heuristics,
+        `milp`) runs once per case, with the first seed, and its row says
+        ``seed_independent = 1``: more seeds would repeat identical work."""
         self._size()
         out: list[Job] = []
+        independent = {s.label: not s.uses_seed for s in self.solvers}
+        first_seed = self.seeds[0] if self.seeds else 0
         for inst, budget, solver, seed in itertools.product(
             self.instances, self.budgets, self.solvers, self.seeds
         ):
+            once = independent[solver.label]
+            if once and seed != first_seed:
+                continue
             tl = solver.time_limit if solver.time_limit is not None else self.time_limit
             out.append(
                 Job(
@@ -373,6 +394,7 @@ class Sweep:
                     time_limit=tl,
                     job_timeout=self.job_timeout or default_job_timeout(tl),
                     find_min_budget=self.find_min_budget,
+                    seed_independent=once,
                 )
             )
         ids = [j.job_id for j in out]

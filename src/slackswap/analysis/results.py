@@ -377,7 +377,7 @@ def _read_parquet(p: Path) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     for r in rows:
         try:
             row = {k: _typed(k, r.get(k)) for k in COLUMNS}
-            for col in ("instance_spec", "solver_options"):
+            for col in ("instance_spec", "solver_options", "history"):
                 if row[col] is not None:
                     _from_text(col, row[col])
         except (TypeError, ValueError, OverflowError):
@@ -472,7 +472,39 @@ def _from_text(col: str, s: str) -> Any:
         return _json_cell(col, s, _check_spec)
     if col == "solver_options":  # any object: each solver checks its options when rerun
         return _json_cell(col, s, lambda options: None)
+    if col == "history":
+        return _history_cell(s)
     return s
+
+
+def _history_cell(s: str) -> str:
+    """``s`` when it is a search history (`slackswap.solvers.running.history_json`): a JSON list
+    of [seconds >= 0, plans evaluated >= 0, best step s > 0 or null]; else a `_BadCell`."""
+    try:
+        value = parse_json(s, "column history")
+    except UserError as exc:
+        raise _BadCell(str(exc)) from None
+    if not isinstance(value, list):
+        raise _BadCell(f"column history: {_short(s)} is not a JSON list")
+    for i, point in enumerate(value):
+        ok = isinstance(point, list) and len(point) == 3
+        if ok:
+            t, n, best = point
+            ok = (
+                _number(t) and t >= 0
+                and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                and (best is None or (_number(best) and best > 0))
+            )  # fmt: skip
+        if not ok:
+            raise _BadCell(
+                f"column history: point {i} {_short(json.dumps(point))} is not "
+                "[seconds, plans evaluated, best step s or null]"
+            )
+    return s
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 #: What each key of a recorded instance spec holds (see `slackswap.analysis.jobs.InstanceRef`).

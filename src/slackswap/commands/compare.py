@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from slackswap.analysis import checks
+from slackswap.analysis.gapanalysis import gaps
 from slackswap.analysis.jobs import SolverSpec, Sweep, parse_budgets, ref_from_arg
 from slackswap.analysis.progress import add_progress_arguments, failure_summary
 from slackswap.analysis.runner import run_sweep
@@ -168,6 +169,10 @@ def main(args: argparse.Namespace) -> int:
     )
     if not args.json:
         print(format_results(df))
+        print()
+        print(format_key(df))
+    for line in case_summary(df):
+        print(line, file=sys.stderr if args.json else sys.stdout)
     for line in failure_summary(df.to_dict("records")):
         print(f"slackswap: {line}" if not line.startswith(" ") else line, file=sys.stderr)
     if sweep.output:
@@ -207,25 +212,86 @@ def format_results(df: Any) -> str:
                 r.solver,
                 r.seed,
                 r.status,
+                _text(getattr(r, "stopped_by", None)),
                 f(r.step_s, 1e3, 1),
                 f(r.throughput, 100, 1),
+                f(r.gap, 100, 2),
                 f(r.recompute_s, 1e3, 1),
                 f(r.fwd_stall_s, 1e3, 1),
                 f(r.bwd_stall_s, 1e3, 1),
                 nbytes(r.d2h_bytes),
                 f(r.plan_s, 1e3, 1),
-                f(r.gap, 100, 2),
                 *plans,
                 *why,
             ]
         )
     header = [
-        "instance", "budget", "solver", "seed", "status", "step ms", "thr %", "recomp ms",
-        "fwd stall ms", "bwd stall ms", "D2H", "plan ms", "gap %",
+        "instance", "budget", "solver", "seed", "status", "stopped by", "step ms", "thr %",
+        "gap bound %", "recomp ms", "fwd stall ms", "bwd stall ms", "D2H", "plan ms",
     ]  # fmt: skip
     header += ["plans"] if searched else []
     header += ["fits from", "no plan: why"] if planless else []
     return format_table(rows, header)
+
+
+#: What the table's columns hold, printed under it (the README's Results section says more).
+KEY = (
+    "step ms: simulated training step (lower is better); thr %: ideal step / step (higher is "
+    "better); gap bound %: step above the solver's own proven lower bound, exact solvers only "
+    "(lower is better; 0 = proven optimal); recomp ms, fwd/bwd stall ms: time recomputing and "
+    "waiting for copies (lower is better); D2H: bytes copied to the host; plan ms: planning "
+    "time; plans: plans a search evaluated; status: optimal | feasible (a plan that fits) | "
+    "infeasible | timeout (no plan by the time limit) | error; stopped by: what ended the run"
+)
+
+
+def _text(x: Any) -> str:
+    import pandas as pd
+
+    return "-" if x is None or pd.isna(x) else str(x)
+
+
+def format_key(df: Any) -> str:
+    """The table's key, and which solvers ran once per case because the seed never changes
+    their plans (``seed_independent``)."""
+    import textwrap
+
+    lines = textwrap.wrap("key: " + KEY, 100, break_on_hyphens=False)
+    seeds = df["seed"].dropna().nunique() if "seed" in df else 0
+    if "seed_independent" in df:
+        once_rows = df["seed_independent"].fillna(0).astype(int) == 1  # NA: a row from an old file
+        once = list(dict.fromkeys(df.loc[once_rows, "solver"].astype(str)))
+        if once:
+            text = (
+                f"ran once per case, the seed never changes their plans (seed-independent): "
+                f"{', '.join(once)}"
+            )
+            if seeds > 1:
+                text += f"; the other solvers ran once per seed ({seeds} seeds)"
+            lines += textwrap.wrap(text, 100, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+def case_summary(df: Any) -> list[str]:
+    """One line per (instance, budget): the solver with the fastest plan, its step and
+    throughput, and how far it is from the best proven lower bound on the step."""
+
+    g = gaps(df)
+    out = []
+    for (inst, b), sub in g.groupby(["instance", "budget_fraction"], sort=False):
+        where = f"{inst} at {100 * float(b):g}% of P"
+        best = sub[sub["solver"] == sub["best_solver"]]
+        if best.empty:
+            out.append(f"best: {where}: no solver found a plan")
+            continue
+        r = best.iloc[0]
+        bound = "the ideal step" if r["bound_source"] == "ideal" else f"{r['bound_source']}'s bound"
+        out.append(
+            f"best: {where}: {r['best_solver']} {1e3 * float(r['best_known_s']):.2f} ms "
+            f"(throughput {100 * float(r['throughput']):.1f}%), "
+            f"{100 * float(r['certified_gap']):.3g}% above the best lower bound ({bound})"
+        )
+    return out
 
 
 def _budget_cell(r: Any, format_bytes: Any, format_percent: Any) -> str:

@@ -1,4 +1,5 @@
-"""``slackswap report RESULTS -o DIR``: the gap table and every figure the results support."""
+"""``slackswap report RESULTS -o DIR``: the gap table and every figure the results support;
+``--table FMT`` prints the summary for a paper instead, ``--compare A,B`` a paired test."""
 
 from __future__ import annotations
 
@@ -11,8 +12,14 @@ from slackswap.analysis.gapanalysis import format_gaps, gaps
 from slackswap.analysis.progress import add_progress_arguments, phase
 from slackswap.analysis.report import FIGURE_NAMES, TRACE_PATTERN, write_report
 from slackswap.analysis.results import read_results
+from slackswap.analysis.stats import paired_comparison
+from slackswap.analysis.tables import TABLE_FORMATS as _TABLE_FORMATS
+from slackswap.analysis.tables import format_table
 from slackswap.errors import UserError
 from slackswap.textfile import check_output_path
+
+#: The --table formats.
+TABLE_FORMATS = _TABLE_FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="gap table and figures (PNG, SVG) from a results file",
         description=(
             "Print the gap table of a results file (best known plan, best bound, each solver's "
-            "gaps) and, with -o DIR, draw the figures into DIR."
+            "gaps, mean +- std over seeds) and, with -o DIR, draw the figures into DIR "
+            "(throughput and gap against budget, time breakdown, gap heat map, planning time, "
+            "performance profile, ECDF of runs reaching a gap, anytime curves). Nothing is "
+            "rerun unless --rerun is given: the plan and timeline figures rerun one case, a "
+            "search for its whole time limit."
         ),
     )
     p.add_argument("results", metavar="RESULTS", help="results file (.csv or .parquet)")
@@ -39,21 +50,46 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--instance",
         help="instance of the plan and timeline figures (default: gpt2-xl, else first)",
     )
-    p.add_argument(
-        "--no-rerun", action="store_true",
-        help="skip the plan and timeline figures (they rerun one case)",
+    rr = p.add_mutually_exclusive_group()
+    rr.add_argument(
+        "--rerun", action="store_true",
+        help="also draw the plan and timeline figures (and Chrome traces): they rerun one case, "
+        "a search or exact solver for up to its time limit (off by default)",
     )  # fmt: skip
-    p.add_argument("--format", default="png,svg", help="image formats (default png,svg)")
+    rr.add_argument("--no-rerun", action="store_true", help="rerun nothing (the default)")
+    p.add_argument(
+        "--format", default="png,svg", help="image formats of the figures: png, svg, pdf "
+        "(default png,svg); tables take --table",
+    )  # fmt: skip
+    p.add_argument(
+        "--table", choices=TABLE_FORMATS, metavar="FMT",
+        help="print the summary table instead of the gap table: markdown, latex (booktabs, best "
+        "of each case in bold), csv or json (one object); mean +- std over seeds",
+    )  # fmt: skip
+    p.add_argument(
+        "--compare",
+        metavar="A,B",
+        help="paired comparison of two solvers over the cases (mean step over seeds): wins, "
+        "ties and the Wilcoxon signed-rank p-value",
+    )
     add_progress_arguments(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
-    if args.output is not None:  # checked before the work, not after it
-        bad = [f for f in formats if f not in ("png", "svg", "pdf")]
-        if bad or not formats:
-            raise UserError(f"--format: {bad[0] if bad else args.format!r} is not png, svg or pdf")
+    bad = [f for f in formats if f not in ("png", "svg", "pdf")]  # checked before the work
+    if bad or not formats:
+        hint = f" (for a table: --table {bad[0]})" if bad and bad[0] in TABLE_FORMATS else ""
+        raise UserError(
+            f"--format: {bad[0] if bad else args.format!r} is not png, svg or pdf{hint}"
+        )
+    pair = None
+    if args.compare is not None:
+        pair = [x.strip() for x in args.compare.split(",")]
+        if len(pair) != 2 or not all(pair) or pair[0] == pair[1]:
+            raise UserError(f"--compare: expected two solver labels A,B, got {args.compare!r}")
+    if args.output is not None:
         if not 0 < args.breakdown_budget <= 1.5:
             raise UserError(
                 f"--breakdown-budget must be a fraction of P, got {args.breakdown_budget}"
@@ -68,7 +104,22 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.output is not None:  # before the gap table and the figures: nothing half done
         _check_output(args.output, formats, overwrite=args.overwrite)
-    print(format_gaps(gaps(df)))
+    if pair is not None:
+        labels = set(df["solver"].astype(str))
+        for name in pair:
+            if name not in labels:
+                raise UserError(
+                    f"--compare: solver {name!r} is not in {args.results} "
+                    f"(it has {', '.join(sorted(labels))})"
+                )
+    if args.table is not None:
+        print(format_table(df, args.table, source=str(args.results)))
+    else:
+        print(format_gaps(gaps(df)))
+    if pair is not None:
+        # stderr with a machine-readable table on stdout, so the table stays parseable
+        out = sys.stderr if args.table is not None else sys.stdout
+        print(paired_comparison(df, pair[0], pair[1]).text(), file=out)
     if args.output is None:
         return 0
 
@@ -78,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
         args.output,
         breakdown_budget=args.breakdown_budget,
         instance=args.instance,
-        rerun=not args.no_rerun,
+        rerun=args.rerun,
         formats=formats,
         progress=lambda what: phase("report", what, args.progress),
     )

@@ -235,6 +235,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             print(f"wrote plan: {args.output}", file=sys.stderr)  # stderr: --json keeps stdout
     if args.json:
         row = rec.to_row()
+        row.pop("history", None)  # the results file's JSON text; here a list, searches only
         if rec.history:
             row["history"] = history_rows(rec.history)
         print_json(row)
@@ -265,7 +266,7 @@ def summary(rec: Any) -> str:
     lines = [
         f"{rec.instance}  budget {format_bytes(rec.budget_bytes)} "
         f"({format_percent(rec.budget_fraction)} of P)  solver {rec.solver}  seed {rec.seed}",
-        f"status      {rec.status.value}",
+        f"status      {rec.status.value} (stopped by: {rec.stopped_by})",
     ]
     if rec.step_s is not None:
         lines += [

@@ -46,6 +46,9 @@ class Tags:
     needs: tuple[str, ...] = ()  # importable modules the solver requires
     honours_time_limit: bool = True  # returns within time_limit (+10%)
     uses_time_limit: bool = False  # quality depends on the time limit (searches, exact solvers)
+    # False: the seed never changes the plan, so a sweep runs the solver once per case
+    # whatever seeds it is given (and the conformance kit checks two seeds agree)
+    uses_seed: bool = True
     static_plan: bool = True  # the plan alone decides (no run-time policy in the simulator)
 
 

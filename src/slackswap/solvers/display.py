@@ -10,9 +10,9 @@ from dataclasses import dataclass
 class Display:
     """A solver's look in figures and tables (pass it to `register`).
 
-    ``colour``/``marker``: a matplotlib colour and marker; None picks a palette colour after the
-    ones registered solvers set. ``emphasis``: drawn as the wide black reference line beneath
-    the others. ``order``: figures and tables list solvers by it (lower first; None after those
+    ``colour``/``marker``/``emphasis``: kept for callers of the registry; the figures draw
+    every solver in its own colour-blind-safe colour, marker and line style by its place in
+    ``order`` (`slackswap.analysis.styles`). ``order``: figures and tables list solvers by it (lower first; None after those
     that set one, in order of appearance). ``label``: the policy's name in prose and tables
     (``vDNN``); figures label a line by the run's label (name and changed options) so two
     configurations stay apart. ``featured``: the report reruns the featured solvers first (lower

@@ -4,6 +4,11 @@ Solvers never time or score themselves: `run` starts the solve's `Deadline` from
 limit (less the solver's ``margin``), calls ``solve`` on a copy of the solver with it, simulates the plan and returns one row with provenance. An exception inside a solver
 becomes an ``error`` record, never a crash. `smallest_feasible_budget` bisects the budget of an
 infeasible case for the smallest one the solver fits.
+
+Statuses say what the run holds, ``stopped_by`` what ended it: a run that reaches its time
+limit holding a plan that fits is ``feasible`` (``optimal`` when its own bound proves the plan)
+with ``stopped_by = "time limit"``; ``timeout`` is only a run stopped by the clock with no plan
+that fits. ``reason`` says why for every record that is not plainly feasible.
 """
 
 from __future__ import annotations
@@ -29,6 +34,23 @@ from slackswap.solvers.registry import REGISTRY
 #: A solver that overruns its time limit by more than this share is reported as a timeout.
 TIME_LIMIT_SLACK = 0.10
 
+#: What ends a run (the ``stopped_by`` column): the clock, a work budget, a plan at the proven
+#: bound, a search that stopped improving by its own rule, its generation count or target, or a
+#: one-pass heuristic that finished; ``error`` for a run that raised; ``wall-clock guard`` for a
+#: sweep job stopped by its hard limit (``--job-timeout``).
+STOPPED_BY = (
+    "time limit", "evaluations", "bound reached", "converged", "generations", "target reached",
+    "finished", "error", "wall-clock guard",
+)  # fmt: skip
+
+#: The genetic search's ``info["stop"]`` words as ``stopped_by`` values.
+_SEARCH_STOPS = {
+    "time": "time limit",
+    "evaluations": "evaluations",
+    "generations": "generations",
+    "target": "target reached",
+}
+
 #: A lower bound above its plan's simulated step by more than this share (floating-point noise
 #: between the bound engine's sums and the simulator's) makes the record an ``error``.
 BOUND_REL_TOL = 1e-9
@@ -47,6 +69,7 @@ class RunRecord:
     budget_fraction: float
     budget_bytes: int
     status: Status
+    stopped_by: str
     runtime: str
     step_s: float | None
     ideal_s: float
@@ -83,6 +106,7 @@ class RunRecord:
         d = {k: getattr(self, k) for k in self.ROW_KEYS}
         d["status"] = self.status.value
         d["solver_config"] = json.dumps(self.solver_config, sort_keys=True, default=str)
+        d["history"] = history_json(self.history)
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None
@@ -142,7 +166,8 @@ def run(
         plan_s = deadline.elapsed()
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         msg = f"{type(exc).__name__}: {exc} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"
-        return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
+        failed = {**empty, "error": msg, "reason": f"the solver raised {type(exc).__name__}"}
+        return RunRecord(**base, **failed, status=Status.ERROR, stopped_by="error", plan_s=plan_s)
     plan_s = deadline.elapsed()
     sol = out if isinstance(out, Solution) else Solution(plan=out)
     bad: Exception | None = None
@@ -156,7 +181,8 @@ def run(
             bad = exc
     if bad is not None:
         msg = f"{type(bad).__name__}: {bad}"
-        return RunRecord(**base, **{**empty, "error": msg}, status=Status.ERROR, plan_s=plan_s)
+        failed = {**empty, "error": msg, "reason": "the solver's plan could not be scored"}
+        return RunRecord(**base, **failed, status=Status.ERROR, stopped_by="error", plan_s=plan_s)
 
     fields: dict[str, Any] = dict(empty)
     fields.update(
@@ -165,12 +191,15 @@ def run(
         min_budget_bytes=sol.min_budget_bytes,
         evaluations=sol.evaluations,
     )
-    timed_out = sol.timed_out or (
-        time_limit is not None and plan_s > time_limit * (1 + TIME_LIMIT_SLACK)
-    )
+    overran = time_limit is not None and plan_s > time_limit * (1 + TIME_LIMIT_SLACK)
+    stopped_by = _stopped_by(sol, solver_obj, sol.timed_out or overran)
+    # the clock ended the run (a search says so by its stop rule): without a plan, a timeout
+    timed_out = stopped_by == "time limit"
     if sol.plan is None or sim is None:
         status = Status.TIMEOUT if timed_out and not sol.proven_infeasible else Status.INFEASIBLE
         fields["reason"] = str(sol.info.get("reason", "the solver found no plan"))
+        if status is Status.TIMEOUT:
+            fields["reason"] = f"no plan by {_limit_text(time_limit)}: " + fields["reason"]
     else:
         plan = sol.plan
         fields.update(
@@ -190,14 +219,14 @@ def run(
                 d2h_bytes=sim.d2h_bytes,
                 h2d_bytes=sim.h2d_bytes,
             )
-            if timed_out:
-                status = Status.TIMEOUT
-            elif sol.proven_optimal:
-                status = Status.OPTIMAL
-            else:
-                status = Status.FEASIBLE
+            # A run the clock stopped still holds its plan: feasible (or optimal), never a
+            # timeout; ``stopped_by`` says the clock ended it.
+            status = Status.OPTIMAL if sol.proven_optimal else Status.FEASIBLE
             if sol.lower_bound_s is not None and sol.lower_bound_s > 0:
                 fields["gap"] = (sim.step_s - sol.lower_bound_s) / sol.lower_bound_s
+            fields["reason"] = _feasible_reason(
+                status, stopped_by, time_limit, plan_s, fields["gap"], sol.evaluations
+            )
             lb = sol.lower_bound_s
             if lb is not None and lb > sim.step_s * (1 + BOUND_REL_TOL):
                 # the solver's own plan refutes its bound: a defect in the bound, never capped
@@ -206,19 +235,79 @@ def run(
                     f"invalid lower bound: {lb!r} s is above the plan's simulated step "
                     f"{sim.step_s!r} s"
                 )
+                fields["reason"] = "the solver's lower bound is above its own plan's step"
         else:
             status = Status.TIMEOUT if timed_out else Status.INFEASIBLE
+            if status is Status.TIMEOUT:
+                fields["reason"] = f"no plan that fits by {_limit_text(time_limit)}: {sim.reason}"
     if status is Status.INFEASIBLE and fields["min_budget_bytes"] is None and find_min_budget:
         fields["min_budget_bytes"] = smallest_feasible_budget(solver_obj, inst, seed=seed)
     return RunRecord(
         **base,
         **fields,
         status=status,
+        stopped_by=stopped_by,
         plan_s=plan_s,
         plan=sol.plan,
         sim=sim,
         history=list(sol.history),
         info=dict(sol.info),
+    )
+
+
+def _stopped_by(sol: Solution, solver: Solver, timed_out: bool) -> str:
+    """What ended the run (one of `STOPPED_BY`), from the solution and the solver's options."""
+    if sol.proven_optimal:
+        return "bound reached"
+    if timed_out:
+        return "time limit"
+    stop = sol.info.get("stop")
+    if isinstance(stop, str) and stop in _SEARCH_STOPS:
+        return _SEARCH_STOPS[stop]
+    if not solver.tags.uses_time_limit:
+        return "finished"
+    cap = getattr(solver, "max_evaluations", None)
+    if isinstance(cap, int) and sol.evaluations is not None and sol.evaluations >= cap:
+        return "evaluations"
+    return "converged"
+
+
+def _feasible_reason(
+    status: Status,
+    stopped_by: str,
+    time_limit: float | None,
+    plan_s: float,
+    gap: float | None,
+    evaluations: int | None,
+) -> str:
+    """Why a run with a plan that fits ended as it did; empty when it is plainly feasible (a
+    heuristic that finished, a search that stopped by its own rule)."""
+    if status is Status.OPTIMAL:
+        return "optimal: the plan's simulated step equals the solver's proven lower bound"
+    proof = "" if gap is None else f"; {100 * gap:.3g}% above its proven bound, not optimal"
+    if stopped_by == "time limit":
+        over = 0.0 if time_limit is None else plan_s / time_limit - 1
+        late = f", overran it by {100 * over:.0f}%" if over > TIME_LIMIT_SLACK else ""
+        return f"stopped by {_limit_text(time_limit)} holding a plan{late}{proof}"
+    if stopped_by == "evaluations":
+        return f"stopped after {evaluations or 0:,} plans evaluated (its work budget){proof}"
+    return proof.removeprefix("; ")
+
+
+def _limit_text(time_limit: float | None) -> str:
+    return "its time limit" if time_limit is None else f"its {time_limit:g} s time limit"
+
+
+def history_json(history: list[tuple[float, int, float]]) -> str | None:
+    """A search's history as the results file's ``history`` cell: JSON ``[[seconds, plans
+    evaluated, best step s or null], ...]`` (null: no plan that fits yet); None when empty."""
+    if not history:
+        return None
+    return json.dumps(
+        [
+            [round(float(t), 6), int(n), float(b) if math.isfinite(b) else None]
+            for t, n, b in history
+        ]
     )
 
 

@@ -46,7 +46,7 @@ class Checkpoint(Solver):
     """
 
     key = "checkpoint"
-    tags = Tags(deterministic=True)
+    tags = Tags(deterministic=True, uses_seed=False)
     runtime = "barrier-free"
 
     def __init__(self) -> None:

@@ -57,7 +57,7 @@ class OffloadSync(_CheckpointOffload):
     """
 
     key = "offload-sync"
-    tags = Tags(deterministic=True)
+    tags = Tags(deterministic=True, uses_seed=False)
     runtime = "sync"
     keep_last = 0
 
@@ -74,6 +74,6 @@ class OffloadOverlap(_CheckpointOffload):
     """
 
     key = "offload-overlap"
-    tags = Tags(deterministic=True)
+    tags = Tags(deterministic=True, uses_seed=False)
     runtime = "layer-prefetch"
     keep_last = 1

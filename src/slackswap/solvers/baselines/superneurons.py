@@ -47,7 +47,7 @@ class SuperNeurons(Solver):
     """
 
     key = "superneurons"
-    tags = Tags(deterministic=True, static_plan=False)
+    tags = Tags(deterministic=True, static_plan=False, uses_seed=False)
     runtime = "on-demand-lru"
 
     def __init__(self) -> None:

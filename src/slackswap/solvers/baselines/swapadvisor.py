@@ -68,7 +68,7 @@ class SwapAdvisor(Solver):
     """
 
     key = "swapadvisor"
-    tags = Tags(deterministic=True)
+    tags = Tags(deterministic=True, uses_seed=False)
     runtime = "barrier-free"
 
     def __init__(self) -> None:

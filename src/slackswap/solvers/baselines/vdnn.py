@@ -74,7 +74,7 @@ class VDNN(Solver):
     """
 
     key = "vdnn"
-    tags = Tags(deterministic=True)
+    tags = Tags(deterministic=True, uses_seed=False)
     runtime = "barriers"
 
     def __init__(self, *, policy: str = "dynamic") -> None:

@@ -53,13 +53,19 @@ from slackswap.solvers.exact._plans import (
 )
 from slackswap.solvers.registry import register
 
+#: The guided roundings' random stream: fixed, not the run's seed, so the answer depends on the
+#: instance, budget, options and time limit only (``uses_seed=False``: a sweep runs it once).
+GUIDED_SEED = 0
+
 
 @register("milp", display=Display(colour="#393b79", marker=">", order=13))
 class Milp(Solver):
     """Linear relaxation over operator boundaries (HiGHS): certified bound, rounded plans."""
 
     key = "milp"
-    tags = Tags(exact=True, deterministic=True, needs=("scipy",), uses_time_limit=True)
+    tags = Tags(
+        exact=True, deterministic=True, needs=("scipy",), uses_time_limit=True, uses_seed=False
+    )
     margin = MARGIN
 
     def __init__(
@@ -140,7 +146,7 @@ class Milp(Solver):
             # many random roundings of the relaxation's optima, each repaired and searched
             # (`_guided`); opportunistic like the binary version: never a timeout
             guided, g_step, g_info = search_from_relaxation(
-                model, lp, scorer, acts, step, search_stop, seed
+                model, lp, scorer, acts, step, search_stop, GUIDED_SEED
             )
             info.update(g_info)
             if g_info["guided_found_by"]:

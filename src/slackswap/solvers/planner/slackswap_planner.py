@@ -127,7 +127,9 @@ class SlackSwap(Solver):
     """
 
     key = "slackswap"
-    tags = Tags(exact=False, deterministic=True, honours_time_limit=True, static_plan=True)
+    tags = Tags(
+        exact=False, deterministic=True, honours_time_limit=True, static_plan=True, uses_seed=False
+    )
 
     def __init__(
         self,
