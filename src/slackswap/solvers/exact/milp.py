@@ -48,6 +48,7 @@ from slackswap.solvers.exact._plans import (
     best_plan,
     hint_plans,
     labelled,
+    relaxation_preference,
     round_candidates,
 )
 
@@ -122,9 +123,11 @@ class Milp(Solver):
         search_stop = deadline.before(
             0.25 * limit if self.integral and not coarse else 0.05 * limit
         )
+        preference = relaxation_preference(lp.s, lp.r) if lp.bound_s is not None else None
         acts, step, converged, found_by = best_plan(
-            scorer, starts, search_stop, self.search, repair_deadline=deadline
-        )
+            scorer, starts, search_stop, self.search, repair_deadline=deadline,
+            preference=preference,
+        )  # fmt: skip
         timed_out = timed_out or not (converged or scorer.exhausted)
         # A plan at the proven bound is optimal: the searches and the binary version after this
         # point could only spend the rest of the time limit.
