@@ -297,7 +297,9 @@ def _pair_exchange(
             moves.append((t, SWAP, -1, KEEP))
     if not moves or deadline.expired() or scorer.exhausted:
         return None
-    changes = [((t, v), (u, w)) if u >= 0 else ((t, v),) for t, v, u, w in moves]
+    changes: list[tuple[tuple[int, int], ...]] = [
+        ((t, v), (u, w)) if u >= 0 else ((t, v),) for t, v, u, w in moves
+    ]
     steps = score_changes(scorer, a, changes)
     k = int(np.argmin(steps))
     if steps[k] < best * (1 - 1e-12):
