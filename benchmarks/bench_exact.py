@@ -63,6 +63,7 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     from slackswap.instances.catalog import build_model
     from slackswap.plan import Budget
     from slackswap.solvers import run
+    from slackswap.solvers.deadline import Deadline
     from slackswap.solvers.exact._coarse import coarse_bound
     from slackswap.solvers.exact._lp import BoundProgram
 
@@ -72,7 +73,7 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     t0 = time.perf_counter()
     model = BoundProgram(inst, budget.bytes_for(inst))
     t1 = time.perf_counter()
-    lp = coarse_bound(model, time_limit=LP_SHARE * time_limit)
+    lp = coarse_bound(model, Deadline.begin(LP_SHARE * time_limit))
     t2 = time.perf_counter()
     py_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()

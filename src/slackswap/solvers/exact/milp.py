@@ -39,7 +39,7 @@ from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import Display, Solution, Solver, Tags, register
-from slackswap.solvers.deadline import MARGIN, Deadline
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers.exact._guided import search_from_relaxation
 from slackswap.solvers.exact._lp import BoundProgram
@@ -52,6 +52,13 @@ from slackswap.solvers.exact._plans import (
     round_candidates,
 )
 
+#: Share of the time limit kept free at its end (pricing the plan, the bound, the runner).
+RESERVE_SHARE = 0.08
+#: Share of the time limit the relaxation may take (from its start; the rest goes to the plans).
+LP_SHARE = 0.4
+#: Share of the time limit the binary version leaves for pricing the plan (`plan_value`).
+CLAIM_SHARE = 0.05
+
 
 @register("milp", display=Display(colour="#393b79", marker=">", order=13))
 class Milp(Solver):
@@ -59,7 +66,6 @@ class Milp(Solver):
 
     key = "milp"
     tags = Tags(exact=True, deterministic=True, needs=("scipy",), uses_time_limit=True)
-    margin = MARGIN
 
     def __init__(
         self,
@@ -90,14 +96,17 @@ class Milp(Solver):
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
         limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
-        deadline = deadline.or_limit(limit)
+        whole = deadline.or_limit(limit)
+        # the end of the limit stays free for pricing the plan, writing the bound and the
+        # runner's simulation of the plan
+        deadline = whole.before(RESERVE_SHARE * limit)
         M = budget.bytes_for(instance)
         model = BoundProgram(instance, M)
         # past a few thousand operators the full LP does not finish (n^2.3): the coarse one,
         # checked at a few hundred operators, is the bound, and the binary version is skipped
         coarse = instance.n_ops > FULL_LP_MAX_OPS
-        lp_limit = max(0.05, 0.4 * limit)
-        lp = coarse_bound(model, lp_limit) if coarse else model.solve(time_limit=lp_limit)
+        lp_deadline = deadline.within(max(0.05, LP_SHARE * limit))
+        lp = coarse_bound(model, lp_deadline) if coarse else model.solve(deadline=lp_deadline)
         info: dict[str, object] = {
             "lp_engine": "coarse" if coarse else "full",
             "lp_status": lp.status,
@@ -143,7 +152,7 @@ class Milp(Solver):
                 acts, step, found_by = guided, g_step, str(g_info["guided_found_by"])
         claim, claimed_for = None, None
         if acts is not None and deadline.remaining() > 0.02 * limit:
-            claim, claimed_for = model.plan_value(acts, time_limit=deadline.remaining()), acts
+            claim, claimed_for = model.plan_value(acts, deadline), acts
         # the binary version is cut by the clock, so a run with a work budget skips it
         run_milp = self.integral and self.max_evaluations is None and not coarse
         # HiGHS checks its clock between phases, and the binary version's root relaxation (about
@@ -151,9 +160,10 @@ class Milp(Solver):
         # left overran a 4 s limit by up to 20%, so the binary version runs only when two LP
         # rounds fit.
         lp_round_s = lp.seconds / max(lp.rounds, 1)
-        milp_s = deadline.remaining() - 0.05 * limit
-        if run_milp and not at_bound and milp_s > max(0.05 * limit, 2.0 * lp_round_s):
-            mres = model._milp(milp_s)
+        milp_deadline = deadline.before(CLAIM_SHARE * limit)
+        milp_s = milp_deadline.remaining()
+        if run_milp and not at_bound and milp_s > max(CLAIM_SHARE * limit, 2.0 * lp_round_s):
+            mres = model._milp(milp_deadline)
             if mres is not None:
                 info["milp_status"] = mres.status
                 if mres.bound_s is not None and mres.bound_s > bound:
@@ -172,7 +182,7 @@ class Milp(Solver):
             return Solution(None, lower_bound_s=bound, timed_out=timed_out, info=info)
         if claimed_for is not acts:
             left = deadline.remaining()
-            claim = model.plan_value(acts, time_limit=left) if left > 0.02 * limit else None
+            claim = model.plan_value(acts, deadline) if left > 0.02 * limit else None
         # the bound is reported as proved: one above the plan's simulated step is a defect the
         # runner reports as an error, never something to cap
         return Solution(
