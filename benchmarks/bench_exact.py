@@ -15,6 +15,12 @@ set, which includes HiGHS) and then ``milp``'s and SlackSwap's plans with the be
 best bound. Each size runs in its own process so the resident-set figure is its own.
 
     .venv/bin/python benchmarks/bench_exact.py --scale 48,192,768 --time-limit 60
+
+The process's peak RSS is read twice: after the bound engine alone, and after ``milp``'s whole
+run (what issue 36 bounds: 2 GB at 3,072 layers, 240 s). The 3,072-layer row:
+
+    .venv/bin/python benchmarks/bench_exact.py --scale 192,768 --time-limit 60
+    .venv/bin/python benchmarks/bench_exact.py --scale 3072 --time-limit 240
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     from slackswap.instances.catalog import build_model
     from slackswap.plan import Budget
     from slackswap.solvers import run
+    from slackswap.solvers.deadline import Deadline
     from slackswap.solvers.exact._coarse import coarse_bound
     from slackswap.solvers.exact._lp import BoundProgram
 
@@ -66,12 +73,13 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
     t0 = time.perf_counter()
     model = BoundProgram(inst, budget.bytes_for(inst))
     t1 = time.perf_counter()
-    lp = coarse_bound(model, time_limit=LP_SHARE * time_limit)
+    lp = coarse_bound(model, Deadline.begin(LP_SHARE * time_limit))
     t2 = time.perf_counter()
     py_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     milp = run(inst, budget, "milp", time_limit=time_limit, find_min_budget=False)
+    milp_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # the whole run's peak
     ss = run(inst, budget, "slackswap", find_min_budget=False)
     steps = [r.step_s for r in (milp, ss) if r.step_s is not None]
     bounds = [b for b in (milp.lower_bound_s, lp.bound_s) if b is not None]
@@ -89,6 +97,9 @@ def scale_one(layers: int, time_limit: float) -> dict[str, object]:
         "lp_gap": (best_step / lp.bound_s - 1) if best_step and lp.bound_s else None,
         "py_peak_bytes": py_peak,
         "rss_bytes": rss_kib * 1024,
+        "milp_rss_bytes": milp_rss_kib * 1024,
+        "milp_found_by": milp.info.get("found_by"),
+        "slackswap_plan_s": ss.plan_s,
         "milp_engine": milp.info.get("lp_engine"),
         "milp_status": milp.status.value,
         "milp_plan_s": milp.plan_s,
@@ -110,9 +121,10 @@ def scale(sizes: list[int], time_limit: float) -> None:
     print(
         "| layers | ops | tensors | model build s | coarse LP s | coarse LP status | coarse LP "
         "rows | Python peak MB | process peak RSS MB | coarse bound to best plan % | milp LP | "
-        "milp status | milp s | milp gap % | best plan to best bound % | load avg |"
+        "milp status | milp s | milp gap % | milp peak RSS MB | milp plan from | SlackSwap s | "
+        "best plan to best bound % | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         out = subprocess.run(
             [sys.executable, __file__, "--scale-one", str(n), "--time-limit", str(time_limit)],
@@ -130,8 +142,8 @@ def scale(sizes: list[int], time_limit: float) -> None:
             f"{r['lp_s']:.2f} | {r['lp_status']} | {r['lp_rows']} | "
             f"{r['py_peak_bytes'] / 1e6:.0f} | {r['rss_bytes'] / 1e6:.0f} | {pct(r['lp_gap'])} | "
             f"{r['milp_engine']} | {r['milp_status']} | {r['milp_plan_s']:.1f} | "
-            f"{pct(r['milp_gap'])} | "
-            f"{pct(r['best_gap'])} | {r['load']:.1f} |",
+            f"{pct(r['milp_gap'])} | {r['milp_rss_bytes'] / 1e6:.0f} | {r['milp_found_by']} | "
+            f"{r['slackswap_plan_s']:.2f} | {pct(r['best_gap'])} | {r['load']:.1f} |",
             flush=True,
         )
 

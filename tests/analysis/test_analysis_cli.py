@@ -17,7 +17,7 @@ from slackswap.analysis.results import read_results, read_rows
 from slackswap.cli import main
 from slackswap.solvers import RunRecord
 
-TESTS = Path(__file__).parent.parent
+TESTS = Path(__file__).parent.parent / "support"
 
 
 pytestmark = pytest.mark.usefixtures("toys")  # the toy solvers, registered (conftest)

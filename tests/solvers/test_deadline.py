@@ -1,4 +1,5 @@
-"""The one `Deadline` of a solve: made by `run` with the solver's margin, asked by the solver."""
+"""The one `Deadline` of a solve: made by `run` from the time limit, asked by the solver and
+passed down to the engine calls."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from slackswap.instances.catalog import build_model
 from slackswap.plan import Budget, Plan
 from slackswap.solvers import run
 from slackswap.solvers.base import Solver
-from slackswap.solvers.deadline import MARGIN, Deadline
+from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.exact import cpsat, milp
 from slackswap.solvers.exact.cpsat import CpSat
 from slackswap.solvers.exact.milp import Milp
 
@@ -25,15 +27,24 @@ class FakeClock:
         return self.now
 
 
-def test_remaining_and_expired_follow_the_clock_less_the_margin() -> None:
+def test_remaining_and_expired_follow_the_clock() -> None:
     clock = FakeClock()
-    d = Deadline.begin(10.0, margin=0.1, clock=clock)
+    d = Deadline.begin(9.0, clock=clock)
     assert (d.start, d.usable_s, d.at) == (100.0, 9.0, 109.0)
     assert d.remaining() == 9.0 and not d.expired()
     clock.now = 108.0
     assert d.remaining() == pytest.approx(1.0) and d.elapsed() == 8.0 and not d.expired()
     clock.now = 109.5
     assert d.remaining() == 0.0 and d.expired()
+
+
+def test_a_lap_times_a_phase_on_the_same_clock() -> None:
+    clock = FakeClock()
+    d = Deadline.begin(9.0, clock=clock)
+    clock.now = 103.0
+    lap = d.lap()
+    clock.now = 104.5
+    assert lap.elapsed() == 1.5 and not lap.limited and d.elapsed() == 4.5
 
 
 def test_no_time_limit_never_expires() -> None:
@@ -48,25 +59,24 @@ def test_no_time_limit_never_expires() -> None:
 
 def test_parts_of_a_deadline_count_from_its_start() -> None:
     clock = FakeClock()
-    d = Deadline.begin(10.0, margin=0.2, clock=clock)  # ends at 108
+    d = Deadline.begin(10.0, clock=clock).before(2.0)  # ends at 108
     assert d.or_limit(60.0) is d
-    assert d.share(0.3).at == pytest.approx(103.0)  # a phase's share of the limit, no margin
+    assert d.share(0.3).at == pytest.approx(102.4)  # a phase's share of what is left to use
     assert d.before(2.5).at == pytest.approx(105.5)  # room left after a phase
     clock.now = 104.0
     assert d.within(1.0).at == pytest.approx(105.0)  # a second from now
     assert d.within(100.0).at == pytest.approx(108.0)  # never past the deadline itself
 
 
-def test_a_margin_outside_zero_to_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="margin"):
-        Deadline.begin(1.0, margin=1.0)
+def test_a_negative_time_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="non-negative"):
+        Deadline.begin(-1.0)
 
 
 class _Records(Solver):
     """Keeps everything and remembers the deadline it was given."""
 
     key = "t-records-deadline"
-    margin = 0.25
     seen: list[Deadline] = []
 
     def solve(self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int) -> Plan:
@@ -74,16 +84,19 @@ class _Records(Solver):
         return Plan(instance, np.zeros(instance.n_tensors, dtype=np.int8))
 
 
-def test_run_hands_the_solver_one_deadline_with_its_margin() -> None:
+def test_run_hands_the_solver_one_deadline_of_the_whole_limit() -> None:
     inst = build_model("gpt2-xl", layers=2, seq=128, batch=1)
     _Records.seen.clear()
     rec = run(inst, 1.0, _Records(), time_limit=2.0, find_min_budget=False)
     (deadline,) = _Records.seen
-    assert (deadline.limit_s, deadline.margin, deadline.usable_s) == (2.0, 0.25, 1.5)
+    assert (deadline.limit_s, deadline.usable_s) == (2.0, 2.0)
     assert 0.0 <= rec.plan_s <= deadline.elapsed()
     run(inst, 1.0, _Records(), find_min_budget=False)
     assert not _Records.seen[-1].limited
 
 
-def test_the_exact_solvers_share_one_margin() -> None:
-    assert Milp.margin == CpSat.margin == MARGIN
+def test_no_solver_declares_a_margin_for_run_to_apply() -> None:
+    """The exact solvers keep their own room at the end of the limit (a named share)."""
+    for cls in (Solver, Milp, CpSat):
+        assert not hasattr(cls, "margin")
+    assert 0.0 < milp.RESERVE_SHARE < milp.LP_SHARE and 0.0 < cpsat.RESERVE_SHARE < cpsat.LP_SHARE

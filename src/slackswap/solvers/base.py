@@ -9,12 +9,12 @@ one method::
     solve(instance, budget, *, deadline, seed) -> Plan | Solution
 
 ``deadline`` is the `Deadline` `run` made from the time limit: the solver asks it what time
-is left and never times itself against a limit of its own; a class whose work needs room after
-its last step sets ``margin``, the share of the time limit its deadline keeps free. It returns a
-`Plan` (whose ``runtime`` names the runtime it is meant for), or a `Solution` when it has more
-to say: a proven lower bound, its own claimed step time, proof of optimality or infeasibility,
-a search history. Solvers never time or score themselves: `slackswap.solvers.running.run`
-does, on a copy of the solver, and turns a solver's exception into an ``error`` record.
+is left and never times itself against a limit of its own (a solver whose work needs room
+after its last step keeps it free itself, with a named share of the deadline). It returns a
+`Plan` (whose ``runtime`` names the runtime it is meant for), or a `Solution` when
+it has more to say: a proven lower bound, its own claimed step time, proof of optimality or
+infeasibility, a search history. Solvers never time or score themselves:
+`slackswap.solvers.running.run` does, on a copy of the solver, and turns a solver's exception into an ``error`` record.
 """
 
 from __future__ import annotations
@@ -73,8 +73,6 @@ class Solver:
 
     key: ClassVar[str] = ""
     tags: ClassVar[Tags] = Tags()
-    #: Share of the time limit that `run` keeps free in the deadline it hands to ``solve``.
-    margin: ClassVar[float] = 0.0
 
     def solve(
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int

@@ -1,7 +1,8 @@
 """`run`: solve one case, time it and score its plan in the simulator, as a flat `RunRecord`.
 
 Solvers never time or score themselves: `run` starts the solve's `Deadline` from the time
-limit (less the solver's ``margin``), calls ``solve`` on a copy of the solver with it, simulates the plan and returns one row with provenance. An exception inside a solver
+limit, calls ``solve`` on a copy of the solver with it, simulates the plan and returns one row
+with provenance. An exception inside a solver
 becomes an ``error`` record, never a crash. `smallest_feasible_budget` bisects the budget of an
 infeasible case for the smallest one the solver fits.
 
@@ -159,7 +160,7 @@ def run(
         evaluations=None, error=None, reason="", runtime=getattr(solver_obj, "runtime", ""),
     )  # fmt: skip
 
-    deadline = Deadline.begin(time_limit, margin=getattr(solver_obj, "margin", 0.0))
+    deadline = Deadline.begin(time_limit)
     try:
         out = solver_obj.solve(inst, bud, deadline=deadline, seed=seed)
     except Exception as exc:  # a solver's failure is a result, not a crash

@@ -76,15 +76,15 @@ def test_coarse_optimum_at_or_below_the_full_lp(layers: int, frac: float) -> Non
     lower it."""
     inst = build_model("gpt2-xl", layers=layers, seq=256, batch=2)
     model = BoundProgram(inst, int(frac * inst.peak_bytes))
-    full = model.solve(time_limit=60, max_rounds=100, stall_rounds=100)
-    every = CoarseBound(model, np.arange(model.n)).solve(60)
+    full = model.solve(deadline=Deadline.begin(60), max_rounds=100, stall_rounds=100)
+    every = CoarseBound(model, np.arange(model.n)).solve(Deadline.begin(60))
     if full.status == "infeasible":
         assert every.status == "infeasible" or every.bound_s is not None
         return
     assert full.status == "optimal" and every.status == "optimal"
     assert every.bound_s == pytest.approx(full.bound_s, rel=1e-7)
     for per_pass in (40, 12, 4):
-        coarse = CoarseBound(model, select_ops(model, per_pass)).solve(60)
+        coarse = CoarseBound(model, select_ops(model, per_pass)).solve(Deadline.begin(60))
         assert coarse.status == "optimal" and coarse.bound_s is not None
         assert inst.ideal_step_s * (1 - 1e-9) <= coarse.bound_s <= full.bound_s * (1 + 1e-9)
 
@@ -96,7 +96,7 @@ def test_coarse_optimum_at_or_below_the_brute_force_optimum(frac: float) -> None
     opt, _ = brute_force(inst, budget)
     model = BoundProgram(inst, budget)
     for ops in kept_subsets(model, np.random.default_rng(3)):
-        res = CoarseBound(model, ops).solve(10)
+        res = CoarseBound(model, ops).solve(Deadline.begin(10))
         if math.isinf(opt):
             continue  # no plan fits: any answer of a relaxation is consistent
         assert res.bound_s is not None and res.bound_s <= opt * (1 + 1e-9), (frac, ops, opt)
@@ -117,7 +117,7 @@ def test_milp_bounds_with_the_coarse_lp_past_its_threshold(monkeypatch: pytest.M
     inst = build_model("gpt2-xl", layers=4, seq=256, batch=2)
     budget = Budget.fraction(0.5)
     model = BoundProgram(inst, budget.bytes_for(inst))
-    expect = CoarseBound(model, select_ops(model, 100)).solve(30).bound_s
+    expect = CoarseBound(model, select_ops(model, 100)).solve(Deadline.begin(30)).bound_s
     monkeypatch.setattr(milp_mod, "FULL_LP_MAX_OPS", inst.n_ops - 1)
     rec = run(inst, budget, "milp", time_limit=6.0, find_min_budget=False)
     assert rec.status is not Status.ERROR, rec.error
@@ -138,7 +138,7 @@ def test_cpsat_bounds_with_the_coarse_lp_past_its_threshold(
     inst = build_model("gpt2-xl", layers=4, seq=256, batch=2)
     budget = Budget.fraction(0.5)
     model = BoundProgram(inst, budget.bytes_for(inst))
-    expect = CoarseBound(model, select_ops(model, 100)).solve(30).bound_s
+    expect = CoarseBound(model, select_ops(model, 100)).solve(Deadline.begin(30)).bound_s
     monkeypatch.setattr(cpsat_mod, "FULL_LP_MAX_OPS", inst.n_ops - 1)
     rec = run(inst, budget, "cpsat", time_limit=6.0, find_min_budget=False)
     assert rec.status is not Status.ERROR, rec.error
@@ -210,7 +210,7 @@ def test_coarse_bound_below_slackswap_on_bundled_instances(name: str) -> None:
     for frac in (0.1, 0.2, 0.5, 0.7, 0.9):
         budget = Budget.fraction(frac)
         model = BoundProgram(inst, budget.bytes_for(inst))
-        res = CoarseBound(model, select_ops(model, 100)).solve(30)
+        res = CoarseBound(model, select_ops(model, 100)).solve(Deadline.begin(30))
         plan = run(inst, budget, "slackswap", find_min_budget=False)
         if plan.step_s is None:
             continue

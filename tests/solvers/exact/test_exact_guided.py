@@ -12,6 +12,7 @@ from slackswap.instance import Instance
 from slackswap.instances.catalog import build_model
 from slackswap.plan import RECOMP, SWAP
 from slackswap.solvers import Status, run
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._guided import fewest_swaps_point, random_rounding
 from slackswap.solvers.exact._lp import BoundProgram
 
@@ -31,7 +32,7 @@ def _value_at(model: BoundProgram, s: np.ndarray, r: np.ndarray) -> float:
     saved = model.var_lb, model.var_ub
     model.var_lb, model.var_ub = lb, ub
     try:
-        res = model._lp(30.0)
+        res = model._lp(Deadline.begin(30.0))
     finally:
         model.var_lb, model.var_ub = saved
     assert res.status == 0, res.message
@@ -42,9 +43,9 @@ def _value_at(model: BoundProgram, s: np.ndarray, r: np.ndarray) -> float:
 def test_fewest_swaps_point_is_an_optimum_that_swaps_less(frac: float) -> None:
     inst = bert_4()
     model = BoundProgram(inst, int(frac * inst.peak_bytes))
-    lp = model.solve(time_limit=30.0)
+    lp = model.solve(deadline=Deadline.begin(30.0))
     assert lp.bound_s is not None
-    face = fewest_swaps_point(model, lp, time_limit=30.0)
+    face = fewest_swaps_point(model, lp, Deadline.begin(30.0))
     assert face is not None
     s, r = face
     assert np.all(s + r <= 1 + 1e-6)
@@ -54,7 +55,7 @@ def test_fewest_swaps_point_is_an_optimum_that_swaps_less(frac: float) -> None:
     value = _value_at(model, s, r)
     assert lp.bound_s * (1 - 1e-6) <= value <= lp.bound_s * (1 + 1e-5)
     # the model is left as it was: the same optimum when solved again
-    again = model.solve(time_limit=30.0)
+    again = model.solve(deadline=Deadline.begin(30.0))
     assert again.bound_s == pytest.approx(lp.bound_s, rel=1e-6)
 
 

@@ -16,6 +16,7 @@ from slackswap.instance import Instance
 from slackswap.instances.catalog import build_model, load
 from slackswap.plan import Budget
 from slackswap.simulator import simulate, simulate_many
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._cp import CpPlanProgram
 from slackswap.solvers.exact._lp import BoundProgram
 from tests.support.exact_helpers import small_catalog_instances
@@ -86,7 +87,7 @@ def test_bound_below_every_feasible_run() -> None:
     seen_bound = seen_proof = False
     for frac in (0.9, 0.6, 0.45, 0.3):
         budget = int(frac * inst.peak_bytes)
-        bound = BoundProgram(inst, budget).solve(time_limit=20)
+        bound = BoundProgram(inst, budget).solve(deadline=Deadline.begin(20))
         res = simulate_many(inst, acts, Budget.bytes(budget))
         if bound.status == "infeasible":  # a proof: no plan may fit
             assert not res.feasible.any()
@@ -110,8 +111,8 @@ def test_plan_value_is_a_claim_below_the_simulated_step() -> None:
         if not res.feasible:
             continue
         model = BoundProgram(inst, budget)
-        model.solve(time_limit=10)
-        claim = model.plan_value(acts)
+        model.solve(deadline=Deadline.begin(10))
+        claim = model.plan_value(acts, Deadline.begin(30.0))
         assert claim is not None and claim <= res.step_s * (1 + 1e-9)
         checked += 1
     assert checked >= 5
@@ -119,7 +120,7 @@ def test_plan_value_is_a_claim_below_the_simulated_step() -> None:
 
 def test_infeasible_budget_has_a_reason() -> None:
     inst = load("vgg16")
-    res = BoundProgram(inst, int(0.5 * inst.peak_bytes)).solve()
+    res = BoundProgram(inst, int(0.5 * inst.peak_bytes)).solve(deadline=Deadline.begin(30.0))
     assert res.status == "infeasible" and res.bound_s is None
     assert "s0.c1.conv.bwd" in res.info["reason"]
 

@@ -32,12 +32,11 @@ the bundled instances).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._interrupt import call_interruptibly
 from slackswap.solvers.exact._lp import BoundProgram, BoundResult, _cum_chain, _Rows, _Vars
 
@@ -67,10 +66,10 @@ def select_ops(model: BoundProgram, per_pass: int) -> np.ndarray:
 
 
 def coarse_bound(
-    model: BoundProgram, time_limit: float, per_pass: int = KEPT_PER_PASS
+    model: BoundProgram, deadline: Deadline, per_pass: int = KEPT_PER_PASS
 ) -> BoundResult:
     """The coarse relaxation of ``model`` at about ``per_pass`` kept operators per pass."""
-    return CoarseBound(model, select_ops(model, per_pass)).solve(time_limit)
+    return CoarseBound(model, select_ops(model, per_pass)).solve(deadline)
 
 
 class CoarseBound:
@@ -257,9 +256,10 @@ class CoarseBound:
         ]
         return out
 
-    def solve(self, time_limit: float = 30.0) -> BoundResult:
-        """One LP (interior point, as `BoundProgram` runs it); its optimum is the bound."""
-        t0 = time.perf_counter()
+    def solve(self, deadline: Deadline) -> BoundResult:
+        """One LP (interior point, as `BoundProgram` runs it), cut at ``deadline``; its optimum
+        is the bound."""
+        clock = deadline.lap()
         m = self.model
         empty = np.zeros(m.nt)
         if m.infeasible_reason:
@@ -279,10 +279,10 @@ class CoarseBound:
                 b_eq=lo[eq],
                 bounds=np.column_stack([self.var_lb, self.var_ub]),
                 method="highs-ipm",
-                options={"time_limit": max(time_limit, 0.05), "presolve": True},
+                options={"time_limit": max(deadline.remaining(), 0.05), "presolve": True},
             )
         )
-        seconds = time.perf_counter() - t0
+        seconds = clock.elapsed()
         info: dict[str, object] = {"kept_ops": int(self.K.size)}
         if res.status == 2:
             info["reason"] = "the relaxation has no solution at this budget"

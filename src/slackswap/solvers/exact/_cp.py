@@ -31,7 +31,6 @@ their first reader.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +40,12 @@ from ortools.sat.python import cp_model
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.simulator.result import COMPUTE_KINDS, ENGINES
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.exact._interrupt import call_interruptibly
+
+#: Seconds `CpPlanProgram.check_values` gives CP-SAT when no deadline is handed to it (a test's
+#: check of one assignment).
+CHECK_SECONDS = 10.0
 
 
 def _cp_solver() -> cp_model.CpSolver:
@@ -305,13 +309,16 @@ class CpPlanProgram:
             start = max(start, vals[self.ds[u]] + int(self.copy[u]))
         return start
 
-    def check_values(self, vals: dict[Any, int], time_limit: float = 10.0) -> bool:
-        """Whether fixing ``vals`` leaves the model satisfiable (CP-SAT decides)."""
+    def check_values(self, vals: dict[Any, int], deadline: Deadline | None = None) -> bool:
+        """Whether fixing ``vals`` leaves the model satisfiable (CP-SAT decides, by ``deadline``:
+        default `CHECK_SECONDS` from now)."""
+        if deadline is None:
+            deadline = Deadline.begin(CHECK_SECONDS)
         mdl = self.model.clone()
         for var, v in vals.items():
             mdl.add(var == int(v))
         solver = _cp_solver()
-        solver.parameters.max_time_in_seconds = time_limit
+        solver.parameters.max_time_in_seconds = deadline.remaining()
         solver.parameters.num_workers = 1
         code = call_interruptibly(lambda: solver.solve(mdl), on_interrupt=solver.stop_search)
         return code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
@@ -332,7 +339,7 @@ class CpPlanProgram:
     def solve(
         self,
         *,
-        time_limit: float,
+        deadline: Deadline,
         seed: int = 0,
         workers: int = 1,
         model: cp_model.CpModel | None = None,
@@ -341,13 +348,14 @@ class CpPlanProgram:
         cap_s: float | None = None,
         deterministic_s: float | None = None,
     ) -> CpResult:
-        """Solve this model (or a clone with extra constraints) within ``time_limit`` seconds.
+        """Solve this model (or a clone with extra constraints) by ``deadline`` (read here, in
+        seconds, for CP-SAT).
 
         ``cap_s`` admits only solutions whose modelled step is at most that many seconds;
         ``deterministic_s`` bounds CP-SAT's deterministic time (with one worker the result then
         does not depend on the machine's speed).
         """
-        t0 = time.perf_counter()
+        clock = deadline.lap()
         mdl = model if model is not None else self.model
         extra = None
         if cap_s is not None:
@@ -366,13 +374,13 @@ class CpPlanProgram:
                 for v in (KEEP, SWAP, RECOMP):
                     mdl.add_hint(self.literal(t, v), int(a) == v)
         solver = _cp_solver()
-        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+        solver.parameters.max_time_in_seconds = max(0.01, deadline.remaining())
         solver.parameters.num_workers = int(workers)
         solver.parameters.random_seed = int(seed)
         if deterministic_s is not None:  # the same work whatever the clock: reproducible
             solver.parameters.max_deterministic_time = max(0.01, float(deterministic_s))
         code = call_interruptibly(lambda: solver.solve(mdl), on_interrupt=solver.stop_search)
-        wall = time.perf_counter() - t0
+        wall = clock.elapsed()
         det = float(solver.response_proto.deterministic_time)  # CpSolver.deterministic_time: 9.15+
         u = self.tick_s
         if code == cp_model.INFEASIBLE:

@@ -32,20 +32,24 @@ from slackswap.solvers.exact._plans import Scorer, local_search, repair, valid_a
 #: make the face empty.
 FACE_SLACK = 1e-6
 
+#: Share of the time left the fewest-swaps LP may take (it costs about one round of the
+#: relaxation; the roundings need the rest).
+FACE_SHARE = 0.5
+
 #: ``info["found_by"]`` of a plan found here.
 ORIGIN = "lp-guided-rounding"
 
 
 def fewest_swaps_point(
-    model: BoundProgram, lp: BoundResult, time_limit: float
+    model: BoundProgram, lp: BoundResult, deadline: Deadline
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(swap share, recompute share) of an optimum of the relaxation that swaps the fewest bytes.
 
     The relaxation is solved again with its objective (the non-operator time) capped at the
-    optimum ``lp`` found and the swapped bytes minimised. None when that LP does not finish in
-    ``time_limit`` seconds or has no solution.
+    optimum ``lp`` found and the swapped bytes minimised. None when that LP does not finish by
+    ``deadline`` or has no solution.
     """
-    if lp.bound_s is None or time_limit <= 0.05:
+    if lp.bound_s is None or deadline.remaining() <= 0.05:
         return None
     inst = model.instance
     optimum = (lp.bound_s - inst.ideal_step_s) / model.time_unit  # in ideal steps
@@ -57,7 +61,7 @@ def fewest_swaps_point(
     saved = model.c, model.var_ub
     model.c, model.var_ub = objective, ub
     try:
-        res = model._lp(time_limit)
+        res = model._lp(deadline)
     finally:
         model.c, model.var_ub = saved
     if res.status != 0 or res.x is None:
@@ -137,7 +141,7 @@ def search_from_relaxation(
     points = []
     left = deadline.remaining()
     if lp.seconds / max(lp.rounds, 1) < 0.25 * left:
-        face = fewest_swaps_point(model, lp, 0.5 * left)
+        face = fewest_swaps_point(model, lp, deadline.within(FACE_SHARE * left))
         if face is not None:
             points.append(face)
     points.append((lp.s, lp.r))

@@ -652,7 +652,8 @@ class BoundProgram:
             np.concatenate([hi1, hi2]),
         )
 
-    def _lp(self, time_limit: float) -> Any:
+    def _lp(self, deadline: Deadline) -> Any:
+        """One HiGHS LP over the current rows, cut at ``deadline`` (read here, in seconds)."""
         a, lo, hi = self._matrices()
         eq = lo == hi
         ub_rows = ~eq
@@ -678,14 +679,14 @@ class BoundProgram:
                 # without changing the optimum (the problem is very degenerate); IPM's point
                 # breaks few, so the row generation converges in one to three rounds
                 method="highs-ipm",
-                options={"time_limit": max(time_limit, 0.05), "presolve": True},
+                options={"time_limit": max(deadline.remaining(), 0.05), "presolve": True},
             )
         )
 
     def solve(
         self,
         *,
-        time_limit: float = 30.0,
+        deadline: Deadline,
         integral: bool = False,
         max_rounds: int = 30,
         per_row: int = 2,
@@ -696,8 +697,9 @@ class BoundProgram:
 
         With ``integral=True`` the LP rounds run first, then the binary version (HiGHS branch and
         bound) on the rows found, for what time is left; its dual bound is still valid.
+        Every round is cut at ``deadline``.
         """
-        clock = Deadline.begin(time_limit)
+        clock = deadline.lap()
         empty = np.zeros(self.nt)
         if self.infeasible_reason:
             return BoundResult(
@@ -718,11 +720,10 @@ class BoundProgram:
         stalled = 0
         by_clock = False
         while rounds < max_rounds:
-            left = clock.remaining()
-            if left <= 0.05:
+            if deadline.remaining() <= 0.05:
                 by_clock = True
                 break
-            res = self._lp(left)
+            res = self._lp(deadline)
             rounds += 1
             if res.status == 2:
                 return BoundResult(
@@ -755,8 +756,8 @@ class BoundProgram:
             return BoundResult(None, "timeout", False, empty, empty, None, rounds=rounds)
         if by_clock and best.status == "partial":
             best.status = "timeout"  # the clock, not convergence, ended the rounds
-        if integral and clock.remaining() > 0.2:
-            mres = self._milp(clock.remaining())
+        if integral and deadline.remaining() > 0.2:
+            mres = self._milp(deadline)
             if mres is not None:
                 mres.rounds = rounds
                 if mres.bound_s is not None and mres.bound_s >= (best.bound_s or 0.0):
@@ -765,7 +766,7 @@ class BoundProgram:
                 return mres
         return best
 
-    def plan_value(self, actions: np.ndarray, time_limit: float = 30.0) -> float | None:
+    def plan_value(self, actions: np.ndarray, deadline: Deadline) -> float | None:
         """The relaxation's optimum with the actions fixed: a claim about this plan (seconds).
 
         No run of the plan in the simulator is faster (the relaxation stays valid for it).
@@ -782,7 +783,7 @@ class BoundProgram:
         saved = self.var_lb, self.var_ub
         self.var_lb, self.var_ub = lb, ub
         try:
-            res = self._lp(time_limit)
+            res = self._lp(deadline)
         finally:
             self.var_lb, self.var_ub = saved
         if res.status == 2:
@@ -792,17 +793,18 @@ class BoundProgram:
         return self.instance.ideal_step_s + float(res.fun) * self.time_unit
 
     def _milp(
-        self, time_limit: float, per_row: int = 2, max_rounds: int = 30
+        self, deadline: Deadline, per_row: int = 2, max_rounds: int = 30
     ) -> BoundResult | None:
         """The binary version, with the same lazy rows: solve, add the rows its point breaks,
-        solve again. Every dual bound along the way is valid (it has a subset of the rows)."""
-        clock = Deadline.begin(time_limit)
+        solve again. Every dual bound along the way is valid (it has a subset of the rows).
+        Cut at ``deadline``, read in seconds only for HiGHS."""
+        clock = deadline.lap()
         integrality = np.zeros(self.n_vars, dtype=np.int64)
         integrality[self.s] = 1
         integrality[self.r] = 1
         best: BoundResult | None = None
         for rounds in range(1, max_rounds + 1):
-            left = clock.remaining()
+            left = deadline.remaining()
             if left <= 0.05:
                 break
             a, lo, hi = self._matrices()

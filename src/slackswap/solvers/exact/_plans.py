@@ -20,6 +20,12 @@ from slackswap.solvers.registry import REGISTRY
 #: Instances with at most this many tensors get the whole pair neighbourhood in local search.
 FULL_PAIRS = 40
 
+#: Past this many tensors local search applies improving moves batch by batch: a whole
+#: single-move neighbourhood (about 2 plans per tensor) costs seconds to minutes (15k plans,
+#: about 7 s at 7,684 tensors; 61k at 30,724), and a search cut by the clock mid-sweep applied
+#: nothing. Above every catalog instance (at most 723 tensors), so their plans are unchanged.
+FIRST_IMPROVEMENT_TENSORS = 1_000
+
 #: Plans per call into the compiled simulator: between calls Python sees Ctrl-C, so one batch
 #: should take well under a second (256 plans of a 16,906-operator instance: about 0.13 s).
 BATCH = 256
@@ -77,6 +83,27 @@ class Scorer:
     def one(self, acts: np.ndarray) -> SimResult:
         self.evaluations += 1
         return simulate(self.instance, acts, self.budget)
+
+
+def score_changes(
+    scorer: Scorer, a: np.ndarray, changes: list[tuple[tuple[int, int], ...]]
+) -> np.ndarray:
+    """Simulated step (seconds; inf: does not fit) of ``a`` with each change applied, where a
+    change is a tuple of (tensor, action) pairs.
+
+    The same scores, in the same `Scorer.many` batches, as one call on the whole matrix of
+    changed plans, but only one batch of plans is in memory at a time: a single-move
+    neighbourhood of a 30,724-tensor plan is 61k plans, 1.9 GB as one int8 matrix.
+    """
+    out = np.full(len(changes), np.inf)
+    for lo in range(0, len(changes), BATCH):
+        part = changes[lo : lo + BATCH]
+        cand = np.repeat(a[None, :], len(part), axis=0)
+        for k, change in enumerate(part):
+            for t, v in change:
+                cand[k, t] = v
+        out[lo : lo + len(part)] = scorer.many(cand)
+    return out
 
 
 def valid_actions(instance: Instance, acts: np.ndarray) -> np.ndarray:
@@ -139,9 +166,19 @@ def repair(
 
 
 def local_search(
-    scorer: Scorer, acts: np.ndarray, step: float, deadline: Deadline
+    scorer: Scorer,
+    acts: np.ndarray,
+    step: float,
+    deadline: Deadline,
+    preference: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, bool]:
     """Best-improvement search over single-tensor moves, then pair exchanges, in the simulator.
+
+    Past `FIRST_IMPROVEMENT_TENSORS` tensors one neighbourhood outlasts the time limit (61k
+    plans at 30,724 tensors, minutes), so the moves are scored a batch at a time and each
+    batch's improving moves are applied at once (`_batch_improvement`), in the order
+    ``preference`` gives (an (n_tensors, 3) array: how much a relaxation wants each action of
+    each tensor; None: tensor order).
 
     Returns the best plan, its simulated step (seconds) and whether the search ended in a local
     optimum (rather than on the clock or the work budget). Deterministic under a work budget.
@@ -151,16 +188,23 @@ def local_search(
     finite = np.isfinite(inst.tensor_recompute_s)
     a = acts.copy()
     best = step
+    large = n > FIRST_IMPROVEMENT_TENSORS
     while not deadline.expired() and not scorer.exhausted:
+        if large:
+            a, best, applied = _batch_improvement(scorer, a, best, deadline, preference)
+            if applied:
+                continue
+            pair = _pair_exchange(scorer, a, best, deadline)
+            if pair is None:
+                return a, best, not (deadline.expired() or scorer.exhausted)
+            a, best = pair
+            continue
         moves = []
         for t in range(n):
             for v in (KEEP, SWAP, RECOMP):
                 if v != a[t] and (v != RECOMP or finite[t]):
                     moves.append((t, v))
-        cand = np.repeat(a[None, :], len(moves), axis=0)
-        for k, (t, v) in enumerate(moves):
-            cand[k, t] = v
-        steps = scorer.many(cand)
+        steps = score_changes(scorer, a, [((t, v),) for t, v in moves])
         order = np.argsort(steps, kind="stable")
         if steps[order[0]] < best * (1 - 1e-12):
             # apply the improving moves greedily, each checked in the simulator
@@ -184,6 +228,48 @@ def local_search(
             return a, best, not stopped
         a, best = pair
     return a, best, False
+
+
+def _batch_improvement(
+    scorer: Scorer,
+    a: np.ndarray,
+    best: float,
+    deadline: Deadline,
+    preference: np.ndarray | None,
+) -> tuple[np.ndarray, float, bool]:
+    """One sweep over the single-tensor moves, a simulator batch at a time, most preferred
+    first; after each batch its improving moves are applied greedily (each checked in the
+    simulator). Returns (plan, step, whether some move was applied)."""
+    inst = scorer.instance
+    n = inst.n_tensors
+    finite = np.isfinite(inst.tensor_recompute_s)
+    t_all = np.repeat(np.arange(n), 3)
+    v_all = np.tile(np.array([KEEP, SWAP, RECOMP], dtype=np.int8), n)
+    allowed = (v_all != RECOMP) | finite[t_all]
+    if preference is not None:
+        # the relaxation's wish for the target action over the current one, largest first
+        gain = preference[t_all, v_all] - preference[t_all, a[t_all]]
+        order = np.lexsort((np.arange(3 * n), -gain))
+    else:
+        order = np.arange(3 * n)
+    order = order[allowed[order]]
+    applied = False
+    for lo in range(0, len(order), BATCH):
+        if deadline.expired() or scorer.exhausted:
+            break
+        part = [(int(t_all[k]), int(v_all[k])) for k in order[lo : lo + BATCH]]
+        part = [(t, v) for t, v in part if a[t] != v]
+        steps = score_changes(scorer, a, [((t, v),) for t, v in part])
+        for k in np.argsort(steps, kind="stable"):
+            if steps[k] >= best * (1 - 1e-12) or deadline.expired() or scorer.exhausted:
+                break
+            t, v = part[k]
+            trial = a.copy()
+            trial[t] = v
+            st = float(scorer.many(trial[None, :])[0])
+            if st < best * (1 - 1e-12):
+                a, best, applied = trial, st, True
+    return a, best, applied
 
 
 def _pair_exchange(
@@ -212,15 +298,16 @@ def _pair_exchange(
             moves.append((t, SWAP, -1, KEEP))
     if not moves or deadline.expired() or scorer.exhausted:
         return None
-    cand = np.repeat(a[None, :], len(moves), axis=0)
-    for k, (t, v, u, w) in enumerate(moves):
-        cand[k, t] = v
-        if u >= 0:
-            cand[k, u] = w
-    steps = scorer.many(cand)
+    changes: list[tuple[tuple[int, int], ...]] = [
+        ((t, v), (u, w)) if u >= 0 else ((t, v),) for t, v, u, w in moves
+    ]
+    steps = score_changes(scorer, a, changes)
     k = int(np.argmin(steps))
     if steps[k] < best * (1 - 1e-12):
-        return cand[k].copy(), float(steps[k])
+        out = a.copy()
+        for t, v in changes[k]:
+            out[t] = v
+        return out, float(steps[k])
     return None
 
 
@@ -257,6 +344,7 @@ def best_plan(
     deadline: Deadline,
     search: bool = True,
     repair_deadline: Deadline | None = None,
+    preference: np.ndarray | None = None,
 ) -> tuple[np.ndarray | None, float, bool, str]:
     """Repair each start, keep the fastest, then improve it by local search until ``deadline``.
 
@@ -286,10 +374,16 @@ def best_plan(
     converged = True
     if best_a is not None and search:
         first = best
-        best_a, best, converged = local_search(scorer, best_a, best, deadline)
+        best_a, best, converged = local_search(scorer, best_a, best, deadline, preference)
         if best < first and not origin.endswith("+local-search"):
             origin += "+local-search"
     return best_a, best, converged, origin
+
+
+def relaxation_preference(s: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """(n_tensors, 3): a relaxation's share of keep, swap and recompute for each tensor."""
+    keep = np.clip(1.0 - s - r, 0.0, 1.0)
+    return np.column_stack([keep, s, r])
 
 
 def labelled(origin: str, plans: list[np.ndarray] | np.ndarray) -> list[tuple[str, np.ndarray]]:

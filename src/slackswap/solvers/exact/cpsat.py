@@ -46,7 +46,7 @@ from slackswap.plan import Budget, Plan
 from slackswap.simulator import simulate
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import Solution, Solver, Tags
-from slackswap.solvers.deadline import MARGIN, Deadline
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.display import Display
 from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers.exact._cp import CpPlanProgram
@@ -62,6 +62,13 @@ from slackswap.solvers.exact._plans import (
 )
 from slackswap.solvers.registry import register
 
+#: Share of the time limit kept free at its end (pricing the plan, the bound, the runner).
+RESERVE_SHARE = 0.08
+#: Share of the time limit the relaxation may take, from its start.
+LP_SHARE = 0.25
+#: Share of the time limit the binary version of the relaxation may take (small instances).
+BINARY_SHARE = 0.1
+
 
 @register("cpsat", display=Display(colour="#17becf", marker="<", order=12))
 class CpSat(Solver):
@@ -69,7 +76,6 @@ class CpSat(Solver):
 
     key = "cpsat"
     tags = Tags(exact=True, deterministic=True, needs=("ortools",), uses_time_limit=True)
-    margin = MARGIN
 
     def __init__(
         self,
@@ -111,7 +117,10 @@ class CpSat(Solver):
     ) -> Solution:
         self.check_options()
         limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
-        deadline = deadline.or_limit(limit)
+        whole = deadline.or_limit(limit)
+        # the end of the limit stays free for pricing the plan, writing the bound and the
+        # runner's simulation of the plan
+        deadline = whole.before(RESERVE_SHARE * limit)
         M = budget.bytes_for(instance)
         scorer = Scorer(instance, M, self.max_evaluations)
         # the relaxation: a bound, an infeasibility proof, and rounded plans to start from
@@ -119,8 +128,8 @@ class CpSat(Solver):
         # past a few thousand operators the full LP does not finish in time: the coarse one (as
         # in milp), whose optimum is a valid bound too
         coarse = instance.n_ops > FULL_LP_MAX_OPS
-        lp_limit = max(0.05, 0.25 * limit)
-        lp = coarse_bound(lp_model, lp_limit) if coarse else lp_model.solve(time_limit=lp_limit)
+        lp_deadline = deadline.within(max(0.05, LP_SHARE * limit))
+        lp = coarse_bound(lp_model, lp_deadline) if coarse else lp_model.solve(deadline=lp_deadline)
         if lp.status == "infeasible":
             reason = "the relaxation proves no plan fits: " + str(lp.info.get("reason"))
             return Solution(
@@ -130,7 +139,7 @@ class CpSat(Solver):
         if instance.n_tensors <= self.exact_tensors and lp.bound_s is not None:
             # the binary version is quick on small instances and much tighter where single
             # tensors are large (its lazy rows then see whole copies)
-            mres = lp_model._milp(0.1 * limit)
+            mres = lp_model._milp(deadline.within(BINARY_SHARE * limit))
             if mres is not None and mres.status == "infeasible":
                 reason = "the binary relaxation proves no plan fits"
                 return Solution(
@@ -149,7 +158,7 @@ class CpSat(Solver):
             starts += labelled(f"hint:{self.hint}", hints)
         share = 0.3 if instance.n_tensors <= self.exact_tensors else 0.4
         acts, step, _, found_by = best_plan(
-            scorer, starts, deadline.share(share), repair_deadline=deadline
+            scorer, starts, whole.share(share), repair_deadline=deadline
         )
         if acts is not None and step <= lp_bound * (1 + 1e-9):
             # A plan at the proven bound is optimal: CP-SAT could only spend the rest of the
@@ -213,7 +222,7 @@ class CpSat(Solver):
         while not cp_stop.expired() and not scorer.exhausted and work > 0.005:
             cap = step * (1 - self.tolerance) if math.isfinite(step) else None
             res = cp.solve(
-                time_limit=cp_stop.remaining(),
+                deadline=cp_stop,
                 seed=seed,
                 workers=self.workers,
                 hint=None,  # the incumbent is excluded: its values would only mislead
@@ -330,7 +339,7 @@ class CpSat(Solver):
                 mdl.add(cp.start[i] == hint[cp.start[i]])
             per = min(work, self.lns_seconds)
             res = cp.solve(
-                time_limit=min(deadline.remaining(), 0.8 * per),
+                deadline=deadline.within(0.8 * per),
                 seed=seed,
                 workers=self.workers,
                 model=mdl,

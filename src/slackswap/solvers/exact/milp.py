@@ -39,7 +39,7 @@ from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
 from slackswap.solvers._named_solvers import check_solver_names, solver_names
 from slackswap.solvers.base import Solution, Solver, Tags
-from slackswap.solvers.deadline import MARGIN, Deadline
+from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.display import Display
 from slackswap.solvers.exact._coarse import FULL_LP_MAX_OPS, coarse_bound
 from slackswap.solvers.exact._guided import search_from_relaxation
@@ -49,6 +49,7 @@ from slackswap.solvers.exact._plans import (
     best_plan,
     hint_plans,
     labelled,
+    relaxation_preference,
     round_candidates,
 )
 from slackswap.solvers.registry import register
@@ -56,6 +57,13 @@ from slackswap.solvers.registry import register
 #: The guided roundings' random stream: fixed, not the run's seed, so the answer depends on the
 #: instance, budget, options and time limit only (``uses_seed=False``: a sweep runs it once).
 GUIDED_SEED = 0
+
+#: Share of the time limit kept free at its end (pricing the plan, the bound, the runner).
+RESERVE_SHARE = 0.08
+#: Share of the time limit the relaxation may take (from its start; the rest goes to the plans).
+LP_SHARE = 0.4
+#: Share of the time limit the binary version leaves for pricing the plan (`plan_value`).
+CLAIM_SHARE = 0.05
 
 
 @register("milp", display=Display(colour="#393b79", marker=">", order=13))
@@ -66,7 +74,6 @@ class Milp(Solver):
     tags = Tags(
         exact=True, deterministic=True, needs=("scipy",), uses_time_limit=True, uses_seed=False
     )
-    margin = MARGIN
 
     def __init__(
         self,
@@ -102,14 +109,17 @@ class Milp(Solver):
     ) -> Solution:
         self.check_options()
         limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
-        deadline = deadline.or_limit(limit)
+        whole = deadline.or_limit(limit)
+        # the end of the limit stays free for pricing the plan, writing the bound and the
+        # runner's simulation of the plan
+        deadline = whole.before(RESERVE_SHARE * limit)
         M = budget.bytes_for(instance)
         model = BoundProgram(instance, M)
         # past a few thousand operators the full LP does not finish (n^2.3): the coarse one,
         # checked at a few hundred operators, is the bound, and the binary version is skipped
         coarse = instance.n_ops > FULL_LP_MAX_OPS
-        lp_limit = max(0.05, 0.4 * limit)
-        lp = coarse_bound(model, lp_limit) if coarse else model.solve(time_limit=lp_limit)
+        lp_deadline = deadline.within(max(0.05, LP_SHARE * limit))
+        lp = coarse_bound(model, lp_deadline) if coarse else model.solve(deadline=lp_deadline)
         info: dict[str, object] = {
             "lp_engine": "coarse" if coarse else "full",
             "lp_status": lp.status,
@@ -135,9 +145,11 @@ class Milp(Solver):
         search_stop = deadline.before(
             0.25 * limit if self.integral and not coarse else 0.05 * limit
         )
+        preference = relaxation_preference(lp.s, lp.r) if lp.bound_s is not None else None
         acts, step, converged, found_by = best_plan(
-            scorer, starts, search_stop, self.search, repair_deadline=deadline
-        )
+            scorer, starts, search_stop, self.search, repair_deadline=deadline,
+            preference=preference,
+        )  # fmt: skip
         timed_out = timed_out or not (converged or scorer.exhausted)
         # A plan at the proven bound is optimal: the searches and the binary version after this
         # point could only spend the rest of the time limit.
@@ -153,7 +165,7 @@ class Milp(Solver):
                 acts, step, found_by = guided, g_step, str(g_info["guided_found_by"])
         claim, claimed_for = None, None
         if acts is not None and deadline.remaining() > 0.02 * limit:
-            claim, claimed_for = model.plan_value(acts, time_limit=deadline.remaining()), acts
+            claim, claimed_for = model.plan_value(acts, deadline), acts
         # the binary version is cut by the clock, so a run with a work budget skips it
         run_milp = self.integral and self.max_evaluations is None and not coarse
         # HiGHS checks its clock between phases, and the binary version's root relaxation (about
@@ -161,9 +173,10 @@ class Milp(Solver):
         # left overran a 4 s limit by up to 20%, so the binary version runs only when two LP
         # rounds fit.
         lp_round_s = lp.seconds / max(lp.rounds, 1)
-        milp_s = deadline.remaining() - 0.05 * limit
-        if run_milp and not at_bound and milp_s > max(0.05 * limit, 2.0 * lp_round_s):
-            mres = model._milp(milp_s)
+        milp_deadline = deadline.before(CLAIM_SHARE * limit)
+        milp_s = milp_deadline.remaining()
+        if run_milp and not at_bound and milp_s > max(CLAIM_SHARE * limit, 2.0 * lp_round_s):
+            mres = model._milp(milp_deadline)
             if mres is not None:
                 info["milp_status"] = mres.status
                 if mres.bound_s is not None and mres.bound_s > bound:
@@ -182,7 +195,7 @@ class Milp(Solver):
             return Solution(None, lower_bound_s=bound, timed_out=timed_out, info=info)
         if claimed_for is not acts:
             left = deadline.remaining()
-            claim = model.plan_value(acts, time_limit=left) if left > 0.02 * limit else None
+            claim = model.plan_value(acts, deadline) if left > 0.02 * limit else None
         # the bound is reported as proved: one above the plan's simulated step is a defect the
         # runner reports as an error, never something to cap
         return Solution(

@@ -10,8 +10,9 @@ tensor's own copy was already charged); the set passes when every copy ends by i
 backward reader d_u. Copies run alone on their engine here (the other direction is idle during
 the forward pass and during most of the backward pass), at W plus the per-copy latency.
 
-The kernels take the set as index arrays sorted by the schedule's key, so Pass 1 can test "S plus
-one tensor" by inserting it at its position in O(|S|) without building anything.
+The kernels take the set as index arrays sorted by the schedule's key, with at most one tensor
+inserted at a position (Pass 1's walks test "S plus one tensor" this way, where its indexes do
+not decide: `_chain_index`, `_edf_bound`).
 """
 
 from __future__ import annotations
@@ -24,21 +25,6 @@ from numba import njit
 from slackswap.solvers.planner._memory import StaticArrays
 
 _EPS = 1e-12  # seconds: float slack in deadline comparisons
-
-
-@njit(cache=True, nogil=True)
-def key_position(order, n, key, ins):  # type: ignore[no-untyped-def]
-    """Where ``ins`` goes in ``order[:n]`` sorted by (key, index)."""
-    lo, hi = 0, n
-    k_ins = key[ins]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        u = order[mid]
-        if key[u] < k_ins or (key[u] == k_ins and u < ins):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @njit(cache=True, nogil=True)

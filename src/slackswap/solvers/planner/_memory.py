@@ -80,10 +80,12 @@ def static_arrays(instance: Instance) -> StaticArrays:
     np.add.at(freed, lbr, size)
     rb_ptr, rb_idx = instance.rebuild_inputs_csr
     block = np.asarray(instance.tensor_block, dtype=i64)
-    first_prod: dict[int, int] = {}
-    for b, p in zip(block.tolist(), prod.tolist(), strict=True):
-        first_prod[b] = min(p, first_prod.get(b, p))
-    rank = {b: k for k, b in enumerate(sorted(first_prod, key=first_prod.__getitem__))}
+    # Blocks ranked by their first production; ties: the block whose first tensor comes first.
+    ids, first_tensor, block_of = np.unique(block, return_index=True, return_inverse=True)
+    first_prod = np.full(len(ids), np.iinfo(i64).max, dtype=i64)
+    np.minimum.at(first_prod, block_of, prod)
+    rank = np.empty(len(ids), dtype=i64)
+    rank[np.lexsort((first_tensor, first_prod))] = np.arange(len(ids))
     out = StaticArrays(
         n_ops=instance.n_ops,
         n_fwd=n_fwd,
@@ -99,7 +101,7 @@ def static_arrays(instance: Instance) -> StaticArrays:
         lbr=lbr,
         cost=np.asarray(instance.tensor_recompute_s, dtype=np.float64),
         block=block,
-        block_rank=np.array([rank[b] for b in block.tolist()], dtype=i64),
+        block_rank=rank[block_of].astype(i64),
         produced_s=op_end[prod],
         deadline_s=op_start[fbr],
         copy_s=size / float(hw.link_bw_Bps) + float(hw.copy_latency_s),

@@ -17,8 +17,17 @@ of the block); when none is left, the budget cannot be met and the pass reports 
 the overflow. The memory profile (`_memory`) is kept up to date incrementally: recomputing t
 frees it between its last forward reader and its need operator, and pulls its recomputed or
 swapped rebuild inputs earlier (rebuild chains). The profile lives in a max segment tree with
-lazy range adds, so a step costs O(n_tensors) for the candidate scan plus O(log n_ops) per range
-update, over-budget search and peak.
+lazy range adds (O(log n_ops) per range update, over-budget search and peak), and the first
+candidate in rho order comes from an interval index over the tensors (`_candidate_index`), so a
+step no longer scans every tensor (only when E is below the largest tensor, where the score
+depends on E).
+
+Planning time at depth: both passes once took a walk over the swap set per candidate (Pass 1's
+two link schedules, Pass 2's candidate scan), n^1.8 on GPT-2 XL from 768 to 3,072 layers. Pass
+1's tests now read the FIFO chain's end from an index and prove EdfH2D from bounds
+(`_chain_index`, `_edf_bound`), walking a schedule only where neither decides (near the limit:
+the decision stays the walk's). Plans are the walks' plans (benchmarks/README.md, "SlackSwap at
+depth", has the profile and the equality check).
 
 Decisions where the paper is open (paper-notes, "ambiguous"):
 
@@ -47,7 +56,32 @@ import numpy as np
 from numba import njit
 
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.solvers.planner._linkcheck import _EPS, edf_ok, fifo_end, key_position
+from slackswap.solvers.planner._candidate_index import (
+    candidate_index,
+    first_candidate,
+    update_candidate,
+)
+from slackswap.solvers.planner._chain_index import (
+    CHAIN_TOL_S,
+    add_after,
+    chain_end_with,
+    chain_index,
+    chain_insert,
+    max_after,
+    prev_filled,
+    refill,
+    set_slot,
+    slot_value,
+)
+from slackswap.solvers.planner._edf_bound import (
+    BOUND_TOL_S,
+    add_bytes,
+    bytes_before,
+    free_time_bound,
+    free_time_table,
+    release_time,
+)
+from slackswap.solvers.planner._linkcheck import _EPS, edf_ok, fifo_end
 from slackswap.solvers.planner._memory import (
     StaticArrays,
     forward_ends,
@@ -79,30 +113,58 @@ def _fifo_fits(order, n, ins, pos, produced_s, copy_s, limit):  # type: ignore[n
 
 
 @njit(cache=True, nogil=True)
-def _edf_fits(  # type: ignore[no-untyped-def]
-    order, n, ins, pos, e0, cum0, deadline_s, copy_s, size, release_end_s, release_cum
-):
-    """EdfH2D from position ``pos`` on, given the schedule state before it (end ``e0``, bytes
-    ``cum0``): True when every copy from there meets its deadline."""
-    e = e0
-    cum = cum0
-    k = pos
+def _release_index(release_cum, r, cum):  # type: ignore[no-untyped-def]
+    """``np.searchsorted(release_cum, cum)`` given that it is at least ``r`` (the bytes only grow
+    along the EDF order): a few steps forward, then a binary search over the rest."""
     n_rel = release_cum.shape[0]
-    for j in range(pos, n + 1):
+    for _ in range(4):
+        if r >= n_rel or release_cum[r] >= cum:
+            return r
+        r += 1
+    return r + np.searchsorted(release_cum[r:], cum)
+
+
+@njit(cache=True, nogil=True)
+def _edf_walk(  # type: ignore[no-untyped-def]
+    order, n, ins, pos, forward_s, deadline_s, copy_s, size, release_end_s, release_cum, ends
+):
+    """EdfH2D over ``order[:n]`` with ``ins`` at ``pos`` (the arithmetic of `edf_ok`): True when
+    every copy meets its deadline; writes each copy's end (seconds) into ``ends[position]``."""
+    e = forward_s
+    cum = np.int64(0)
+    k = 0
+    n_rel = release_cum.shape[0]
+    r = np.int64(0)
+    for j in range(n + 1):
         if j == pos:
             u = ins
         else:
             u = order[k]
             k += 1
         cum += size[u]
-        r = np.searchsorted(release_cum, cum)
+        r = _release_index(release_cum, r, cum)
         if r >= n_rel:
             return False
         t_mem = release_end_s[r]
         e = (e if e > t_mem else t_mem) + copy_s[u]
         if e > deadline_s[u] + _EPS:
             return False
+        ends[j] = e
     return True
+
+
+@njit(cache=True, nogil=True)
+def _gather(slot_tensor, member, upto, order):  # type: ignore[no-untyped-def]
+    """The members in slot order into ``order``; returns (how many, how many before ``upto``)."""
+    n = np.int64(0)
+    before = np.int64(0)
+    for q in range(slot_tensor.shape[0]):
+        if member[q]:
+            if q < upto:
+                before += 1
+            order[n] = slot_tensor[q]
+            n += 1
+    return n, before
 
 
 @njit(cache=True, nogil=True)
@@ -121,60 +183,103 @@ def pass1_kernel(  # type: ignore[no-untyped-def]
     d2h_end,
     h2d_start,
     h2d_end,
+    fifo_slot,
+    fifo_tensor,
+    edf_slot,
+    edf_tensor,
 ):
     """Pass 1 over ``cand`` (priority order); marks ``swap_out`` and writes the final schedules.
 
-    Shortcuts that change no decision: inserting t into a FIFO chain delays its end by at most
-    max(end, r_t) + copy_t - end, so a chain bound that stays within the limit passes without
-    walking the chain; the EDF check restarts from the stored schedule state at t's position.
+    ``fifo_slot`` / ``edf_slot`` (per tensor) rank the candidates by (production time, index)
+    and by (deadline, index), the two schedules' orders; ``fifo_tensor`` / ``edf_tensor`` map a
+    slot back to its tensor. Each test decides as a walk of its schedule with the candidate
+    inserted would, without the walk where it can: the FIFO chain passes when a bound on its
+    end (max(end, r_t) + copy_t) stays within the limit, and is decided by its index
+    (`_chain_index`) when the end the index reads is further than `CHAIN_TOL_S` from the
+    limit; EdfH2D passes when its bounds prove it (`_edf_bound`). Every other case walks the
+    schedule, and an EDF walk resets the bounds to the exact schedule.
     """
     n_c = cand.shape[0]
-    fifo = np.empty(n_c, dtype=np.int64)
-    edf = np.empty(n_c, dtype=np.int64)
-    edf_e = np.empty(n_c + 1)  # schedule end after the first k copies (deadline order)
-    edf_cum = np.zeros(n_c + 1, dtype=np.int64)  # bytes of the first k copies
-    edf_e[0] = forward_s
     limit = fifo_limit_s + _EPS
-    n = np.int64(0)  # not a literal 0: typing it as one compiles each callee twice
+    chain, chain_fen = chain_index(n_c)
+    late, _ = chain_index(n_c)  # per EDF slot: an upper bound on the copy's end - its deadline
+    bytes_fen = np.zeros(n_c + 1, dtype=np.int64)
+    in_fifo = np.zeros(n_c, dtype=np.bool_)
+    in_edf = np.zeros(n_c, dtype=np.bool_)
+    free_table = free_time_table()
+    order = np.empty(n_c, dtype=np.int64)
+    ends = np.empty(n_c + 1)
+    slots = np.empty(n_c + 1, dtype=np.int64)
+    n_rel = release_cum.shape[0]
+    freed_total = release_cum[n_rel - 1] if n_rel > 0 else np.int64(-1)
+    copy_total = 0.0
+    member_bytes = np.int64(0)
     total = np.int64(0)
-    bound = 0.0  # an upper bound on the FIFO chain's end (exact after each full walk)
+    bound = 0.0  # an upper bound on the FIFO chain's end (seconds)
     for c in range(n_c):
         if total >= deficit:
             break
         t = cand[c]
         r_t = produced_s[t]
-        new_bound = (bound if bound > r_t else r_t) + copy_s[t]
-        pf = key_position(fifo, n, produced_s, t)
+        c_t = copy_s[t]
+        s_t = size[t]
+        new_bound = (bound if bound > r_t else r_t) + c_t
         if new_bound > limit:
-            new_bound = _fifo_fits(fifo, n, t, pf, produced_s, copy_s, limit)
-            if new_bound > limit:
+            approx = chain_end_with(chain, chain_fen, copy_total, fifo_slot[t], r_t, c_t)
+            if approx > limit + CHAIN_TOL_S:
                 continue
-        pe = key_position(edf, n, deadline_s, t)
-        if not _edf_fits(
-            edf, n, t, pe, edf_e[pe], edf_cum[pe], deadline_s, copy_s, size, release_end_s,
-            release_cum,
-        ):  # fmt: skip
-            continue
-        for j in range(n, pf, -1):
-            fifo[j] = fifo[j - 1]
-        fifo[pf] = t
-        for j in range(n, pe, -1):
-            edf[j] = edf[j - 1]
-        edf[pe] = t
-        n += 1
-        for k in range(pe, n):  # refresh the stored EDF state from t's position on
-            u = edf[k]
-            cum = edf_cum[k] + size[u]
-            edf_cum[k + 1] = cum
-            t_mem = release_end_s[np.searchsorted(release_cum, cum)]
-            e = edf_e[k]
-            edf_e[k + 1] = (e if e > t_mem else t_mem) + copy_s[u]
+            if approx < limit - CHAIN_TOL_S:
+                new_bound = approx + CHAIN_TOL_S
+            else:  # too close to the limit to trust the index's rounding: walk the chain
+                n, pf = _gather(fifo_tensor, in_fifo, fifo_slot[t], order)
+                new_bound = _fifo_fits(order, n, t, pf, produced_s, copy_s, limit)
+                if new_bound > limit:
+                    continue
+        if member_bytes + s_t > freed_total:
+            continue  # the backward pass never frees room for every prefetch: the walk fails
+        q = edf_slot[t]
+        pred = prev_filled(late, q)
+        t_mem = release_time(release_cum, release_end_s, bytes_before(bytes_fen, q) + s_t)
+        if pred < 0:
+            end_t = (forward_s if forward_s > t_mem else t_mem) + c_t
+            shift = end_t - forward_s
+        else:
+            e_pred = slot_value(late, pred) + deadline_s[edf_tensor[pred]]
+            end_t = (e_pred if e_pred > t_mem else t_mem) + c_t
+            shift = c_t
+        delta = free_time_bound(free_table, release_cum, release_end_s, s_t)
+        shift = shift + delta if pred >= 0 else (shift if shift > delta else delta)
+        if (
+            end_t <= deadline_s[t] + _EPS - BOUND_TOL_S
+            and max_after(late, q) + shift <= _EPS - BOUND_TOL_S
+        ):
+            set_slot(late, q, end_t - deadline_s[t])
+            add_after(late, q, shift)
+        else:
+            n, pe = _gather(edf_tensor, in_edf, q, order)
+            if not _edf_walk(
+                order, n, t, pe, forward_s, deadline_s, copy_s, size, release_end_s,
+                release_cum, ends,
+            ):  # fmt: skip
+                continue
+            for j in range(n + 1):
+                u = t if j == pe else order[j if j < pe else j - 1]
+                slots[j] = edf_slot[u]
+                ends[j] -= deadline_s[u]
+            refill(late, slots, ends, n + 1)
+        in_fifo[fifo_slot[t]] = True
+        in_edf[q] = True
+        add_bytes(bytes_fen, q, s_t)
+        member_bytes += s_t
+        copy_total = chain_insert(chain, chain_fen, copy_total, fifo_slot[t], r_t, c_t)
         bound = new_bound
-        total += size[t]
+        total += s_t
         swap_out[t] = True
-    fifo_end(fifo, n, -1, 0, produced_s, copy_s, d2h_end)
+    n, _ = _gather(fifo_tensor, in_fifo, 0, order)
+    fifo_end(order, n, -1, 0, produced_s, copy_s, d2h_end)
+    n, _ = _gather(edf_tensor, in_edf, 0, order)
     edf_ok(
-        edf, n, -1, 0, deadline_s, copy_s, size, forward_s, release_end_s, release_cum,
+        order, n, -1, 0, deadline_s, copy_s, size, forward_s, release_end_s, release_cum,
         h2d_start, h2d_end,
     )  # fmt: skip
     return n
@@ -268,14 +373,31 @@ def _contrib(m, t, sign, x, fwd_end, need, prod, lbr, size):  # type: ignore[no-
 
 @njit(cache=True, nogil=True)
 def _to_recomp(  # type: ignore[no-untyped-def]
-    t, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr, rb_idx, stack
+    t,
+    m,
+    x,
+    fwd_end,
+    need,
+    dep_need,
+    prod,
+    lfr,
+    fbr,
+    lbr,
+    size,
+    rb_ptr,
+    rb_idx,
+    stack,
+    cands,
+    cand_pos,
 ):
-    """Mark ``t`` recomp and update the profile, including the rebuild chain below it."""
+    """Mark ``t`` recomp and update the profile, including the rebuild chain below it, and the
+    candidate index (``cands``, `_candidate_index`) for every tensor whose state changed."""
     _contrib(m, t, -1, x, fwd_end, need, prod, lbr, size)
     x[t] = RECOMP
     fwd_end[t] = lfr[t]
     need[t] = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
     _contrib(m, t, 1, x, fwd_end, need, prod, lbr, size)
+    update_candidate(cands, cand_pos, t, x, fwd_end, need, dep_need, lfr, fbr)
     top = 0
     stack[top] = t
     top += 1
@@ -284,17 +406,22 @@ def _to_recomp(  # type: ignore[no-untyped-def]
         u = stack[top]
         for j in range(rb_ptr[u], rb_ptr[u + 1]):
             v = rb_idx[j]
+            changed = False
             if need[u] < dep_need[v]:
                 dep_need[v] = need[u]
+                changed = True
             if x[v] != KEEP and dep_need[v] < need[v]:
                 old = _back_start(v, need, fwd_end)
                 need[v] = dep_need[v]
                 new = _back_start(v, need, fwd_end)
                 if new < old:
                     _add(m, new, old - 1, size[v])
+                changed = True
                 if x[v] == RECOMP:
                     stack[top] = v
                     top += 1
+            if changed:
+                update_candidate(cands, cand_pos, v, x, fwd_end, need, dep_need, lfr, fbr)
 
 
 @njit(cache=True, nogil=True)
@@ -314,10 +441,12 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
     rb_idx,
     transient,
     rho_order,
+    rho_pos,
 ):
     """Pass 2 in place on ``x``; returns (fits, first over-budget op, max overflow bytes).
 
-    ``rho_order``: the tensors with finite cost and positive size by (c_t / s_t, index).
+    ``rho_order``: the tensors with finite cost and positive size by (c_t / s_t, index);
+    ``rho_pos``: each tensor's place in it (-1 when not in it).
     """
     n_t = x.shape[0]
     max_size = np.int64(0)
@@ -333,6 +462,7 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
                 if need[u] < dep_need[v]:
                     dep_need[v] = need[u]
     m = _seg_build(static_profile(x, prod, fwd_end, need, lbr, size, transient, True))
+    cands = candidate_index(rho_order, x, fwd_end, need, dep_need, lfr, fbr)
     stack = np.empty(n_t + 1, dtype=np.int64)
     i = 0
     for _ in range(2 * n_t + 2):
@@ -342,36 +472,34 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
         excess = m[0, 1] - budget
         # C: resident at op i, unused until after i, and freed at i if recomputed. With every
         # candidate covering min(s, E) = s (E >= the largest tensor) the score is rho_t and the
-        # first candidate in (rho, index) order is the argmin; otherwise scan all (ties to the
-        # lower index either way). The test is written out in both loops: numba does not inline
-        # a helper taking these arrays, and the call costs more than the test.
+        # first candidate in (rho, index) order is the argmin, which the candidate index finds;
+        # otherwise scan all (ties to the lower index either way).
         best = -1
-        fast = excess >= max_size
-        n_scan = rho_order.shape[0] if fast else n_t
-        best_score = np.inf
-        for k in range(n_scan):
-            t = rho_order[k] if fast else k
-            if x[t] == RECOMP or lfr[t] >= i or size[t] <= 0 or not np.isfinite(cost[t]):
-                continue
-            nr = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
-            if x[t] == KEEP:
-                if nr <= i:
+        if excess >= max_size:
+            k = first_candidate(cands, i)
+            if k >= 0:
+                best = rho_order[k]
+        else:
+            best_score = np.inf
+            for t in range(n_t):
+                if x[t] == RECOMP or lfr[t] >= i or size[t] <= 0 or not np.isfinite(cost[t]):
                     continue
-            else:
-                b = need[t] if need[t] > fwd_end[t] + 1 else fwd_end[t] + 1
-                if not (i <= fwd_end[t] or (b <= i and i < nr)):
-                    continue
-            if fast:
-                best = t
-                break
-            score = cost[t] / (size[t] if size[t] < excess else excess)
-            if score < best_score:
-                best_score = score
-                best = t
+                nr = fbr[t] if fbr[t] < dep_need[t] else dep_need[t]
+                if x[t] == KEEP:
+                    if nr <= i:
+                        continue
+                else:
+                    b = need[t] if need[t] > fwd_end[t] + 1 else fwd_end[t] + 1
+                    if not (i <= fwd_end[t] or (b <= i and i < nr)):
+                        continue
+                score = cost[t] / (size[t] if size[t] < excess else excess)
+                if score < best_score:
+                    best_score = score
+                    best = t
         if best >= 0:
             _to_recomp(
                 best, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr, rb_idx,
-                stack,
+                stack, cands, rho_pos,
             )  # fmt: skip
             continue
         # Fallback: the earliest block with a tensor left to recompute goes fully recomputed.
@@ -385,7 +513,7 @@ def pass2_kernel(  # type: ignore[no-untyped-def]
             if x[t] != RECOMP and np.isfinite(cost[t]) and block_rank[t] == first_rank:
                 _to_recomp(
                     t, m, x, fwd_end, need, dep_need, prod, lfr, fbr, lbr, size, rb_ptr,
-                    rb_idx, stack,
+                    rb_idx, stack, cands, rho_pos,
                 )  # fmt: skip
     return False, i, np.int64(0)
 
@@ -435,6 +563,25 @@ def rho_order(sa: StaticArrays) -> np.ndarray:
     return sa.memo["rho_order"]
 
 
+def _slots(cand: np.ndarray, key: np.ndarray, n_t: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cand`` sorted by (key, index), and each tensor's place in that order (-1: not in it)."""
+    by_key = cand[np.lexsort((cand, key[cand]))]
+    slot = np.full(n_t, -1, dtype=np.int64)
+    slot[by_key] = np.arange(len(by_key))
+    return by_key, slot
+
+
+def rho_positions(sa: StaticArrays) -> np.ndarray:
+    """Each tensor's place in `rho_order` (-1 when not in it); memoised."""
+    if "rho_pos" not in sa.memo:
+        order = rho_order(sa)
+        out = np.full(len(sa.size), -1, dtype=np.int64)
+        out[order] = np.arange(len(order))
+        out.setflags(write=False)
+        sa.memo["rho_pos"] = out
+    return sa.memo["rho_pos"]
+
+
 def plan_passes(
     sa: StaticArrays,
     budget_bytes: int,
@@ -469,10 +616,13 @@ def plan_passes(
         cand = candidate_order(sa, order)
         cand = cand[~blocked[cand]]
         swap = np.zeros(n_t, dtype=np.bool_)
+        fifo_tensor, fifo_slot = _slots(cand, sa.produced_s, n_t)
+        edf_tensor, edf_slot = _slots(cand, sa.deadline_s, n_t)
         pass1_kernel(
             cand, np.int64(deficit), (1.0 - guard) * sa.forward_s, sa.produced_s,
             sa.deadline_s, sa.copy_s, sa.size, sa.forward_s, sa.release_op_end_s,
-            sa.release_cum, swap, d2h_end, h2d_start, h2d_end,
+            sa.release_cum, swap, d2h_end, h2d_start, h2d_end, fifo_slot, fifo_tensor,
+            edf_slot, edf_tensor,
         )  # fmt: skip
         x[swap] = SWAP
     if forced_recomp is not None:
@@ -482,6 +632,7 @@ def plan_passes(
     fits, fail_op, overflow = pass2_kernel(
         x, fwd_end, back, np.int64(budget_bytes), sa.prod, sa.lfr, sa.fbr, sa.lbr, sa.size,
         sa.cost, sa.block_rank, sa.rb_ptr, sa.rb_idx, sa.transient, rho_order(sa),
+        rho_positions(sa),
     )  # fmt: skip
     return PassResult(x, bool(fits), int(fail_op), int(overflow), d2h_end, h2d_start)
 
