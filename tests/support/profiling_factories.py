@@ -349,6 +349,48 @@ def checkpoint_nonreentrant():
     return CheckpointedMLP(False), torch.randn(4, 32)
 
 
+class ReentrantFirstBlock(nn.Module):
+    """A reentrant-checkpointed block whose input requires grad without a layer of the model
+    before it: the model's input (``x.requires_grad_()``, as the checkpoint's docs ask) or an
+    embedding's output; then a head outside any checkpoint, whose activations a plan moves."""
+
+    def __init__(self, embedding: bool, blocks: int = 2, width: int = 64):
+        super().__init__()
+        self.emb = nn.Embedding(128, width) if embedding else None
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+            for _ in range(blocks)
+        )
+        self.head = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        if self.emb is not None:
+            x = self.emb(x)
+        for blk in self.blocks:
+            x = x + checkpoint(blk, x, use_reentrant=True)
+        return self.head(x)
+
+
+def checkpoint_input_grad():
+    """(model, x): reentrant blocks on the model's input, a leaf that requires grad."""
+    torch.manual_seed(0)
+    return ReentrantFirstBlock(False), torch.randn(2, 16, 64).requires_grad_()
+
+
+def checkpoint_embedding():
+    """(model, ids, loss_fn): reentrant blocks on an embedding's output, a cross-entropy loss."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 128, (2, 16))
+    targets = torch.randint(0, 8, (2, 16))
+    return (
+        ReentrantFirstBlock(True),
+        ids,
+        lambda out: F.cross_entropy(out.reshape(-1, 8), targets.reshape(-1)),
+    )
+
+
 class SparseEmbeddingModel(nn.Module):
     """``nn.Embedding(sparse=True)`` (a sparse gradient), a hidden layer and a head."""
 

@@ -73,7 +73,10 @@ def profile_step(
     block_modules = find_blocks(model, blocks)
     loss_of = loss_fn or default_loss
     devices = sorted({t.device.index or 0 for t in (*inputs, *model.parameters()) if _is_cuda(t)})
-    params = list(model.parameters())
+    # Inputs that require grad (a reentrant checkpoint's first block asks for one) start from
+    # no gradient too: the step as a loop that sets their .grad to None runs it.
+    leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad]
+    params = list(model.parameters()) + leaves
     grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
     buffers = [b.detach().clone() for b in model.buffers()]
     try:

@@ -20,6 +20,7 @@ both, so what each engine reads and changes stays in sight.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -150,6 +151,9 @@ class PlanExecutor(TorchDispatchMode):
         self._unplanned_keys: set[int] = set()
         #: Entries whose storage was still referenced outside autograd when backward began.
         self.held: list[int] = []
+        #: id -> weak reference of each ``.grad`` a leaf (a parameter, a model input that
+        #: requires grad) had when the step began, until its first accumulation (`_carried`).
+        self._carried_grads: dict[int, Any] = {}
         if model is not None:
             self.adopt(model)
 
@@ -172,12 +176,45 @@ class PlanExecutor(TorchDispatchMode):
         self.numbering.add_params((*model.parameters(), *model.buffers()))
         self.context.attach(model, _block_modules(model, self.instance))
         self.copies.use_device(any(t.is_cuda for t in model.parameters()))
+        self._note_carried_grads(model.parameters())
+        self.context.add_hook(model.register_forward_pre_hook(self._model_call, with_kwargs=True))
         if self.on_adopt is not None:
             self.on_adopt(model)
 
     def _first_module_call(self, module: torch.nn.Module, args: Any) -> None:
         if self.model is None:
             self.adopt(module)
+            self._model_call(module, args, {})
+
+    def _model_call(self, module: Any, args: Any, kwargs: Any) -> None:
+        self._note_carried_grads((*args, *kwargs.values()))
+
+    def _note_carried_grads(self, leaves: Any) -> None:
+        """Note the ``.grad`` each leaf among ``leaves`` that requires grad has now, from an
+        earlier step: a model input that requires grad (reentrant checkpoint asks for one)
+        keeps its gradient unless the loop sets it to None, and gradient accumulation over
+        micro-batches keeps the parameters'. Weak references: a reference of ours would
+        change whether autograd adds into it in place."""
+        for t in leaves:
+            if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad:
+                g = t.grad
+                if g is not None:
+                    self._carried_grads[id(g)] = weakref.ref(g)
+
+    def _carried(self, func: Any, args: tuple[Any, ...]) -> bool:
+        """Whether this backward call is autograd's first accumulation of this step into a
+        leaf's gradient carried over from an earlier step (``add_``, or ``add`` when someone
+        else holds the old gradient): the profiled step started from no gradient, where the
+        engine stores the new one without an operator, so the call is not one of the
+        profile's. Later accumulations into it in this step (a weight used inside and outside
+        a reentrant checkpoint) are the profile's own."""
+        if not args or func.overloadpacket.__name__ not in ("add_", "add"):
+            return False
+        ref = self._carried_grads.get(id(args[0]))
+        if ref is None or ref() is not args[0]:
+            return False
+        del self._carried_grads[id(args[0])]
+        return True
 
     # ----- entering and leaving ----------------------------------------------------------------
     @contextmanager
@@ -246,7 +283,9 @@ class PlanExecutor(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if self._internal:
+        if self._internal or (
+            self.phase == 1 and self._carried_grads and self._carried(func, args)
+        ):
             return func(*args, **kwargs)
         index = len(self.trace.ops)
         backward_starts = index == self.n_fwd and self.phase == 0
@@ -301,7 +340,13 @@ class PlanExecutor(TorchDispatchMode):
         ran = f"{'backward' if op.phase else 'forward'} {op.aten} (module {op.module or 'model'})"
         if index >= self.n_ops:
             hint = ""
-            if op.phase == 1:
+            if op.phase == 1 and op.aten in ("add_", "add"):
+                hint = (
+                    " (a gradient added into a .grad kept from an earlier step? the profile's "
+                    "step starts from none: set .grad to None before each step on a tensor "
+                    "that requires grad and is neither a parameter nor an input of the model)"
+                )
+            elif op.phase == 1:
                 hint = (
                     " (a second backward pass over a graph kept with retain_graph=True? a plan "
                     "covers one forward and one backward pass: run the second one without it)"

@@ -10,8 +10,9 @@ and nothing else, no dispatch mode:
 - a saved tensor is identified by its position in the pack order and checked against what the
   first step learned (shape, dtype, storage bytes); a different shape is a `ShapeChangeError`
   before the step's first operator when the model's inputs changed shape (or, with
-  ``replan=True``, the step is profiled and solved again with the same solver and runs as the
-  checked first step of the new plan);
+  ``replan=True``, the step is profiled and solved again with the same solver, with the
+  loop's loss, ``loss_fn(output, batch)`` given ``planned.step(batch)``'s batch, and runs as
+  the checked first step of the new plan);
 - a kept tensor (and a parameter, or a value the plan does not cover) is handed back as is; a
   plan that keeps every tensor (no checkpointed block, no replay) installs no hook at all after
   the first step, since autograd's own handling is then the plan (the inputs' shapes are still

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -31,6 +32,24 @@ from slackswap.runtime.training.learning import (
 
 __all__ = ["PlannedStep", "prepare"]
 
+#: `PlannedStep.step`'s "no batch given".
+_NO_BATCH: Any = object()
+
+
+def _takes_batch(loss_fn: Callable[..., Any] | None) -> bool:
+    """Whether ``loss_fn`` needs a second positional argument (the batch): ``loss_fn(output,
+    batch)`` rather than ``loss_fn(output)``. False when its signature cannot be read (a
+    builtin): it is then called as ``loss_fn(output)`` unless a step is given its batch."""
+    if loss_fn is None:
+        return False
+    try:
+        params = inspect.signature(loss_fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in params if p.kind in positional and p.default is p.empty]
+    return len(required) >= 2
+
 
 class PlannedStep:
     """A plan prepared for a training loop (see `prepare`); ``with planned.step(): ...``."""
@@ -41,7 +60,7 @@ class PlannedStep:
         plan: Plan,
         budget: Budget | float | str,
         *,
-        loss_fn: Callable[[Any], torch.Tensor] | None = None,
+        loss_fn: Callable[..., torch.Tensor] | None = None,
         runtime: str | None = None,
         schedule: str | None = None,
         replan: bool = False,
@@ -57,6 +76,8 @@ class PlannedStep:
         self.model = model
         self.budget = Budget.parse(budget)
         self.loss_fn = loss_fn
+        self._loss_takes_batch = _takes_batch(loss_fn)
+        self._batch: Any = _NO_BATCH  # the running step's batch, when it was given one
         self.runtime = runtime
         self.schedule = schedule
         self.replan = replan
@@ -119,15 +140,29 @@ class PlannedStep:
 
     # ----- the step ---------------------------------------------------------------------------
     @contextmanager
-    def step(self) -> Iterator[RunStats]:
+    def step(self, batch: Any = _NO_BATCH) -> Iterator[RunStats]:
         """One forward and backward under the plan: the checked path the first time (and at
-        every step when `fast` is False), saved-tensor hooks alone afterwards."""
-        if self._learned is None or self._learned.reason:
-            with self._checked_step() as stats:
-                yield stats
-        else:
-            with FastStep(self, self._learned).running() as stats:
-                yield stats
+        every step when `fast` is False), saved-tensor hooks alone afterwards.
+
+        ``batch``: this iteration's batch (inputs and targets, as the loader gives it), for a
+        ``loss_fn(output, batch)`` given to `prepare`: with ``replan=True``, a step whose
+        inputs changed shape is profiled again with ``loss_fn(output, batch)``, this batch's
+        targets included. The step itself runs what the ``with`` block runs."""
+        if batch is not _NO_BATCH and self.loss_fn is not None and not self._loss_takes_batch:
+            raise UserError(
+                "planned.step(batch): the batch is handed to loss_fn(output, batch), and the "
+                "loss_fn given to prepare takes the output alone"
+            )
+        self._batch = batch
+        try:
+            if self._learned is None or self._learned.reason:
+                with self._checked_step() as stats:
+                    yield stats
+            else:
+                with FastStep(self, self._learned).running() as stats:
+                    yield stats
+        finally:
+            self._batch = _NO_BATCH
         self.steps += 1
 
     @contextmanager
@@ -199,7 +234,7 @@ class PlannedStep:
                 "replan=True: the model takes keyword inputs, which profiling cannot replay; "
                 "prepare a plan for the new shapes instead"
             )
-        inst = profile_step(self.model, tuple(args), self.loss_fn,
+        inst = profile_step(self.model, tuple(args), self._profile_loss(),
                             blocks=[self.model.get_submodule(b) for b in self._blocks()])  # fmt: skip
         assert self.solver is not None
         plan = self.solver(inst, self.budget)
@@ -209,13 +244,31 @@ class PlannedStep:
             )
         return plan
 
+    def _profile_loss(self) -> Callable[[Any], torch.Tensor] | None:
+        """The loss the running step is profiled again with: ``loss_fn(output, batch)`` when
+        the step was given its batch, else ``loss_fn(output)`` (None: the default loss)."""
+        loss_fn, batch = self.loss_fn, self._batch
+        if batch is _NO_BATCH:
+            if self._loss_takes_batch:
+                raise ShapeChangeError(
+                    "replan=True: loss_fn takes (output, batch), and this step was given no "
+                    "batch to profile the new shapes with: run it as `with planned.step(batch):`"
+                )
+            return loss_fn
+        if loss_fn is None:
+            raise ShapeChangeError(
+                "replan=True: planned.step(batch) was given a batch but prepare no loss_fn to "
+                "hand it to: pass loss_fn=lambda output, batch: ... (the loss the loop computes)"
+            )
+        return lambda output: loss_fn(output, batch)
+
 
 def prepare(
     model: torch.nn.Module,
     plan: Plan,
     budget: Budget | float | str,
     *,
-    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    loss_fn: Callable[..., torch.Tensor] | None = None,
     runtime: str | None = None,
     schedule: str | None = None,
     replan: bool = False,
