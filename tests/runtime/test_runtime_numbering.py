@@ -19,7 +19,18 @@ from slackswap.profiling import step as step_module  # noqa: E402
 from slackswap.profiling.recorder import Recorder  # noqa: E402
 from slackswap.runtime import apply  # noqa: E402
 from slackswap.runtime.executor import PlanExecutor  # noqa: E402
+from slackswap.runtime.observer import StepObserver  # noqa: E402
 from tests import profiling_factories as pf  # noqa: E402
+
+
+class _Capture(StepObserver):
+    """Keeps each executor of a checked step (`StepObserver.started`)."""
+
+    def __init__(self, made: list) -> None:  # type: ignore[type-arg]
+        self.made = made
+
+    def started(self, executor) -> None:  # type: ignore[no-untyped-def]
+        self.made.append(executor)
 
 
 def test_the_executor_is_no_recorder() -> None:
@@ -44,14 +55,10 @@ def test_the_executor_numbers_values_and_operators_as_the_profiler(monkeypatch, 
     inst = profile_step(model, inputs, loss_fn)
     profiled = recorders[0].trace
     executors: list[PlanExecutor] = []
-
-    def factory(*args, **kwargs):  # type: ignore[no-untyped-def]
-        ex = PlanExecutor(*args, **kwargs)
-        executors.append(ex)
-        return ex
+    factory = _Capture(executors)
 
     keep = np.full(inst.n_tensors, KEEP, dtype=np.int8)
-    with apply(Plan(inst, keep), 1.0, model=model, schedule="simulated", _executor=factory):
+    with apply(Plan(inst, keep), 1.0, model=model, schedule="simulated", observer=factory):
         loss_fn(model(*inputs)).backward()
     live = executors[0].trace
     shift = int(inst.meta["runtime_signature"]["op_shift"])
