@@ -7,14 +7,19 @@ unplanned; under the training path with a keep-all plan; ``torch.autograd.graph.
 and the training path with every saved tensor swapped; ``torch.utils.checkpoint`` (non-reentrant)
 on the profiled blocks and the training path recomputing what those blocks make; SlackSwap at
 50% of P; the checked path (``apply``, every step checked operator by operator) with keep-all,
-for scale. "us/op over unplanned": the time above the unplanned step per operator of the profile;
-"us/op in hooks": the time spent inside the training path's saved-tensor hooks per operator,
-measured apart (copies of swapped tensors and replayed operators included), so it does not move
-with the machine's load as the step times do; "Python us/op in hooks": that time less the time
-inside the torch operators a replay runs (each recorded operator's call) and inside the copies
-of swapped tensors to the host and back, the Python the hooks run per operator. A recomputation
-under ``torch.utils.checkpoint`` runs in checkpoint's own hooks, in neither column: the step time
-holds it. GPU half (only with CUDA):
+for scale; and saved-tensor hooks that copy each tensor out when packed and back when unpacked
+(``copy-out-and-back hooks``: the least a swap does on a CPU, all-swap's yardstick). A held-out
+``nn.TransformerDecoder`` (`HeldOutDecoder`) is the fourth model. "us/op over unplanned": the
+time above the unplanned step per operator of the profile; "packs": the saved tensors the
+training path's hooks see per step (autograd's saves, one per saved tensor a node keeps);
+"us/pack in hooks": the time inside the hooks per pack, measured apart on the thread's CPU
+clock (copies of swapped tensors and replayed operators included); "copy us/pack": the part
+inside the copies to the host and back; "Python us/pack": the time in the hooks less the copies
+and the torch operators a replay runs (each recorded operator's call), the Python the hooks run
+per saved tensor (the timer's own cost, about 1.3 us per hook call on the machine of the figures
+in benchmarks/README.md, included). A recomputation under ``torch.utils.checkpoint`` runs in
+checkpoint's own hooks, in none of these columns: the step time holds it. GPU half (only with
+CUDA):
 the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and
 30% of P, offload-sync, offload-overlap, ``save_on_cpu`` and ``torch.utils.checkpoint`` on the
 same blocks: measured step time and ``torch.cuda.max_memory_allocated`` above the step's start
@@ -384,8 +389,8 @@ def cpu_half(repeat: int, quick: bool) -> None:
           f"{torch.get_num_threads()} threads), median of {repeat} interleaved rounds")  # fmt: skip
     print()
     print("| model | ops | saved | case | median ms | ratio | vs | fast | us/op over unplanned | "
-          "us/saved in hooks | copy us/saved | Python us/saved |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "packs | us/pack in hooks | copy us/pack | Python us/pack |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for case in cpu_cases(quick):
         inst = case.inst
         fast: dict[str, str] = {}
@@ -401,8 +406,9 @@ def cpu_half(repeat: int, quick: bool) -> None:
             step, p = planned(case, plan, b)
             runs.append((label, step, None))
             fast[label] = str(p.fast)
+            packs = len(p._learned.expected) if p._learned is not None else 0
             us = hook_us_per_saved_tensor(case, step, p, repeat)
-            cols[label] = (f"{us[0]:.2f}", f"{us[1]:.2f}", f"{us[2]:.2f}")
+            cols[label] = (str(packs), f"{us[0]:.2f}", f"{us[1]:.2f}", f"{us[2]:.2f}")
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
         runs.append((COPY_HOOKS, copy_out_and_back, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))
@@ -419,14 +425,15 @@ def cpu_half(repeat: int, quick: bool) -> None:
             if SPANS in (label, vs) and SPANS not in got:
                 continue
             if label not in got:
-                print(f"{head} {label}: no plan | | | | | | | | |")
+                print(f"{head} {label}: no plan | | | | | | | | | |")
                 continue
             t = got[label][0]
             ratio = f"{t / got[vs][0]:.3f}" if vs else "1"
             per_op = f"{(t - plain) / inst.n_ops * 1e6:.1f}" if vs else "0"
-            in_hooks, copy_us, py = cols.get(label, ("-", "-", "-"))
+            packs, in_hooks, copy_us, py = cols.get(label, ("-", "-", "-", "-"))
             print(f"{head} {label} | {t * 1e3:.2f} | {ratio} | {vs or '-'} | "
-                  f"{fast.get(label, '-')} | {per_op} | {in_hooks} | {copy_us} | {py} |")  # fmt: skip
+                  f"{fast.get(label, '-')} | {per_op} | {packs} | {in_hooks} | {copy_us} | "
+                  f"{py} |")  # fmt: skip
 
 
 def gpu_half(repeat: int, quick: bool) -> None:

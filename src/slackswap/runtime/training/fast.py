@@ -335,25 +335,26 @@ class FastStep:
             # The step is at this tensor's first backward reader: the copies back the
             # look-ahead admits from there start now.
             self.copies.admit(self._first_bwd_reader[e.index])
-        storage = e.device if e.residency is Residency.TO_DEVICE else self._materialise(e)
+        storage = e.device if e.device is not None else self._materialise(e)
         if e.event is not None:
             torch.cuda.current_stream().wait_event(e.event)
         return view(storage, h.dtype, h.offset, h.size, h.stride)
 
     def _materialise(self, e: Entry) -> Any:
-        if not e.on_device:
-            if e.residency is Residency.HOST:
-                self.copies.fetch(e)
-            elif e.action == RECOMP and self.rebuilder is not None:
-                self._rebuild(e)
-                self.stats.rebuilds += 1
-                self._done(e.index)
-            if e.on_device:  # copied back or rebuilt: counted until Python frees it
-                self.tracker.add(e.device, e.nbytes, self._first_bwd_reader[e.index])
-        if not e.on_device:
+        if e.device is not None:  # on the device (kept for a rebuild, copied back, rebuilt)
+            return e.device
+        if e.residency is Residency.HOST:
+            self.copies.fetch(e)
+        elif e.action == RECOMP and self.rebuilder is not None:
+            self._rebuild(e)
+            self.stats.rebuilds += 1
+            self._done(e.index)
+        if e.device is None:
             raise StateError(
                 f"saved tensor {e.name!r} (#{e.index}) is needed while {e.residency.value}"
             )
+        # Copied back or rebuilt: counted until Python frees it.
+        self.tracker.add(e.device, e.nbytes, self._first_bwd_reader[e.index])
         return e.device
 
     def _rebuild(self, e: Entry) -> None:
