@@ -90,6 +90,9 @@ class FastStep:
         self._held: set[int] = set()
         self._cuda_start = 0
         self._inner: ExitStack | None = None  # the new plan's checked step, after a replan
+        #: The step was profiled and solved again and ran as the new plan's checked step
+        #: (which measured it and warned itself).
+        self.replanned = False
         self._inner_stats: Any = None
         self._stack = ExitStack()
         self._saving_inputs = [False]  # checkpoint is saving a block's (kept) inputs
@@ -256,6 +259,7 @@ class FastStep:
         owner = self.owner
         self._stack.close()  # this step's checkpoint wrappers and hooks go first
         owner._use(owner._replan(args, kwargs))
+        self.replanned = True
         inner = ExitStack()
         self._inner_stats = inner.enter_context(owner._checked_step((args, kwargs)))
         self._inner = inner

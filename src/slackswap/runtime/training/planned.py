@@ -163,9 +163,11 @@ class PlannedStep:
             with self._checked_step() as stats:
                 yield stats
         else:
-            with FastStep(self, self._learned).running() as stats:  # type: ignore[arg-type]
+            fast = FastStep(self, self._learned)  # type: ignore[arg-type]
+            with fast.running() as stats:
                 yield stats
-            warn_about(stats)
+            if not fast.replanned:
+                warn_about(stats)
         self._over = stats if stats.over_budget_bytes > 0 else None
         self.last_stats = stats
         self.steps += 1
