@@ -114,13 +114,6 @@ class FastStep:
             self.rebuilder.chains = rp.chains
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
-    @property
-    def hooks_needed(self) -> bool:
-        """Whether the step installs saved-tensor hooks: always, since they also measure the
-        step's memory (`SavedBytesTracker`); for a plan that keeps every saved tensor outside
-        any checkpointed block they only count (autograd's own handling is the plan)."""
-        return True
-
     @contextmanager
     def running(self) -> Iterator[RunStats]:
         owner = self.owner
@@ -134,10 +127,8 @@ class FastStep:
             if self.learned.replay is not None and self.learned.replay.random:
                 assert self.rebuilder is not None
                 stack.enter_context(capturing_rng(owner.model, self.learned.replay, self.rebuilder))
-            if self.hooks_needed:
-                stack.enter_context(
-                    torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-                )
+            # Always, also for a plan that keeps everything: the hooks measure the step.
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
             self._stack = stack
             if self.cuda:
                 torch.cuda.reset_peak_memory_stats()
@@ -162,7 +153,7 @@ class FastStep:
                 return
             if self.error is not None:
                 raise self.error
-            if self.hooks_needed and self.pos != len(self.expected):
+            if self.pos != len(self.expected):
                 raise StepMismatchError(
                     f"the step saved {self.pos} tensors for autograd where the first step of "
                     f"the plan saved {len(self.expected)} (forward and backward must both run "
