@@ -189,3 +189,23 @@ def test_a_hook_that_pushes_a_fast_step_over_its_budget_is_named_in_the_budget_w
     over = [m for c, m in msgs if c == "BudgetWarning"]
     assert len(over) == 1 and "the forward hook on 'fc1'" in over[0], msgs
     assert not planned.fast and "over its budget" in planned.reason
+
+
+def test_the_output_a_callers_variable_keeps_is_not_blamed_on_a_hook() -> None:
+    # `out` outlives the step in the caller's frame; the loss saved it (square) and the plan
+    # keeps it. With no forward hook on the model, that is the caller's own memory: no warning.
+    model, x = _made()
+    inst = profile_step(model, (x,), _loss)
+    keep = Plan(inst, np.full(inst.n_tensors, KEEP, dtype=np.int8))
+    # Room for the output the variable keeps past the profile's free (16 KB over P otherwise).
+    planned = prepare(model, keep, Budget.bytes(int(inst.peak_bytes) + 64 * 1024))
+    for _ in range(3):
+        model.zero_grad(set_to_none=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with planned.step() as stats:
+                out = model(x)
+                _loss(out).backward()
+        assert stats.held_tensors == [] and stats.over_budget_bytes == 0
+        assert not [w for w in caught if "referenced outside autograd" in str(w.message)]
+    assert out.shape == (512, 8) and planned.fast

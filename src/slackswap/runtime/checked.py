@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from slackswap.console import format_bytes
 from slackswap.instance import Instance
-from slackswap.plan import RECOMP, SWAP, Budget, Plan, PlanError
+from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan, PlanError
 from slackswap.runtime.observer import StepObserver
 from slackswap.runtime.policy import runtime_policy
 from slackswap.runtime.schedule import simulated_schedule
@@ -150,17 +150,23 @@ def apply(
 def _fill(stats: RunStats, ex: Any, tracker: StorageTracker, own: bool) -> None:
     """What the runtime did and what the tracker measured, into ``stats``."""
     inst = ex.instance
-    held_swap = sum(ex.entries[i].nbytes for i in ex.held if ex.entries[i].action == SWAP)
-    held_recomp = sum(ex.entries[i].nbytes for i in ex.held if ex.entries[i].action == RECOMP)
+    held = list(ex.held)
+    hooked = forward_hooked_modules(ex.model) if held else []
+    if not hooked:
+        # A kept tensor alive after its last backward reader with no forward hook to blame: a
+        # variable of the caller's (the model's output, say), the caller's own memory.
+        held = [i for i in held if ex.entries[i].action != KEEP]
+    held_swap = sum(ex.entries[i].nbytes for i in held if ex.entries[i].action == SWAP)
+    held_recomp = sum(ex.entries[i].nbytes for i in held if ex.entries[i].action == RECOMP)
     stats.swapped_bytes = ex.swapped_bytes - held_swap
     stats.h2d_bytes = ex.h2d_bytes
     stats.recomputed_bytes = ex.recomputed_bytes - held_recomp
     stats.rebuilds = ex.rebuilds
     stats.unplanned_packs = ex.unplanned_packs
-    stats.held_tensors = [str(inst.tensor_name[i]) for i in ex.held]
-    stats.held_bytes = sum(ex.entries[i].nbytes for i in ex.held)
-    if ex.held:
-        stats.hooked_modules = forward_hooked_modules(ex.model)
+    stats.held_tensors = [str(inst.tensor_name[i]) for i in held]
+    stats.held_bytes = sum(ex.entries[i].nbytes for i in held)
+    if held:
+        stats.hooked_modules = hooked
     stats.measured = "operator outputs"
     stats.measured_peak_bytes = int(tracker.peak_bytes)
     stats.over_budget_bytes = max(0, stats.measured_peak_bytes - stats.budget_bytes)

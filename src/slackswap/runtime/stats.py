@@ -48,7 +48,8 @@ class RunStats:
     #: Saved tensors a reference outside autograd (a forward hook, a variable) kept alive past
     #: where the plan frees them (names), and their bytes: swapped or recomputed ones after
     #: their last forward reader (never in ``swapped_bytes`` / ``recomputed_bytes``), kept
-    #: ones after their last backward reader.
+    #: ones after their last backward reader when the model has a forward hook of the
+    #: caller's (else the holder is taken for a variable of the caller's, such as the output).
     held_tensors: list[str] = field(default_factory=list)
     held_bytes: int = 0
     #: The model's modules with a forward hook of the caller's (``""``: the model; "global":

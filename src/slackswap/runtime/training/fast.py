@@ -165,8 +165,8 @@ class FastStep:
         or recomputed tensor whose storage outlived its last forward reader (or the step) was
         held by a reference outside autograd: not counted as swapped or recomputed. A kept one
         whose storage outlived the step was held by autograd when a graph was kept (handles of
-        other entries still held), else by such a reference (a forward hook, a variable); with
-        no handles to tell, by a reference when the model has a forward hook of the caller's."""
+        other entries still held), else, when the model has a forward hook of the caller's, by
+        that hook."""
         st = self.stats
         inst = self.inst
         if not self._backward:
@@ -184,10 +184,12 @@ class FastStep:
         handles = [e for e in self.entries if e.handles > 0]
         hooked = forward_hooked_modules(self.owner.model) if held or kept_alive else []
         retained = [e.index for e in handles]
-        if kept_alive and (handles or not hooked):
+        if handles:
             retained += kept_alive
-        else:
+        elif hooked:
             held.update(kept_alive)
+        # else a variable of the caller's (the model's output, say) keeps a kept tensor: the
+        # caller's own memory, named only when a forward hook may be the holder.
         held_swap = sum(self.entries[i].nbytes for i in held if self.actions[i] == SWAP)
         held_recomp = sum(self.entries[i].nbytes for i in held if self.actions[i] == RECOMP)
         st.swapped_bytes = self.copies.swapped_bytes - held_swap
@@ -295,7 +297,7 @@ class FastStep:
             return Handle(e, t, keep=False, release=self._release)
         if do == RECOMP_FIRST:
             e.to(EntryState.SAVED)
-            self.stats.recomputed_bytes += nbytes
+            self.stats.recomputed_bytes += e.nbytes
             return Handle(e, t, keep=False, release=self._release)
         # KEEP_READ_FIRST: kept, and a rebuild reads it: held until that rebuild is done
         e.move(Residency.DEVICE, device=storage)
