@@ -7,14 +7,19 @@ unplanned; under the training path with a keep-all plan; ``torch.autograd.graph.
 and the training path with every saved tensor swapped; ``torch.utils.checkpoint`` (non-reentrant)
 on the profiled blocks and the training path recomputing what those blocks make; SlackSwap at
 50% of P; the checked path (``apply``, every step checked operator by operator) with keep-all,
-for scale. "us/op over unplanned": the time above the unplanned step per operator of the profile;
-"us/op in hooks": the time spent inside the training path's saved-tensor hooks per operator,
-measured apart (copies of swapped tensors and replayed operators included), so it does not move
-with the machine's load as the step times do; "Python us/op in hooks": that time less the time
-inside the torch operators a replay runs (each recorded operator's call) and inside the copies
-of swapped tensors to the host and back, the Python the hooks run per operator. A recomputation
-under ``torch.utils.checkpoint`` runs in checkpoint's own hooks, in neither column: the step time
-holds it. GPU half (only with CUDA):
+for scale; and saved-tensor hooks that copy each tensor out when packed and back when unpacked
+(``copy-out-and-back hooks``: the least a swap does on a CPU, all-swap's yardstick). A held-out
+``nn.TransformerDecoder`` (`HeldOutDecoder`) is the fourth model. "us/op over unplanned": the
+time above the unplanned step per operator of the profile; "packs": the saved tensors the
+training path's hooks see per step (autograd's saves, one per saved tensor a node keeps);
+"us/pack in hooks": the time inside the hooks per pack, measured apart on the thread's CPU
+clock (copies of swapped tensors and replayed operators included); "copy us/pack": the part
+inside the copies to the host and back; "Python us/pack": the time in the hooks less the copies
+and the torch operators a replay runs (each recorded operator's call), the Python the hooks run
+per saved tensor (the timer's own cost, about 1.3 us per hook call on the machine of the figures
+in benchmarks/README.md, included). A recomputation under ``torch.utils.checkpoint`` runs in
+checkpoint's own hooks, in none of these columns: the step time holds it. GPU half (only with
+CUDA):
 the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and
 30% of P, offload-sync, offload-overlap, ``save_on_cpu`` and ``torch.utils.checkpoint`` on the
 same blocks: measured step time and ``torch.cuda.max_memory_allocated`` above the step's start
@@ -52,7 +57,8 @@ from slackswap.instance import Instance  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, SWAP, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import apply, prepare  # noqa: E402
-from slackswap.runtime.training import fast as fast_module  # noqa: E402
+from slackswap.runtime import copies as copies_module  # noqa: E402
+from slackswap.runtime.copies import CopyEngine  # noqa: E402
 from slackswap.runtime.training.fast import FastStep  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
@@ -78,6 +84,43 @@ def _sum(out: torch.Tensor) -> torch.Tensor:
     return out.sum()
 
 
+class HeldOutDecoder(torch.nn.Module):
+    """PyTorch's ``nn.TransformerDecoder`` over token embeddings with a causal mask, reading a
+    memory input, and a vocabulary head: a model the tests never tuned the runtime for."""
+
+    def __init__(self, layers: int, hidden: int, heads: int, mlp: int, vocab: int):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, hidden)
+        layer = torch.nn.TransformerDecoderLayer(hidden, heads, mlp, dropout=0.1,
+                                                 batch_first=True)  # fmt: skip
+        self.decoder = torch.nn.TransformerDecoder(layer, layers)
+        self.head = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(n, device=tokens.device)
+        x = self.decoder(self.emb(tokens), memory, tgt_mask=mask, tgt_is_causal=True)
+        return self.head(x)
+
+
+def decoder_case(quick: bool) -> Case:
+    """`HeldOutDecoder` with next-token cross-entropy (the tests' sizes with ``quick``)."""
+    torch.manual_seed(0)
+    size = dict(layers=1, hidden=32, heads=2, mlp=64, vocab=64) if quick else dict(
+        layers=2, hidden=128, heads=4, mlp=512, vocab=512)  # fmt: skip
+    batch, seq = (2, 8) if quick else (4, 64)
+    model = HeldOutDecoder(**size)
+    tokens = torch.randint(0, size["vocab"], (batch, seq))
+    memory = torch.randn(batch, seq, size["hidden"])
+    targets = torch.roll(tokens, -1, dims=1)
+
+    def loss(logits: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 targets.reshape(-1))  # fmt: skip
+
+    return Case("nn.TransformerDecoder (held out)", model, (tokens, memory), loss)
+
+
 def cpu_cases(quick: bool) -> list[Case]:
     if quick:
         m, x, lf = pf.gpt_dropout()
@@ -100,6 +143,7 @@ def cpu_cases(quick: bool) -> list[Case]:
         Case("GPT (tests', dropout 0.1)", m, x, lf),
         Case("nn.TransformerEncoder", enc, ex, el),
         Case("CNN with batch-norm", cnn, (img,), _sum),
+        decoder_case(quick),
     ]
 
 
@@ -241,23 +285,24 @@ def interleaved(
     }
 
 
-def hook_us_per_op(case: Case, step: Callable[[], Any], planned: Any,
-                   repeat: int) -> tuple[float, float]:  # fmt: skip
-    """Medians over ``repeat`` steps, per operator of the profile, in microseconds: the time
-    spent inside the training path's saved-tensor hooks (copies and replays included), and that
-    time less the time inside the torch operators a replay runs (each recorded operator's call)
-    and inside the copies of swapped tensors (``copy_to_host`` and the copy back,
-    `FastStep._fetch`): the Python the hooks run, measured apart from the load on the rest of
-    the step."""
-    spent = [0.0, 0.0]  # in the hooks; inside operators and copies called from them
+def hook_us_per_saved_tensor(case: Case, step: Callable[[], Any], planned: Any,
+                             repeat: int) -> tuple[float, float, float]:  # fmt: skip
+    """Medians over ``repeat`` steps, per saved tensor the training path's hooks see (its packs
+    per step), in microseconds: the time inside the saved-tensor hooks (copies and replays
+    included); the time inside the copies of swapped tensors to the host and back
+    (``copy_to_host`` and `CopyEngine.fetch`); and the Python the hooks run, that time less
+    the copies and the torch operators a replay runs (each recorded operator's call). Timed on
+    the thread's CPU clock (``time.thread_time``), so the machine's load (time the thread
+    waits for a core) does not count, as it would in a wall-clock figure."""
+    spent = [0.0, 0.0, 0.0]  # in the hooks; in copies; in replayed operators
 
     def timed(f: Callable[..., Any], k: int) -> Callable[..., Any]:
         def wrapper(*a: Any, **kw: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             try:
                 return f(*a, **kw)
             finally:
-                spent[k] += time.perf_counter() - t0
+                spent[k] += time.thread_time() - t0
 
         return wrapper
 
@@ -265,31 +310,47 @@ def hook_us_per_op(case: Case, step: Callable[[], Any], planned: Any,
     records = learned.replay.records if learned is not None and learned.replay else {}
     funcs = {p: rec.func for p, rec in records.items()}
     fast = FastStep
-    pack, unpack, fetch = fast._pack, fast._unpack, fast._fetch
-    to_host = fast_module.copy_to_host
-    hooks, python = [], []
+    pack, unpack, fetch = fast._pack, fast._unpack, CopyEngine.fetch
+    to_host = copies_module.copy_to_host
+    hooks, copies, python = [], [], []
     fast._pack, fast._unpack = timed(pack, 0), timed(unpack, 0)  # type: ignore[method-assign]
-    fast._fetch = timed(fetch, 1)  # type: ignore[method-assign]
-    fast_module.copy_to_host = timed(to_host, 1)
+    CopyEngine.fetch = timed(fetch, 1)  # type: ignore[method-assign]
+    copies_module.copy_to_host = timed(to_host, 1)
     for p, rec in records.items():
-        rec.func = timed(funcs[p], 1)
+        rec.func = timed(funcs[p], 2)
     try:
         for _ in range(repeat):
-            spent[0] = spent[1] = 0.0
+            spent[0] = spent[1] = spent[2] = 0.0
             for q in case.model.parameters():
                 q.grad = None
             gc.collect()
             with step():
                 case.loss_fn(case.model(*case.inputs)).backward()
             hooks.append(spent[0])
-            python.append(spent[0] - spent[1])
+            copies.append(spent[1])
+            python.append(spent[0] - spent[1] - spent[2])
     finally:
-        fast._pack, fast._unpack, fast._fetch = pack, unpack, fetch  # type: ignore[method-assign]
-        fast_module.copy_to_host = to_host
+        fast._pack, fast._unpack = pack, unpack  # type: ignore[method-assign]
+        CopyEngine.fetch = fetch  # type: ignore[method-assign]
+        copies_module.copy_to_host = to_host
         for p, rec in records.items():
             rec.func = funcs[p]
-    n = case.inst.n_ops
-    return statistics.median(hooks) / n * 1e6, statistics.median(python) / n * 1e6
+    n = max(len(learned.expected) if learned is not None else 0, 1)
+    return (statistics.median(hooks) / n * 1e6, statistics.median(copies) / n * 1e6,
+            statistics.median(python) / n * 1e6)  # fmt: skip
+
+
+def copy_out_and_back() -> Any:
+    """Saved-tensor hooks that copy each saved tensor out when packed and back when unpacked:
+    the least a swap does on a CPU (the all-swap plan's baseline)."""
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().clone()
+
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t.clone()
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 #: Cases timed in the first `SLOW_ROUNDS` rounds only (for scale, not a target).
@@ -302,11 +363,17 @@ SLOW_ROUNDS = 5
 #: convolution's output.
 SPANS = "torch.utils.checkpoint on the blocks with their batch-norm"
 
+#: Saved-tensor hooks that copy each tensor out and back (`copy_out_and_back`): the all-swap
+#: plan's target is at most 1.10x this step.
+COPY_HOOKS = "copy-out-and-back hooks"
+
 #: (case, the case its time is compared with) of the CPU half, in the order printed.
 CPU_ROWS = (
     ("unplanned", ""),
     ("keep-all, training path", "unplanned"),
     ("save_on_cpu", "unplanned"),
+    (COPY_HOOKS, "unplanned"),
+    ("all-swap, training path", COPY_HOOKS),
     ("all-swap, training path", "save_on_cpu"),
     ("torch.utils.checkpoint on the blocks", "unplanned"),
     ("recompute the blocks, training path", "torch.utils.checkpoint on the blocks"),
@@ -321,14 +388,13 @@ def cpu_half(repeat: int, quick: bool) -> None:
     print(f"CPU ({platform.processor() or platform.machine()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads), median of {repeat} interleaved rounds")  # fmt: skip
     print()
-    print("| model | ops | case | median ms | ratio | vs | fast | us/op over unplanned | "
-          "us/op in hooks | Python us/op in hooks |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | ops | saved | case | median ms | ratio | vs | fast | us/op over unplanned | "
+          "packs | us/pack in hooks | copy us/pack | Python us/pack |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for case in cpu_cases(quick):
         inst = case.inst
         fast: dict[str, str] = {}
-        hooks: dict[str, str] = {}
-        python: dict[str, str] = {}
+        cols: dict[str, tuple[str, str, str]] = {}
         runs: list[tuple[str, Callable[[], Any], Any]] = [("unplanned", nullcontext, None)]
         plans = [("keep-all, training path", uniform(inst, "keep"), 1.0),
                  ("all-swap, training path", uniform(inst, "swap"), 1.0),
@@ -340,9 +406,11 @@ def cpu_half(repeat: int, quick: bool) -> None:
             step, p = planned(case, plan, b)
             runs.append((label, step, None))
             fast[label] = str(p.fast)
-            in_hooks, py = hook_us_per_op(case, step, p, repeat)
-            hooks[label], python[label] = f"{in_hooks:.1f}", f"{py:.1f}"
+            packs = len(p._learned.expected) if p._learned is not None else 0
+            us = hook_us_per_saved_tensor(case, step, p, repeat)
+            cols[label] = (str(packs), f"{us[0]:.2f}", f"{us[1]:.2f}", f"{us[2]:.2f}")
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
+        runs.append((COPY_HOOKS, copy_out_and_back, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))
         spans = batch_norm_spans(case)
         if spans:
@@ -352,18 +420,20 @@ def cpu_half(repeat: int, quick: bool) -> None:
         fast["keep-all, checked path (apply)"] = "no"
         got = interleaved(case, repeat, runs)
         plain = got["unplanned"][0]
+        head = f"| {case.label} | {inst.n_ops} | {inst.n_tensors} |"
         for label, vs in CPU_ROWS:
             if SPANS in (label, vs) and SPANS not in got:
                 continue
             if label not in got:
-                print(f"| {case.label} | {inst.n_ops} | {label}: no plan | | | | | | | |")
+                print(f"{head} {label}: no plan | | | | | | | | | |")
                 continue
             t = got[label][0]
             ratio = f"{t / got[vs][0]:.3f}" if vs else "1"
             per_op = f"{(t - plain) / inst.n_ops * 1e6:.1f}" if vs else "0"
-            print(f"| {case.label} | {inst.n_ops} | {label} | {t * 1e3:.2f} | {ratio} | "
-                  f"{vs or '-'} | {fast.get(label, '-')} | {per_op} | "
-                  f"{hooks.get(label, '-')} | {python.get(label, '-')} |")  # fmt: skip
+            packs, in_hooks, copy_us, py = cols.get(label, ("-", "-", "-", "-"))
+            print(f"{head} {label} | {t * 1e3:.2f} | {ratio} | {vs or '-'} | "
+                  f"{fast.get(label, '-')} | {per_op} | {packs} | {in_hooks} | {copy_us} | "
+                  f"{py} |")  # fmt: skip
 
 
 def gpu_half(repeat: int, quick: bool) -> None:

@@ -40,29 +40,32 @@ def _cnn_case(bench: ModuleType) -> Any:
     return bench.Case("CNN", model, (img,), bench._sum)
 
 
-def test_python_per_operator_leaves_out_the_replayed_operators_and_the_copies(
+def test_python_per_saved_tensor_leaves_out_the_replayed_operators_and_the_copies(
     bench: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A clock that moves one unit per reading: every timed call costs 1 and a call with a timed
     # call inside it 3, so what is subtracted is exactly the nested calls' time.
     ticks = itertools.count()
-    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    monkeypatch.setattr(bench, "time", SimpleNamespace(thread_time=lambda: float(next(ticks))))
     case = _cnn_case(bench)
-    per_op = {}
+    per_tensor = {}
     for kind in ("keep", "swap", "blocks"):
         step, planned = bench.planned(case, bench.uniform(case.inst, kind), 1.0)
         funcs = {p: r.func for p, r in (planned._learned.replay.records.items()
                                          if planned._learned.replay else [])}  # fmt: skip
-        per_op[kind] = bench.hook_us_per_op(case, step, planned, 2)
+        per_tensor[kind] = bench.hook_us_per_saved_tensor(case, step, planned, 2)
         # Everything it wrapped is put back.
         assert bench.FastStep._pack.__name__ == "_pack"
-        assert bench.fast_module.copy_to_host.__name__ == "copy_to_host"
+        assert bench.CopyEngine.fetch.__name__ == "fetch"
+        assert bench.copies_module.copy_to_host.__name__ == "copy_to_host"
         if planned._learned.replay:
             assert all(r.func is funcs[p] for p, r in planned._learned.replay.records.items())
-    assert per_op["keep"] == (0.0, 0.0)  # no hook at all
-    for kind in ("swap", "blocks"):  # copies to the host and back; replayed convolutions
-        hooks, python = per_op[kind]
-        assert 0 < python < hooks
+    hooks, copies, python = per_tensor["keep"]  # hooks that only count
+    assert copies == 0 and python == hooks > 0
+    hooks, copies, python = per_tensor["swap"]  # copies to the host and back, no replay
+    assert 0 < copies < hooks and python == pytest.approx(hooks - copies)
+    hooks, copies, python = per_tensor["blocks"]  # replayed convolutions, no copy
+    assert copies == 0 and 0 < python < hooks
 
 
 def test_the_checkpoint_baseline_takes_each_block_with_the_batch_norm_after_it(

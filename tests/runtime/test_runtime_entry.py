@@ -19,10 +19,21 @@ from slackswap.runtime.entry import (
     Residency,
     StateError,
 )
+from slackswap.runtime.observer import StepObserver
 
 S = EntryState
 R = Residency
 DEV, HOST = object(), object()  # stand-ins for a device storage and a host copy
+
+
+class _Capture(StepObserver):
+    """Keeps each executor of a checked step (`StepObserver.started`)."""
+
+    def __init__(self, made: list) -> None:  # type: ignore[type-arg]
+        self.made = made
+
+    def started(self, executor) -> None:  # type: ignore[no-untyped-def]
+        self.made.append(executor)
 
 
 def test_a_step_saves_then_releases() -> None:
@@ -90,7 +101,7 @@ def test_where_a_saved_tensor_is_changes_as_a_step_moves_it(path: tuple[Residenc
 @pytest.mark.parametrize(
     "path",
     [
-        (R.HOST,),  # on the host before it was saved
+        (R.TO_DEVICE,),  # copied back before it was saved
         (R.DEVICE, R.TO_DEVICE),  # copied back while on the device
         (R.DEVICE, R.HOST, R.DEVICE),  # on the device again without a copy back
         (R.DEVICE, R.HOST, R.REBUILDING),  # a swapped tensor rebuilt
@@ -171,12 +182,9 @@ def test_after_a_planned_step_every_saved_tensor_is_released(kind: str) -> None:
         # Only what has a finite recompute cost; the rest kept.
         acts[~np.isfinite(inst.tensor_recompute_s)] = KEEP
     made: list[PlanExecutor] = []
+    factory = _Capture(made)
 
-    def factory(*args, **kwargs):  # type: ignore[no-untyped-def]
-        made.append(PlanExecutor(*args, **kwargs))
-        return made[-1]
-
-    with apply(Plan(inst, acts), 1.0, model=model, schedule="simulated", _executor=factory):
+    with apply(Plan(inst, acts), 1.0, model=model, schedule="simulated", observer=factory):
         loss_fn(model(*inputs)).backward()
     assert {e.state for e in made[0].entries} == {S.RELEASED}
     assert {e.residency for e in made[0].entries} == {R.FREED}
@@ -204,12 +212,9 @@ def _paths_of_a_step(kind: str, monkeypatch) -> tuple[dict[int, list[Residency]]
 
     monkeypatch.setattr(Entry, "move", recording)
     made: list[PlanExecutor] = []
+    factory = _Capture(made)
 
-    def factory(*args, **kwargs):  # type: ignore[no-untyped-def]
-        made.append(PlanExecutor(*args, **kwargs))
-        return made[-1]
-
-    with apply(Plan(inst, acts), 1.0, model=model, schedule="simulated", _executor=factory):
+    with apply(Plan(inst, acts), 1.0, model=model, schedule="simulated", observer=factory):
         loss_fn(model(*inputs)).backward()
     return paths, made[0].entries
 
@@ -225,10 +230,10 @@ def test_the_checked_path_moves_each_saved_tensor_through_its_residencies(monkey
     paths, entries = _paths_of_a_step("swap", monkeypatch)
     swapped = {tuple(paths[e.index]) for e in entries}
     assert swapped <= {
-        (R.DEVICE, R.TO_HOST, R.HOST, R.TO_DEVICE, R.DEVICE, R.FREED),
-        (R.DEVICE, R.TO_HOST, R.DEVICE, R.FREED),  # its simulated copy outlived its readers
+        (R.TO_HOST, R.HOST, R.TO_DEVICE, R.DEVICE, R.FREED),
+        (R.TO_HOST, R.DEVICE, R.FREED),  # its simulated copy outlived its readers
     }
-    assert (R.DEVICE, R.TO_HOST, R.HOST, R.TO_DEVICE, R.DEVICE, R.FREED) in swapped
+    assert (R.TO_HOST, R.HOST, R.TO_DEVICE, R.DEVICE, R.FREED) in swapped
     monkeypatch.undo()
     paths, entries = _paths_of_a_step("recompute", monkeypatch)
     assert {tuple(paths[e.index]) for e in entries if e.action == RECOMP} == {
@@ -300,8 +305,7 @@ def test_a_tensor_released_before_its_simulated_copy_ended_is_freed_when_it_ends
     ex = PlanExecutor(inst, acts, 1 << 30, model, schedule=schedule)
     e = ex.entries[0]
     e.to(S.SAVED)
-    e.move(R.DEVICE, device=torch.zeros(4).untyped_storage())
-    ex.copies.offload(e)
+    ex.copies.offload(e, torch.zeros(4).untyped_storage())
     assert e.residency is R.TO_HOST  # held until the simulated copy ends
     ex.copies.release(e)
     assert e.residency is R.DEVICE and e.host is None  # still held for the copy

@@ -19,7 +19,18 @@ from slackswap.profiling import step as step_module  # noqa: E402
 from slackswap.profiling.recorder import Recorder  # noqa: E402
 from slackswap.runtime import apply  # noqa: E402
 from slackswap.runtime.executor import PlanExecutor  # noqa: E402
+from slackswap.runtime.observer import StepObserver  # noqa: E402
 from tests.support import profiling_factories as pf  # noqa: E402
+
+
+class _Capture(StepObserver):
+    """Keeps each executor of a checked step (`StepObserver.started`)."""
+
+    def __init__(self, made: list) -> None:  # type: ignore[type-arg]
+        self.made = made
+
+    def started(self, executor) -> None:  # type: ignore[no-untyped-def]
+        self.made.append(executor)
 
 
 def test_the_executor_is_no_recorder() -> None:
@@ -44,14 +55,10 @@ def test_the_executor_numbers_values_and_operators_as_the_profiler(monkeypatch, 
     inst = profile_step(model, inputs, loss_fn)
     profiled = recorders[0].trace
     executors: list[PlanExecutor] = []
-
-    def factory(*args, **kwargs):  # type: ignore[no-untyped-def]
-        ex = PlanExecutor(*args, **kwargs)
-        executors.append(ex)
-        return ex
+    factory = _Capture(executors)
 
     keep = np.full(inst.n_tensors, KEEP, dtype=np.int8)
-    with apply(Plan(inst, keep), 1.0, model=model, schedule="simulated", _executor=factory):
+    with apply(Plan(inst, keep), 1.0, model=model, schedule="simulated", observer=factory):
         loss_fn(model(*inputs)).backward()
     live = executors[0].trace
     shift = int(inst.meta["runtime_signature"]["op_shift"])
@@ -62,3 +69,36 @@ def test_the_executor_numbers_values_and_operators_as_the_profiler(monkeypatch, 
     assert [(o.aten, o.phase, o.module, o.writes) for o in live.ops] == [
         (o.aten, o.phase, o.module, o.writes) for o in profiled.ops
     ]
+
+
+def test_an_observer_is_told_of_the_checked_step_in_order() -> None:
+    """`StepObserver`: started before the first operator, each forward operator before and
+    after it runs, each pack with its plan entry, closing last (records still held)."""
+    model, inputs, loss_fn = pf.gpt()
+    inst = profile_step(model, inputs, loss_fn)
+    events: list[tuple[str, int]] = []
+
+    class Recording(StepObserver):
+        def started(self, executor) -> None:  # type: ignore[no-untyped-def]
+            events.append(("started", len(executor.trace.ops)))
+
+        def before_forward_op(self, func, args, kwargs):  # type: ignore[no-untyped-def]
+            return len(events)
+
+        def after_forward_op(self, token, index, func, args, kwargs) -> None:  # type: ignore[no-untyped-def]
+            events.append(("op", index))
+
+        def packed(self, t, entry: int) -> None:  # type: ignore[no-untyped-def]
+            events.append(("packed", entry))
+
+        def closing(self, executor) -> None:  # type: ignore[no-untyped-def]
+            events.append(("closing", len(executor.trace.ops)))
+
+    keep = np.full(inst.n_tensors, KEEP, dtype=np.int8)
+    with apply(Plan(inst, keep), 1.0, model=model, schedule="simulated", observer=Recording()):
+        loss_fn(model(*inputs)).backward()
+    assert events[0] == ("started", 0) and events[-1] == ("closing", inst.n_ops)
+    ops = [i for kind, i in events if kind == "op"]
+    assert ops == sorted(ops) and inst.n_forward_ops - 1 <= max(ops) <= inst.n_forward_ops
+    packed = {i for kind, i in events if kind == "packed" and i >= 0}
+    assert packed == set(range(inst.n_tensors))

@@ -31,7 +31,7 @@ from slackswap.runtime.measure import run_step, step_difference  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import REGISTRY, run  # noqa: E402
 from slackswap.torchstep.loss import default_loss  # noqa: E402
-from tests import profiling_factories as pf  # noqa: E402
+from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

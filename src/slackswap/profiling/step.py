@@ -14,6 +14,7 @@ from slackswap.profiling.blocks import find_blocks
 from slackswap.profiling.build import build_instance
 from slackswap.profiling.recorder import Recorder
 from slackswap.torchstep.loss import ProfileError, default_loss
+from slackswap.torchstep.state import put_back
 
 TIMINGS = ("roofline", "measured")
 
@@ -78,9 +79,12 @@ def profile_step(
     leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad]
     params = list(model.parameters()) + leaves
     grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
-    buffers = [b.detach().clone() for b in model.buffers()]
     try:
-        with torch.random.fork_rng(devices=devices), torch.enable_grad():
+        with (
+            put_back(list(model.buffers())),
+            torch.random.fork_rng(devices=devices),
+            torch.enable_grad(),
+        ):
             for _ in range(warmup):
                 _step(model, inputs, loss_of, None)
             for p in params:
@@ -92,11 +96,8 @@ def profile_step(
                 recorder.remove_hooks()
                 recorder.release()
     finally:
-        with torch.no_grad():
-            for p, gr in zip(params, grads, strict=True):
-                p.grad = gr
-            for b, saved in zip(model.buffers(), buffers, strict=True):
-                b.copy_(saved)
+        for p, gr in zip(params, grads, strict=True):
+            p.grad = gr
     meta = {
         "model": type(model).__name__,
         "gpu": g.key,

@@ -1,5 +1,12 @@
 """`CopyEngine`: move a step's swapped tensors to host memory and back, as the simulator does.
 
+The one copy engine of the runtime: the checked path (`executor`) and the training path's fast
+steps (`training.fast`) both copy out, copy back and admit copies back through it. They differ
+only in how they learn the step's position: the checked path numbers every operator
+(``current_op``), a fast step reads it from the saved tensor being unpacked (its first backward
+reader) and passes it to `CopyEngine.admit`. What the engine reads of a plan (`CopyModel`) is
+computed once per plan.
+
 Offload: when the step first saves a swapped tensor its whole storage is copied to host memory,
 on CUDA into pinned memory on a dedicated copy stream ordered after the producer, with a CUDA
 event to poll; ``record_stream`` on the copy stream keeps the caching allocator from reusing
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,32 +39,75 @@ from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
 from slackswap.runtime.entry import Entry, EntryState, Residency
 from slackswap.runtime.schedule import base_resident, rebuild_points
-from slackswap.torchstep.torchapi import disable_current_modes
+from slackswap.torchstep.torchapi import disable_current_modes, dispatch_mode_active
 
-__all__ = ["CopyEngine"]
+__all__ = ["CopyEngine", "CopyModel", "copy_model", "copy_to_host"]
+
+
+@dataclass(frozen=True)
+class CopyModel:
+    """What the copy engine reads of a plan (the simulator's memory model, on instance operator
+    indices), computed once per plan: ``base[o]`` the bytes resident before operator o when
+    nothing is fetched back yet (`schedule.base_resident`), ``cum_transient[o]`` the running sum
+    of transient bytes before operator o, ``deadline_order`` the swapped tensors by first
+    backward reader, ``rebuild_at`` the operator before which each tensor must be on the device
+    for a rebuild (`schedule.rebuild_points`) and ``consumers`` the recomputed tensors whose
+    rebuild reads each tensor. Plain lists: a fast step indexes them per saved tensor."""
+
+    base: list[int]
+    cum_transient: list[int]
+    deadline_order: list[int]
+    rebuild_at: list[int]
+    consumers: list[list[int]]
+
+
+def copy_model(instance: Instance, actions: np.ndarray) -> CopyModel:
+    """The `CopyModel` of ``actions`` (tensor order) on ``instance``."""
+    acts = np.asarray(actions)
+    fbr = instance.tensor_first_bwd_reader
+    swapped = [i for i in range(instance.n_tensors) if acts[i] == SWAP]
+    consumers: list[list[int]] = [[] for _ in range(instance.n_tensors)]
+    for v, ins in enumerate(instance.tensor_rebuild_inputs):
+        for u in ins:
+            if acts[v] == RECOMP:
+                consumers[u].append(v)
+    rebuild_at, _ = rebuild_points(instance, acts)
+    return CopyModel(
+        base=[int(x) for x in base_resident(instance, acts)],
+        cum_transient=[
+            0,
+            *(int(x) for x in np.cumsum(instance.op_transient_bytes, dtype=np.int64)),
+        ],
+        deadline_order=sorted(swapped, key=lambda i: (int(fbr[i]), i)),
+        rebuild_at=rebuild_at,
+        consumers=consumers,
+    )
 
 
 class CopyEngine:
     """Offloads, evicts, admits and fetches the swapped entries of one step.
 
-    ``schedule``: a replayed schedule (`simulated_schedule`), else copies back start live.
-    ``current_op``: the instance index of the next operator the step runs. ``quiet``: a
-    context in which the executor lets operators through unnumbered.
+    ``model``: the plan's `CopyModel`. ``schedule``: a replayed schedule (`simulated_schedule`),
+    else copies back start live, by `admit`. ``current_op``: the instance index of the next
+    operator the step runs (the checked path; None: the caller passes its position to `admit`,
+    and an offload on a side stream lets go of its device buffer at once, the allocator
+    holding it until the copy stream read it). ``quiet``: a context in which the caller lets
+    its own operators through unnumbered (None: nothing to hide from).
     """
 
     def __init__(
         self,
         instance: Instance,
-        actions: np.ndarray,
         entries: list[Entry],
         budget_bytes: int,
+        model: CopyModel,
         *,
         lookahead_ops: int,
         overlap: bool,
         prefetch: bool,
-        schedule: dict[str, dict[int, list[int]]] | None,
-        current_op: Callable[[], int],
-        quiet: Callable[[], AbstractContextManager[None]],
+        schedule: dict[str, dict[int, list[int]]] | None = None,
+        current_op: Callable[[], int] | None = None,
+        quiet: Callable[[], AbstractContextManager[None]] | None = None,
     ):
         self.instance = instance
         self.entries = entries
@@ -68,17 +119,14 @@ class CopyEngine:
         self.quiet = quiet
         self.swapped_bytes = 0
         self.h2d_bytes = 0
-        # The memory model the H2D admission uses (the simulator's, on instance operator
-        # indices): bytes resident before operator o starts when nothing is fetched back yet.
-        self._base = base_resident(instance, actions)
-        self._cum_transient = np.concatenate(
-            ([0], np.cumsum(instance.op_transient_bytes, dtype=np.int64))
-        )
-        self._admitted_bytes = 0
+        self._model = model
+        self._n_ops = instance.n_ops
+        #: Bytes of the entries copied back whose device storage this runtime still holds.
+        self.admitted_bytes = 0
         self._offloading: list[Entry] = []  # CUDA: offloads whose copy may still run
-        swapped = [e for e in entries if e.action == SWAP]
-        fbr = instance.tensor_first_bwd_reader
-        self._queue = sorted(swapped, key=lambda e: (int(fbr[e.index]), e.index))
+        # Deadline order; the ones done with (released, or copied back) stay behind the cursor.
+        self._order = [entries[i] for i in model.deadline_order]
+        self._cursor = 0
         # A replayed schedule: operator index -> tensors whose H2D copy starts / whose
         # offloaded device buffer is let go before that operator.
         self._schedule = schedule
@@ -90,13 +138,9 @@ class CopyEngine:
         self._deferred_evictions: list[Entry] = []
         # Released by autograd while a recomputed consumer's rebuild still reads them.
         self._deferred_releases: list[Entry] = []
-        self._rebuild_at, _ = rebuild_points(instance, actions)
+        self._rebuild_at = model.rebuild_at
         # Tensor -> the recomputed tensors whose rebuild reads it (an eviction waits for them).
-        self._consumers: list[list[int]] = [[] for _ in range(instance.n_tensors)]
-        for v, ins in enumerate(instance.tensor_rebuild_inputs):
-            for u in ins:
-                if actions[v] == RECOMP:
-                    self._consumers[u].append(v)
+        self._consumers = model.consumers
         self._cuda = False
         self._copy_stream: Any = None
         self._h2d_stream: Any = None
@@ -109,21 +153,25 @@ class CopyEngine:
             self._h2d_stream = torch.cuda.Stream()
 
     # ----- offload -----------------------------------------------------------------------------
-    def offload(self, e: Entry) -> None:
-        """D2H copy of the whole storage: on the copy stream after the producer (CUDA), or at
-        once (CPU). The runtime keeps no device reference: the buffer is freed when the copy
-        and the step's last reference (its last forward reader) are done."""
-        e.check(Residency.TO_HOST)
+    def offload(self, e: Entry, storage: Any) -> None:
+        """D2H copy of ``storage``, the whole device storage of swapped entry ``e`` as the step
+        saves it: on the copy stream after the producer (CUDA), or at once (CPU). The runtime
+        keeps no device reference: the buffer is freed when the copy and the step's last
+        reference (its last forward reader) are done."""
         self.swapped_bytes += e.nbytes
-        host, event = copy_to_host(e.device, self._copy_stream)
-        if event is None and (self._schedule is None or e.index not in self._hold_until):
-            # Copied synchronously (and, replaying, saved only after the simulated copy ended):
-            # the runtime's reference goes at once.
-            e.move(Residency.HOST, device=None, host=host, event=None)
+        host, event = copy_to_host(storage, self._copy_stream)
+        if (event is None or self.current_op is None) and (
+            self._schedule is None or e.index not in self._hold_until
+        ):
+            # Copied synchronously (and, replaying, saved only after the simulated copy ended),
+            # or on a side stream whose end nobody polls (``record_stream`` keeps the buffer
+            # from reuse until then): the runtime's reference goes at once.
+            e.move(Residency.HOST, device=None, host=host, event=event)
             return
-        # The copy runs on the copy stream, or the replayed schedule lets the device buffer go
-        # when the simulated copy ends (never, when it had not ended by the backward pass).
-        e.move(Residency.TO_HOST, host=host, event=event)
+        # The copy runs on the copy stream, polled before each operator, or the replayed
+        # schedule lets the device buffer go when the simulated copy ends (never, when it had
+        # not ended by the backward pass).
+        e.move(Residency.TO_HOST, device=storage, host=host, event=event)
         if event is not None:
             self._offloading.append(e)
 
@@ -137,9 +185,7 @@ class CopyEngine:
             if e.event.query():
                 e.move(Residency.HOST, device=None, event=None)
             elif backward_starts:
-                e.forget_event()  # stays resident until its last backward reader
-                if e in self._queue:
-                    self._queue.remove(e)
+                e.forget_event()  # stays resident until its last backward reader (no H2D)
             else:
                 still.append(e)
         self._offloading = still
@@ -149,16 +195,17 @@ class CopyEngine:
         """What the simulator does before the next operator starts: replay the copies due
         by then, or (live, in the backward pass) start the H2D copies the look-ahead admits."""
         if self._schedule is not None:
+            assert self.current_op is not None
             self._replay(self.current_op())
-        elif backward:
-            self._admit()
+        elif backward and self.current_op is not None:
+            self.admit(self.current_op())
 
     def let_go_due(self) -> None:
         """Replaying: let go of the device buffers whose simulated D2H copy has ended before
         the next operator starts. A free, so it runs before any call that precedes that
         operator (an allocation such as a dropout mask's ``empty_like``), not only right before
         the operator itself: the simulator frees the buffer when the copy ends."""
-        if self._schedule is None:
+        if self._schedule is None or self.current_op is None:
             return
         o = self.current_op()
         due = self._schedule["d2h_done"]
@@ -195,6 +242,7 @@ class CopyEngine:
     def _evict(self, e: Entry) -> None:
         """A simulated eviction. The simulator evicts after the rebuilds of the operator it
         evicts at, so an input one of them still needs goes only once they are done."""
+        assert self.current_op is not None  # a replayed schedule: the checked path
         o = self.current_op()
         if any(
             self._rebuild_at[v] == o and self._awaits_rebuild(v) for v in self._consumers[e.index]
@@ -202,7 +250,7 @@ class CopyEngine:
             self._deferred_evictions.append(e)
             return
         if e.residency is Residency.TO_DEVICE:
-            self._admitted_bytes -= e.nbytes
+            self.admitted_bytes -= e.nbytes
             e.move(Residency.HOST, device=None, event=None)
         elif e.residency is Residency.TO_HOST:
             e.move(Residency.HOST, device=None)
@@ -240,60 +288,93 @@ class CopyEngine:
         if e.residency is Residency.HOST:
             self.fetch(e)
 
-    def _admit(self) -> None:
-        """Start H2D copies in deadline order while the head fits under the budget with the
-        transient bytes of the next ``lookahead_ops`` operators (the simulator's rule)."""
+    def admit(self, o: int) -> None:
+        """Start copies back in deadline order while the plan's memory before operator ``o``
+        (the step's position), the copies already admitted, the next one and the transient
+        bytes of the next ``lookahead_ops`` operators fit the budget: the simulator's rule."""
         if not self.prefetch or self._schedule is not None:
             return
-        o = self.current_op()
-        while self._queue:
-            e = self._queue[0]
+        order = self._order
+        n = len(order)
+        c = self._cursor
+        while c < n:
+            first = order[c]
+            if not (first.released or first.residency is Residency.TO_DEVICE):
+                break
+            c += 1
+        self._cursor = c
+        if c == n:
+            return
+        m = self._model
+        end = min(o + self.lookahead_ops, self._n_ops)
+        look = m.cum_transient[end] - m.cum_transient[min(o, end)]
+        room = self.budget_bytes - look - m.base[min(o, self._n_ops - 1)]
+        for e in order[c:]:
             if e.residency is not Residency.HOST:
-                self._queue.pop(0)  # on the device, or released
-                continue
-            end = min(o + self.lookahead_ops, self.instance.n_ops)
-            look = int(self._cum_transient[end] - self._cum_transient[min(o, end)])
-            used = int(self._base[min(o, self.instance.n_ops - 1)]) + self._admitted_bytes
-            if used + e.nbytes + look > self.budget_bytes:
+                continue  # not swapped out yet, still being copied out, back already, released
+            if self.admitted_bytes + e.nbytes > room:
                 return
-            self._queue.pop(0)
             self.fetch(e)
 
     # ----- back to the device, and gone --------------------------------------------------------
     def fetch(self, e: Entry) -> None:
         """H2D copy of a swapped tensor into a new device buffer (on the H2D stream on CUDA)."""
-        e.check(Residency.TO_DEVICE)
-        if e in self._queue:
-            self._queue.remove(e)
-        host = e.host
-        device = torch.device("cuda") if self._cuda else torch.device("cpu")
-        event = None
-        with self.quiet():
-            if device.type == "cuda" and self._h2d_stream is not None:
-                self._h2d_stream.wait_stream(torch.cuda.current_stream())
-                if e.event is not None:
-                    # Its offload may still run (a replayed let-go or eviction drops the device
-                    # storage before the copy's end): the host copy must be complete first.
-                    self._h2d_stream.wait_event(e.event)
-                with torch.cuda.stream(self._h2d_stream):
-                    buf = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
-                    buf.untyped_storage().copy_(host, non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record(self._h2d_stream)
-                buf.record_stream(torch.cuda.current_stream())
-            else:
-                buf = torch.empty(host.nbytes(), dtype=torch.uint8, device=device)
-                buf.untyped_storage().copy_(host)
-        e.move(Residency.TO_DEVICE, device=buf.untyped_storage(), event=event)
-        self._admitted_bytes += e.nbytes
+        if e.checked:
+            e.check(Residency.TO_DEVICE)
+        if self.quiet is None:
+            buf, event = self._copy_back(e)
+        else:
+            with self.quiet():
+                buf, event = self._copy_back(e)
+        e.move(Residency.TO_DEVICE, device=buf, event=event)
+        self.admitted_bytes += e.nbytes
         self.h2d_bytes += e.nbytes
+
+    def _copy_back(self, e: Entry) -> tuple[Any, Any]:
+        """A new device storage holding ``e``'s host copy, and the copy's CUDA event (None when
+        it ran synchronously)."""
+        host = e.host
+        if not self._cuda:
+            # Allocated as a step operator would (a `StorageTracker` counts it: device memory
+            # on a CPU-only machine), filled with its modes off (the host copy is not).
+            dst = torch.empty(host.nbytes(), dtype=torch.uint8).untyped_storage()
+            if dispatch_mode_active():
+                with disable_current_modes():
+                    cpu_copy(dst, host)
+            else:
+                cpu_copy(dst, host)
+            return dst, None
+        if self._h2d_stream is None:
+            buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
+            buf.untyped_storage().copy_(host)
+            return buf.untyped_storage(), None
+        self._h2d_stream.wait_stream(torch.cuda.current_stream())
+        if e.event is not None:
+            # Its offload may still run (a replayed let-go or eviction drops the device
+            # storage before the copy's end; a fast step lets it go at once): the host copy
+            # must be complete first.
+            self._h2d_stream.wait_event(e.event)
+        with torch.cuda.stream(self._h2d_stream):
+            buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
+            buf.untyped_storage().copy_(host, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self._h2d_stream)
+        buf.record_stream(torch.cuda.current_stream())
+        return buf.untyped_storage(), event
+
+    def let_go(self, e: Entry) -> None:
+        """Everything this runtime holds for ``e`` goes (a fast step's release): a copy back
+        stops counting as admitted."""
+        if e.residency is Residency.TO_DEVICE:
+            self.admitted_bytes -= e.nbytes
+        e.free()
 
     def release(self, e: Entry) -> None:
         """Autograd dropped the last handle: the tensor's last backward reader is done. Its
         host copy goes; its device storage too, unless a rebuild still to come reads it or,
         replaying, its simulated offload has not ended yet."""
         if e.residency is Residency.TO_DEVICE:
-            self._admitted_bytes -= e.nbytes
+            self.admitted_bytes -= e.nbytes
         e.to(EntryState.RELEASED)
         if e.on_device:
             if e.residency is not Residency.DEVICE:
@@ -309,21 +390,49 @@ def copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
     copy's end), or at once (CPU, or CUDA without one; no event). Host memory is not the step's
     device memory: made with any dispatch mode (a `StorageTracker` measuring the step) disabled.
     """
+    if dispatch_mode_active():
+        with disable_current_modes():
+            return _copy_to_host(src, copy_stream)
+    return _copy_to_host(src, copy_stream)
+
+
+def _copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
+    if src.device.type != "cuda":
+        return cpu_clone(src), None
     event = None
-    with disable_current_modes():
-        if src.device.type == "cuda":
-            host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
-            if copy_stream is not None:
-                copy_stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(copy_stream):
-                    host.untyped_storage().copy_(src, non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record(copy_stream)
-                # The allocator must not reuse the buffer before the copy stream read it.
-                torch.empty((0,), device=src.device).set_(src).record_stream(copy_stream)
-            else:
-                host.untyped_storage().copy_(src)
-        else:
-            host = torch.empty(src.nbytes(), dtype=torch.uint8)
-            host.untyped_storage().copy_(src)
+    host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
+    if copy_stream is not None:
+        copy_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(copy_stream):
+            host.untyped_storage().copy_(src, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(copy_stream)
+        # The allocator must not reuse the buffer before the copy stream read it.
+        torch.empty((0,), device=src.device).set_(src).record_stream(copy_stream)
+    else:
+        host.untyped_storage().copy_(src)
     return host.untyped_storage(), event
+
+
+#: An empty CPU tensor per element size in bytes, widest first: a storage is copied as words
+#: of the widest size that divides it (``torch``'s copy of bytes as ``uint8`` runs many times
+#: slower than the same bytes as ``int64``: 90-200 against 6-9 us for 128 KB, measured).
+_WORDS = {size: torch.empty(0, dtype=dt) for size, dt in
+          ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8))}  # fmt: skip
+
+
+def _words(storage: Any) -> Any:
+    """CPU ``storage`` as a flat tensor of the widest words that divide its size."""
+    n = storage.nbytes()
+    size = 8 if n % 8 == 0 else 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1
+    return _WORDS[size].new().set_(storage, 0, (n // size,), (1,))
+
+
+def cpu_clone(src: Any) -> Any:
+    """A new CPU storage with the bytes of CPU storage ``src`` (copied bit for bit)."""
+    return _words(src).clone().untyped_storage()
+
+
+def cpu_copy(dst: Any, src: Any) -> None:
+    """Copy the bytes of CPU storage ``src`` into CPU storage ``dst`` of the same size."""
+    _words(dst).copy_(_words(src))

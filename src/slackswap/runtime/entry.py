@@ -15,11 +15,15 @@ makes (`StateError`, naming the tensor and both states):
 
 Both paths (the checked one: `executor`, `copies`, `rebuild`; the training path's fast steps:
 `slackswap.runtime.training.fast`) read where a tensor is from ``residency`` and write the
-storages only through `Entry.move`. No torch import: tensors appear here only as annotations.
+storages only through `Entry.move`. The checked path's entries check every change; a fast
+step's check none (a saved tensor's Python is its hot path) unless ``SLACKSWAP_CHECK_STATES=1``
+(`CHECK_FAST_STATES`), which the tests set to follow each move. No torch import: tensors
+appear here only as annotations.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -27,7 +31,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Entry", "EntryState", "Handle", "RESIDENCY_TRANSITIONS", "Residency", "StateError"]
+__all__ = [
+    "CHECK_FAST_STATES",
+    "Entry",
+    "EntryState",
+    "Handle",
+    "RESIDENCY_TRANSITIONS",
+    "Residency",
+    "StateError",
+]
 
 
 class EntryState(Enum):
@@ -69,7 +81,10 @@ class Residency(Enum):
 #: Every state but freed may become freed: autograd drops the last handle when it drops the
 #: graph, and closing a step (also one that failed half way) lets everything go.
 RESIDENCY_TRANSITIONS: dict[Residency, frozenset[Residency]] = {
-    Residency.ABSENT: frozenset({Residency.DEVICE, Residency.REBUILDING, Residency.FREED}),
+    # saved (a swapped one copied out as it is saved: held while its copy runs, or not)
+    Residency.ABSENT: frozenset(
+        {Residency.DEVICE, Residency.TO_HOST, Residency.HOST, Residency.REBUILDING, Residency.FREED}
+    ),
     # saved, then offloaded: synchronously (to the host at once) or while it stays
     Residency.DEVICE: frozenset({Residency.TO_HOST, Residency.HOST, Residency.FREED}),
     # the copy ended (or a replayed eviction); released while a rebuild or the copy holds it
@@ -92,6 +107,11 @@ _HOLDS: dict[Residency, tuple[bool, bool]] = {
     Residency.FREED: (False, False),
 }
 
+#: Whether a fast step of the training path checks each state change of its entries (the
+#: checked path always does): off by default, as the checks cost Python per saved tensor on
+#: the hot path; ``SLACKSWAP_CHECK_STATES=1`` in the environment turns them on (a debug aid).
+CHECK_FAST_STATES = os.environ.get("SLACKSWAP_CHECK_STATES", "") not in ("", "0")
+
 #: `Entry.move`'s "leave this field as it is".
 _SAME: Any = object()
 
@@ -104,9 +124,20 @@ class Entry:
     """One saved tensor of the instance during the step."""
 
     __slots__ = ("index", "name", "action", "nbytes", "device", "host", "handles", "state",
-                 "residency", "event")  # fmt: skip
+                 "residency", "event", "checked")  # fmt: skip
 
-    def __init__(self, index: int, action: int, nbytes: int, name: str | None = None):
+    def __init__(
+        self,
+        index: int,
+        action: int,
+        nbytes: int,
+        name: str | None = None,
+        *,
+        checked: bool = True,
+    ):
+        #: Whether `to` and `move` check each change (the checked path always; a fast step of
+        #: the training path only under ``SLACKSWAP_CHECK_STATES=1``, `CHECK_FAST_STATES`).
+        self.checked = checked
         self.index = index
         self.name = name
         self.action = action
@@ -124,8 +155,8 @@ class Entry:
         return f"saved tensor {self.name!r} (#{self.index})"
 
     def to(self, state: EntryState) -> None:
-        """Move to ``state``; a change the runtime never makes is a `StateError`."""
-        if state not in TRANSITIONS[self.state]:
+        """Move to ``state``; a change the runtime never makes is a `StateError` (checked)."""
+        if self.checked and state not in TRANSITIONS[self.state]:
             raise StateError(
                 f"{self._label()}: {self.state.value} -> {state.value} is no state change of a step"
             )
@@ -137,7 +168,17 @@ class Entry:
         """Move to ``residency``, setting the storages and the event given (the others stay).
         A change the runtime never makes, or storages that disagree with the new state (a
         device storage where it has none, none where it has one; the same for the host copy),
-        is a `StateError` naming the tensor and both states; the entry is left as it was."""
+        is a `StateError` naming the tensor and both states; the entry is left as it was.
+        Unchecked (``checked`` False), the storages and state are set as given."""
+        if not self.checked:
+            if device is not _SAME:
+                self.device = device
+            if host is not _SAME:
+                self.host = host
+            if event is not _SAME:
+                self.event = event
+            self.residency = residency
+            return
         self.check(residency)
         new_device = self.device if device is _SAME else device
         new_host = self.host if host is _SAME else host

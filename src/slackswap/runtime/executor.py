@@ -32,8 +32,9 @@ import torch
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.runtime.copies import CopyEngine
+from slackswap.runtime.copies import CopyEngine, copy_model
 from slackswap.runtime.entry import Entry, EntryState, Handle, Residency, StateError
+from slackswap.runtime.observer import StepObserver
 from slackswap.runtime.rebuild import Rebuilder, view
 from slackswap.torchstep.context import ModuleContext
 from slackswap.torchstep.torchapi import StorageWeakRef, TorchDispatchMode, storage_key
@@ -87,6 +88,7 @@ class PlanExecutor(TorchDispatchMode):
         overlap: bool = True,
         prefetch: bool = True,
         schedule: dict[str, dict[int, list[int]]] | None = None,
+        observer: StepObserver | None = None,
     ):
         sig = instance.meta.get("runtime_signature")
         if not isinstance(sig, dict):
@@ -122,9 +124,9 @@ class PlanExecutor(TorchDispatchMode):
         self.recomputed_bytes = 0
         self.copies = CopyEngine(
             instance,
-            actions,
             self.entries,
             budget_bytes,
+            copy_model(instance, actions),
             lookahead_ops=lookahead_ops,
             overlap=overlap,
             prefetch=prefetch,
@@ -145,17 +147,22 @@ class PlanExecutor(TorchDispatchMode):
         self.closed = False
         #: Called with the model when the executor adopts it (the caller's memory tracker).
         self.on_adopt: Any = None
-        # Swapped and recomputed entries -> their storage's key, to see whether the step let
-        # the storage go; storages saved again unplanned (autograd holds those itself).
-        self._origin: dict[int, int] = {}
-        self._unplanned_keys: set[int] = set()
+        # Saved entries -> their storage's key, to see whether the step let the storage go;
+        # storages saved again unplanned (autograd holds those itself).
+        self.saved_storages: dict[int, int] = {}
+        self.unplanned_storages: set[int] = set()
         #: Entries whose storage was still referenced outside autograd when backward began.
         self.held: list[int] = []
         #: id -> weak reference of each ``.grad`` a leaf (a parameter, a model input that
         #: requires grad) had when the step began, until its first accumulation (`_carried`).
         self._carried_grads: dict[int, Any] = {}
+        self._external = [int(p) < self.shift for p in instance.tensor_producer]
+        #: Told of the step as it runs (the training path's first step learns from it).
+        self.observer = observer
         if model is not None:
             self.adopt(model)
+        if observer is not None:
+            observer.started(self)
 
     @property
     def swapped_bytes(self) -> int:
@@ -263,6 +270,8 @@ class PlanExecutor(TorchDispatchMode):
 
     def close(self) -> None:
         """Drop every reference this runtime holds to the step's tensors."""
+        if self.observer is not None and not self.closed:
+            self.observer.closing(self)  # it may keep the operator records; the tensors go
         self.closed = True
         for e in self.entries:
             e.free()
@@ -287,6 +296,17 @@ class PlanExecutor(TorchDispatchMode):
             self.phase == 1 and self._carried_grads and self._carried(func, args)
         ):
             return func(*args, **kwargs)
+        obs = self.observer
+        if obs is None or self.phase != 0:
+            return self._dispatch(func, args, kwargs)
+        index = len(self.trace.ops)
+        token = obs.before_forward_op(func, args, kwargs)
+        out = self._dispatch(func, args, kwargs)
+        obs.after_forward_op(token, index, func, args, kwargs)
+        return out
+
+    def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Number the call, match it to the profile and run the copies due before it."""
         index = len(self.trace.ops)
         backward_starts = index == self.n_fwd and self.phase == 0
         self.copies.poll_offloads(backward_starts)
@@ -377,6 +397,12 @@ class PlanExecutor(TorchDispatchMode):
     def _pack(self, t: torch.Tensor) -> Any:
         if self._internal:
             return t
+        out = self._pack_planned(t)
+        if self.observer is not None:
+            self.observer.packed(t, out.entry.index if isinstance(out, Handle) else -1)
+        return out
+
+    def _pack_planned(self, t: torch.Tensor) -> Any:
         k = self.numbering.key(t)
         if k is None or self.numbering.is_param(k):
             return t
@@ -391,34 +417,47 @@ class PlanExecutor(TorchDispatchMode):
                 ej = self.entries[j]
                 return Handle(ej, t, keep=ej.action == KEEP, release=self.copies.release)
             self.unplanned_packs += 1  # a value the profile did not save
-            self._unplanned_keys.add(k)
+            self.unplanned_storages.add(k)
             return t
         e = self.entries[i]
         if not e.packed:
             self._check_tensor(i, v, t)  # type: ignore[arg-type]
             e.to(EntryState.SAVED)
-            if e.action != KEEP:
-                self._origin[i] = k
+            self.saved_storages[i] = k
             if e.action == RECOMP:
                 # Not held: dropped after its last forward reader (Python's references).
                 self.recomputed_bytes += e.nbytes
+            elif e.action == SWAP:
+                self.copies.offload(e, t.untyped_storage())
             else:
                 e.move(Residency.DEVICE, device=t.untyped_storage())
-                if e.action == SWAP:
-                    self.copies.offload(e)
         return Handle(e, t, keep=e.action == KEEP, release=self.copies.release)
 
     def _held_outside(self) -> list[int]:
-        """The swapped and recomputed entries whose original storage is still alive although
-        neither autograd (it holds handles) nor this runtime holds it, i.e. a reference kept
-        outside autograd (a forward hook storing the activation, a variable): their memory was
-        never freed, and fetching or rebuilding them adds a second copy. Asked when backward
-        begins (the step's own forward references are gone) and when the step ends."""
+        """The entries whose original storage is still alive although neither autograd nor this
+        runtime holds it, i.e. a reference kept outside autograd (a forward hook storing the
+        activation, a variable): swapped and recomputed ones (autograd holds handles), whose
+        memory was never freed and whose copy back or rebuild adds a second copy, and kept ones
+        autograd released (their last backward reader done). Asked when backward begins (the
+        step's own forward references are gone) and when the step ends."""
         held = []
-        for i, k in self._origin.items():
+        # Storages autograd still holds itself: a kept entry's (another value of the same
+        # storage, after an in-place update, may be swapped or recomputed).
+        kept = {
+            k
+            for j, k in self.saved_storages.items()
+            if self.entries[j].action == KEEP and not self.entries[j].released
+        }
+        for i, k in self.saved_storages.items():
             e = self.entries[i]
+            if k in kept:
+                continue
+            if e.action == KEEP and (not e.released or self._external[i]):
+                # Autograd holds a kept one until its last backward reader; the caller's own
+                # inputs outlive every step.
+                continue
             ref = self.numbering.ref(k)
-            if ref is None or ref.expired() or k in self._unplanned_keys:
+            if ref is None or ref.expired() or k in self.unplanned_storages:
                 continue
             if e.device is not None and storage_key(StorageWeakRef(e.device)) == k:
                 continue  # this runtime still holds it (an offload not yet done)

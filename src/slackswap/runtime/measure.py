@@ -10,10 +10,12 @@ from typing import Any
 import torch
 
 from slackswap.plan import Budget, Plan
-from slackswap.runtime import RunStats, apply
+from slackswap.runtime.checked import apply
 from slackswap.runtime.memory import StorageTracker
+from slackswap.runtime.stats import RunStats
 from slackswap.simulator import simulate
 from slackswap.torchstep.loss import default_loss
+from slackswap.torchstep.state import put_back
 
 
 @dataclass
@@ -54,12 +56,11 @@ def run_step(
 
     loss_of = loss_fn or default_loss
     params = list(model.parameters())
-    buffers = [b.detach().clone() for b in model.buffers()]
     devices = sorted({p.device.index or 0 for p in params if p.is_cuda})
     for p in params:
         p.grad = None
     stats: RunStats | None = None
-    try:
+    with put_back(list(model.buffers())):
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             _sync(devices)
@@ -79,10 +80,6 @@ def run_step(
             _sync(devices)
             step_s = time.perf_counter() - t0
         after = {n: b.detach().clone() for n, b in model.named_buffers()}
-    finally:
-        with torch.no_grad():
-            for b, saved in zip(model.buffers(), buffers, strict=True):
-                b.copy_(saved)
     grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
     for p in params:
         p.grad = None
@@ -130,7 +127,6 @@ def train_steps(
     params = [p for _, p in named]
     saved_params = [p.detach().clone() for p in params]
     saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
-    saved_buffers = [b.detach().clone() for b in model.buffers()]
     devices = sorted({p.device.index or 0 for p in params if p.is_cuda})
     trainable = [p for p in params if p.requires_grad]
     opt: torch.optim.Optimizer
@@ -140,37 +136,36 @@ def train_steps(
         opt = torch.optim.AdamW(trainable, lr=1e-3)
     losses: list[torch.Tensor] = []
     try:
-        with torch.random.fork_rng(devices=devices):
-            for k in range(steps):
-                opt.zero_grad(set_to_none=True)
-                torch.manual_seed(seed + k)
-                if plan is None:
-                    loss = loss_of(model(*inputs))
-                    loss.backward()
-                else:
-                    bud = 1.0 if budget is None else budget
-                    with apply(plan, bud, model=model, runtime=runtime, schedule=schedule):
+        with put_back(list(model.buffers())):
+            with torch.random.fork_rng(devices=devices):
+                for k in range(steps):
+                    opt.zero_grad(set_to_none=True)
+                    torch.manual_seed(seed + k)
+                    if plan is None:
                         loss = loss_of(model(*inputs))
                         loss.backward()
-                losses.append(loss.detach())
-                opt.step()
-        state: dict[str, torch.Tensor] = {}
-        for n, p in named:
-            state[f"parameter {n!r}"] = p.detach().clone()
-        for n, buf in model.named_buffers():
-            state[f"buffer {n!r}"] = buf.detach().clone()
-        kind = type(opt).__name__
-        for n, p in named:
-            for key, v in opt.state.get(p, {}).items():
-                if isinstance(v, torch.Tensor):
-                    state[f"{kind} {key} of {n!r}"] = v.detach().clone()
+                    else:
+                        bud = 1.0 if budget is None else budget
+                        with apply(plan, bud, model=model, runtime=runtime, schedule=schedule):
+                            loss = loss_of(model(*inputs))
+                            loss.backward()
+                    losses.append(loss.detach())
+                    opt.step()
+            state: dict[str, torch.Tensor] = {}
+            for n, p in named:
+                state[f"parameter {n!r}"] = p.detach().clone()
+            for n, buf in model.named_buffers():
+                state[f"buffer {n!r}"] = buf.detach().clone()
+            kind = type(opt).__name__
+            for n, p in named:
+                for key, v in opt.state.get(p, {}).items():
+                    if isinstance(v, torch.Tensor):
+                        state[f"{kind} {key} of {n!r}"] = v.detach().clone()
     finally:
         with torch.no_grad():
             for p, saved, g in zip(params, saved_params, saved_grads, strict=True):
                 p.copy_(saved)
                 p.grad = g
-            for buf, saved in zip(model.buffers(), saved_buffers, strict=True):
-                buf.copy_(saved)
     return TrainResult(type(opt).__name__, losses, state)
 
 

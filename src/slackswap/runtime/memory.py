@@ -144,3 +144,60 @@ class StorageTracker(TorchDispatchMode):
                 o = self.op_index()
                 self.op_peak_bytes[o] = max(self.op_peak_bytes.get(o, 0), self.live_bytes)
         return out
+
+
+class _StorageRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a storage that knows its key and bytes (for the callback)."""
+
+    __slots__ = ("key", "nbytes")
+    key: int
+    nbytes: int
+
+
+class SavedBytesTracker:
+    """A fast step's own memory measure, with no dispatch mode: the live bytes of the storages
+    its saved tensors hold, with the transient bytes the instance models for the operator the
+    step is at. A storage counts from when the step first packs it (or copies it back, or
+    rebuilds it) until Python frees it: a weak reference's callback on the storage, whose
+    Python object PyTorch keeps exactly as long as the storage. ``peak_bytes`` the highest of
+    live bytes plus the operator's transient bytes seen when a storage is counted, at
+    ``peak_op``, the instance operator the step was at then (the producer of a tensor packed,
+    the first backward reader of one unpacked): the budget's own accounting (saved tensors and
+    each operator's transient bytes), the saved tensors measured, the transients modelled.
+
+    Not measured: the operators' other outputs and temporaries as they really are (the checked
+    path's `StorageTracker` measures those), parameters and buffers, what
+    ``torch.utils.checkpoint`` recomputes inside its own hooks.
+    """
+
+    def __init__(self, transient: list[int]) -> None:
+        #: Per instance operator, its transient bytes in the instance's memory model (what the
+        #: operator allocates beside the saved tensors: workspace, gradient buffers).
+        self.transient = transient
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.peak_op = -1
+        self._alive: dict[int, _StorageRef] = {}
+
+    def add(self, storage: Any, nbytes: int, op: int) -> weakref.ref[Any]:
+        """Count ``storage`` (``nbytes``) from now, at operator ``op``; a weak reference to it
+        (dead once the storage is freed)."""
+        key = id(storage)
+        ref = self._alive.get(key)
+        if ref is not None:
+            return ref
+        ref = _StorageRef(storage, self._gone)
+        ref.key = key
+        ref.nbytes = nbytes
+        self._alive[key] = ref
+        live = self.live_bytes + nbytes
+        self.live_bytes = live
+        if live + self.transient[op] > self.peak_bytes:
+            self.peak_bytes = live + self.transient[op]
+            self.peak_op = op
+        return ref
+
+    def _gone(self, ref: _StorageRef) -> None:
+        if self._alive.get(ref.key) is ref:
+            del self._alive[ref.key]
+            self.live_bytes -= ref.nbytes

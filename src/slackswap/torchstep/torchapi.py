@@ -28,6 +28,7 @@ __all__ = [
     "check_torch_version",
     "current_node_key",
     "disable_current_modes",
+    "dispatch_mode_active",
     "node_key",
     "set_grad_mode",
     "storage_key",
@@ -70,6 +71,7 @@ try:
     from torch.utils._pytree import tree_flatten, tree_unflatten
 
     _current_autograd_node = torch._C._current_autograd_node
+    _dispatch_stack_len = torch._C._len_torch_dispatch_stack
     _storage_use_count = torch._C._storage_Use_Count
     _below_autograd = torch._C._AutoDispatchBelowAutograd
     #: Turn grad mode on or off (``torch.set_grad_enabled`` without its Python object: a
@@ -89,6 +91,11 @@ if _message is not None:  # pragma: no cover - the tested torch is the installed
 def disable_current_modes() -> AbstractContextManager[Any]:
     """A context in which no dispatch mode sees the operators issued."""
     return _disable_current_modes()  # type: ignore[no-any-return]
+
+
+def dispatch_mode_active() -> bool:
+    """Whether a dispatch mode (the checked path's, a `StorageTracker`) sees operators now."""
+    return bool(_dispatch_stack_len())
 
 
 def below_autograd() -> AbstractContextManager[Any]:

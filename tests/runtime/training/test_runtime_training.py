@@ -18,6 +18,7 @@ from slackswap.plan import KEEP, RECOMP, SWAP, Plan, PlanError  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import ShapeChangeError, apply, prepare  # noqa: E402
 from slackswap.runtime.executor import PlanExecutor  # noqa: E402
+from slackswap.runtime.observer import StepObserver  # noqa: E402
 from slackswap.runtime.policy import runtime_policy  # noqa: E402
 from slackswap.simulator import policies  # noqa: E402
 from slackswap.simulator.policies import ExecutionMode, RuntimeSpec  # noqa: E402
@@ -25,6 +26,17 @@ from slackswap.solvers import run  # noqa: E402
 from tests.support import profiling_factories as pf  # noqa: E402
 
 pytestmark = pytest.mark.torch
+
+
+class _Capture(StepObserver):
+    """Keeps each executor of a checked step (`StepObserver.started`)."""
+
+    def __init__(self, made: list[PlanExecutor]):
+        self.made = made
+
+    def started(self, executor: PlanExecutor) -> None:
+        self.made.append(executor)
+
 
 MODELS = ("gpt_dropout", "torch_encoder", "plain_cnn")
 PLANS = ("keep-all", "all-swap", "all-recompute", "blocks-recompute", "slackswap@50%")
@@ -245,31 +257,46 @@ def test_a_replay_reads_a_convolutions_input_the_plan_swaps() -> None:
     assert max(p for _, _, p in got) <= simulate(inst, plan, 1.0).peak_bytes * 1.10
 
 
-@pytest.mark.parametrize(("plan_kind", "hooked"), [("keep-all", False), ("all-swap", True)])
-def test_a_keep_all_plan_runs_later_steps_with_no_saved_tensor_hook(  # type: ignore[no-untyped-def]
-    plan_kind: str, hooked: bool, monkeypatch
-) -> None:
+def test_a_keep_all_plans_fast_steps_only_count_what_autograd_saves(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # Keeping every saved tensor is autograd's own behaviour: after the checked first step the
-    # training path installs nothing per saved tensor (and still gives the plain step's bits).
+    # training path's hooks hand every tensor back as it is (the plain step's bits) and only
+    # count its storage, so the step is measured: at most every saved tensor at once beside
+    # the largest operator's modelled transient bytes.
     m = _model("gpt_dropout")
-    plan, budget = m.plan(plan_kind)
+    plan, budget = m.plan("keep-all")
     model = copy.deepcopy(m.model)
     planned = prepare(model, plan, budget)
-    with planned.step():
+    with planned.step() as first:
         m.loss_fn(model(*m.inputs)).backward()
-    installed: list[int] = []
+    packed: list[Any] = []
+    unpacked: list[Any] = []
     real = torch.autograd.graph.saved_tensors_hooks
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        installed.append(1)
-        return real(*args, **kwargs)
+    def spying(pack: Any, unpack: Any) -> Any:
+        def spy_pack(t: Any) -> Any:
+            out = pack(t)
+            packed.append(out is t)
+            return out
 
-    monkeypatch.setattr(torch.autograd.graph, "saved_tensors_hooks", counting)
+        def spy_unpack(h: Any) -> Any:
+            out = unpack(h)
+            unpacked.append(out is h)
+            return out
+
+        return real(spy_pack, spy_unpack)
+
+    monkeypatch.setattr(torch.autograd.graph, "saved_tensors_hooks", spying)
     model.zero_grad(set_to_none=True)
-    with planned.step():
+    with planned.step() as later:
         m.loss_fn(model(*m.inputs)).backward()
     assert planned.fast, planned.reason
-    assert bool(installed) is hooked
+    assert packed and all(packed) and unpacked and all(unpacked)
+    assert later.measured == "saved tensors, with modelled transients"
+    assert first.measured == "operator outputs"
+    saved = int(np.asarray(m.inst.tensor_bytes).sum())
+    most = saved + int(np.asarray(m.inst.op_transient_bytes).max())
+    assert 0 < later.measured_peak_bytes <= most
+    assert later.swapped_bytes == later.recomputed_bytes == later.h2d_bytes == 0
 
 
 @pytest.mark.parametrize("plan_kind", ["keep-all", "all-swap", "blocks-recompute", "slackswap@50%"])
@@ -395,14 +422,11 @@ def test_the_executor_takes_its_look_ahead_from_the_registry(monkeypatch) -> Non
     m = _model("gpt_dropout")
     plan, _ = m.plan("all-swap")
     made: list[PlanExecutor] = []
-
-    def spy(*args: Any, **kwargs: Any) -> PlanExecutor:
-        made.append(PlanExecutor(*args, **kwargs))
-        return made[-1]
+    spy = _Capture(made)
 
     model = copy.deepcopy(m.model)
     with apply(plan, 1.0, model=model, runtime="test-late-prefetch", schedule="live",
-               _executor=spy):  # fmt: skip
+               observer=spy):  # fmt: skip
         m.loss_fn(model(*m.inputs)).backward()
     assert made[0].copies.lookahead_ops == 1
 
@@ -594,6 +618,7 @@ def _fast_step_paths(
     (a `FastStep`); and, at each unpack, the bytes it counts as copied back against those of
     its entries that are copied back."""
     from slackswap.runtime.entry import Entry, Residency
+    from slackswap.runtime.training import fast as fast_module
     from slackswap.runtime.training.fast import FastStep
 
     model = copy.deepcopy(m.model)
@@ -617,10 +642,11 @@ def _fast_step_paths(
 
     def counting(self: FastStep, h: Any) -> Any:
         back = sum(e.nbytes for e in self.entries if e.residency is Residency.TO_DEVICE)
-        counted.append((self._admitted, back))
+        counted.append((self.copies.admitted_bytes, back))
         return unpack(self, h)
 
     monkeypatch.setattr(Entry, "move", recording)
+    monkeypatch.setattr(fast_module, "CHECK_FAST_STATES", True)  # every change checked
     monkeypatch.setattr(FastStep, "__init__", keeping)
     monkeypatch.setattr(FastStep, "_unpack", counting)
     model.zero_grad(set_to_none=True)
@@ -649,7 +675,7 @@ def test_a_fast_step_moves_each_saved_tensor_through_its_residencies(monkeypatch
     by_action: dict[int, set[tuple[Any, ...]]] = {KEEP: set(), SWAP: set(), RECOMP: set()}
     for e in entries:
         by_action[e.action].add(tuple(paths.get(e.index, ())))
-    assert by_action[SWAP] == {(R.DEVICE, R.HOST, R.TO_DEVICE, R.FREED)}
+    assert by_action[SWAP] == {(R.HOST, R.TO_DEVICE, R.FREED)}  # copied out as it is saved
     assert by_action[RECOMP] == {(R.REBUILDING, R.DEVICE, R.FREED)}
     assert by_action[KEEP] == {(R.FREED,)}  # the rebuilds read swapped inputs alone
     assert {e.residency for e in entries} == {R.FREED}
@@ -685,7 +711,7 @@ def test_a_fast_step_of_an_all_swap_plan_frees_every_entry(monkeypatch) -> None:
     plan, budget = m.plan("all-swap")
     paths, step, _ = _fast_step_paths(m, plan, budget, monkeypatch)
     entries = step.entries
-    assert {tuple(paths[e.index]) for e in entries} == {(R.DEVICE, R.HOST, R.TO_DEVICE, R.FREED)}
+    assert {tuple(paths[e.index]) for e in entries} == {(R.HOST, R.TO_DEVICE, R.FREED)}
     assert {e.residency for e in entries} == {R.FREED}
 
 
@@ -701,7 +727,7 @@ def test_a_refused_change_in_a_fast_step_names_the_tensor(monkeypatch) -> None: 
     with pytest.raises(
         StateError, match=rf"{m.inst.tensor_name[0]!r} \(#0\): freed -> copied back"
     ):
-        step._fetch(e)
+        step.copies.fetch(e)
 
 
 def test_a_copy_back_a_rebuild_still_reads_counts_until_that_rebuild_is_done(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -717,11 +743,11 @@ def test_a_copy_back_a_rebuild_still_reads_counts_until_that_rebuild_is_done(mon
     u = next(i for i in step._pending if step.entries[i].action == SWAP)
     e = step.entries[u]
     e.to(EntryState.SAVED)
-    step._offload(e, torch.zeros(e.nbytes, dtype=torch.uint8))
+    step.copies.offload(e, torch.zeros(e.nbytes, dtype=torch.uint8).untyped_storage())
     step._materialise(e)
-    assert e.residency is Residency.TO_DEVICE and step._admitted == e.nbytes
+    assert e.residency is Residency.TO_DEVICE and step.copies.admitted_bytes == e.nbytes
     step._release(e)  # autograd is done with it; a rebuild is not
-    assert e.residency is Residency.TO_DEVICE and step._admitted == e.nbytes
+    assert e.residency is Residency.TO_DEVICE and step.copies.admitted_bytes == e.nbytes
     for v in sorted(step._pending[u]):
         step._done(v)
-    assert e.residency is Residency.FREED and e.released and step._admitted == 0
+    assert e.residency is Residency.FREED and e.released and step.copies.admitted_bytes == 0

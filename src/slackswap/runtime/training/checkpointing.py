@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from slackswap.torchstep.state import put_back
+
 
 def checkpoint_call(
     fn: Callable[..., Any],
@@ -26,15 +28,10 @@ def checkpoint_call(
     def body(*a: Any, **k: Any) -> Any:
         saving_inputs[0] = False
         calls[0] += 1
-        if calls[0] == 1 or not buffers:
+        if calls[0] == 1:
             return fn(*a, **k)
-        saved = [b.detach().clone() for b in buffers]
-        try:
+        with put_back(buffers):
             return fn(*a, **k)
-        finally:
-            with torch.no_grad():
-                for b, v in zip(buffers, saved, strict=True):
-                    b.copy_(v)
 
     saving_inputs[0] = True
     try:

@@ -11,15 +11,24 @@ import torch
 
 from slackswap.errors import UserError
 from slackswap.plan import KEEP, RECOMP, SWAP
-from slackswap.runtime import RunStats
-from slackswap.runtime.copies import copy_to_host
-from slackswap.runtime.entry import Entry, EntryState, Handle, Residency, StateError
+from slackswap.runtime.copies import CopyEngine
+from slackswap.runtime.entry import (
+    CHECK_FAST_STATES,
+    Entry,
+    EntryState,
+    Handle,
+    Residency,
+    StateError,
+)
 from slackswap.runtime.executor import StepMismatchError
+from slackswap.runtime.memory import SavedBytesTracker
 from slackswap.runtime.policy import RuntimePolicy
 from slackswap.runtime.rebuild import Rebuilder, view
+from slackswap.runtime.stats import RunStats, forward_hooked_modules
 from slackswap.runtime.training.checkpointing import checkpointed_block
 from slackswap.runtime.training.learning import Learned, Pack, input_signature, storage_nbytes
 from slackswap.runtime.training.replay import capturing_rng
+from slackswap.torchstep.state import put_back
 
 if TYPE_CHECKING:
     from slackswap.runtime.training.planned import PlannedStep
@@ -40,11 +49,15 @@ class FastStep:
         self.inst = owner.plan.instance
         self.pos = 0
         self.entries = [
-            Entry(i, int(a), int(n), name)
+            Entry(i, int(a), int(n), name, checked=CHECK_FAST_STATES)
             for i, (a, n, name) in enumerate(
                 zip(learned.actions, self.inst.tensor_bytes, self.inst.tensor_name, strict=True)
             )
         ]
+        # Per pack, in order: what is checked and what is done (`pack_program`), once per plan.
+        if learned.program is None:
+            learned.program = pack_program(learned)
+        self._program = learned.program
         self.error: BaseException | None = None
         self.stats = RunStats(
             budget_bytes=owner._stats.budget_bytes,
@@ -54,19 +67,32 @@ class FastStep:
         )
         self.cuda = owner._on_cuda()
         self.policy: RuntimePolicy = owner._policy(self.cuda)
-        self._copy_stream: Any = None
-        self._h2d_stream: Any = None
+        # Copies back are started ahead (the look-ahead rule, at the position of the tensor
+        # being unpacked) only with side streams; without, each is copied when read.
         self._prefetch = self.cuda and self.policy.overlap and self.policy.prefetch
-        if self.cuda and self.policy.overlap:
-            self._copy_stream = torch.cuda.Stream()
-            self._h2d_stream = torch.cuda.Stream()
-        self._admitted = 0  # bytes of the entries copied back (their device storages)
-        self._cursor = 0  # deadline order: the first swapped tensor not yet fetched back
-        self._base: Any = None
-        self._transient: Any = None
-        if self._prefetch:
-            self._base, self._transient = owner._memory_model()
+        self.copies = CopyEngine(
+            self.inst,
+            self.entries,
+            self.stats.budget_bytes,
+            owner._copy_model(),
+            lookahead_ops=self.policy.lookahead_ops,
+            overlap=self.policy.overlap,
+            prefetch=self._prefetch,
+        )
+        self.copies.use_device(self.cuda)
+        self._first_bwd_reader = owner._first_bwd_reader()
+        self._producer, self._external = owner._producers()
+        # The step's memory, measured in its own hooks (`SavedBytesTracker`): every saved
+        # tensor's storage, and the storage key of each entry's first pack (held or not).
+        self.tracker = SavedBytesTracker(owner._transients())
+        self._origin: list[tuple[int, Any]] = []  # entry, weak reference to its storage
+        self._backward = False
+        self._held: set[int] = set()
+        self._cuda_start = 0
         self._inner: ExitStack | None = None  # the new plan's checked step, after a replan
+        #: The step was profiled and solved again and ran as the new plan's checked step
+        #: (which measured it and warned itself).
+        self.replanned = False
         self._inner_stats: Any = None
         self._stack = ExitStack()
         self._saving_inputs = [False]  # checkpoint is saving a block's (kept) inputs
@@ -88,18 +114,6 @@ class FastStep:
             self.rebuilder.chains = rp.chains
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
-    @property
-    def hooks_needed(self) -> bool:
-        """False for a plan that keeps every saved tensor it covers, outside any checkpointed
-        block: autograd's own handling is then the plan, so the step runs with no saved-tensor
-        hook at all (no Python per saved tensor). The first step checked the operators; the
-        inputs' shapes are still checked before each step."""
-        return bool(
-            self.learned.checkpointed
-            or self.learned.replay is not None
-            or any(int(a) != KEEP for a in self.actions)
-        )
-
     @contextmanager
     def running(self) -> Iterator[RunStats]:
         owner = self.owner
@@ -113,11 +127,12 @@ class FastStep:
             if self.learned.replay is not None and self.learned.replay.random:
                 assert self.rebuilder is not None
                 stack.enter_context(capturing_rng(owner.model, self.learned.replay, self.rebuilder))
-            if self.hooks_needed:
-                stack.enter_context(
-                    torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-                )
+            # Always, also for a plan that keeps everything: the hooks measure the step.
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
             self._stack = stack
+            if self.cuda:
+                torch.cuda.reset_peak_memory_stats()
+                self._cuda_start = torch.cuda.memory_allocated()
             try:
                 yield self.stats
             except BaseException as exc:
@@ -129,6 +144,7 @@ class FastStep:
                     raise self.error from exc
                 raise
             finally:
+                self._fill_stats()
                 self._drop_all()
             if self._inner is not None:
                 inner, self._inner = self._inner, None
@@ -137,12 +153,68 @@ class FastStep:
                 return
             if self.error is not None:
                 raise self.error
-            if self.hooks_needed and self.pos != len(self.expected):
+            if self.pos != len(self.expected):
                 raise StepMismatchError(
                     f"the step saved {self.pos} tensors for autograd where the first step of "
                     f"the plan saved {len(self.expected)} (forward and backward must both run "
                     "inside the with block)"
                 )
+
+    def _fill_stats(self) -> None:
+        """What the copy engine did and the tracker measured, into the step's stats. A swapped
+        or recomputed tensor whose storage outlived its last forward reader (or the step) was
+        held by a reference outside autograd: not counted as swapped or recomputed. A kept one
+        whose storage outlived the step was held by autograd when a graph was kept (handles of
+        other entries still held), else, when the model has a forward hook of the caller's, by
+        that hook."""
+        st = self.stats
+        inst = self.inst
+        if not self._backward:
+            self._backward_begins()
+        tr = self.tracker
+        held = set(self._held)
+        kept_alive = []
+        for i, ref in self._origin:
+            if ref() is None or i in self.learned.shared:
+                continue
+            if self.entries[i].action != KEEP:
+                held.add(i)
+            elif not self._external[i]:
+                kept_alive.append(i)
+        handles = [e for e in self.entries if e.handles > 0]
+        hooked = forward_hooked_modules(self.owner.model) if held or kept_alive else []
+        retained = [e.index for e in handles]
+        if handles:
+            retained += kept_alive
+        elif hooked:
+            held.update(kept_alive)
+        # else a variable of the caller's (the model's output, say) keeps a kept tensor: the
+        # caller's own memory, named only when a forward hook may be the holder.
+        held_swap = sum(self.entries[i].nbytes for i in held if self.actions[i] == SWAP)
+        held_recomp = sum(self.entries[i].nbytes for i in held if self.actions[i] == RECOMP)
+        st.swapped_bytes = self.copies.swapped_bytes - held_swap
+        st.h2d_bytes = self.copies.h2d_bytes
+        st.recomputed_bytes -= held_recomp
+        st.held_tensors = [str(inst.tensor_name[i]) for i in sorted(held)]
+        st.held_bytes = sum(self.entries[i].nbytes for i in held)
+        st.hooked_modules = hooked if held else []
+        st.retained_tensors = len(set(retained))
+        st.retained_bytes = sum(self.entries[i].nbytes for i in set(retained))
+        st.measured = "saved tensors, with modelled transients"
+        st.measured_peak_bytes = tr.peak_bytes
+        st.over_budget_bytes = max(0, tr.peak_bytes - st.budget_bytes)
+        st.peak_op = str(inst.op_name[tr.peak_op]) if 0 <= tr.peak_op < inst.n_ops else ""
+        if self.cuda:
+            st.cuda_peak_bytes = int(torch.cuda.max_memory_allocated() - self._cuda_start)
+
+    def _backward_begins(self) -> None:
+        """The first unpack: the forward pass and its own references are done, so a swapped or
+        recomputed tensor's storage still alive is held outside autograd."""
+        self._backward = True
+        shared = self.learned.shared
+        for i, ref in self._origin:
+            if self.actions[i] != KEEP and ref() is not None and i not in shared:
+                self._held.add(i)
 
     def _drop_all(self) -> None:
         for e in self.entries:
@@ -180,42 +252,56 @@ class FastStep:
         owner = self.owner
         self._stack.close()  # this step's checkpoint wrappers and hooks go first
         owner._use(owner._replan(args, kwargs))
+        self.replanned = True
         inner = ExitStack()
         self._inner_stats = inner.enter_context(owner._checked_step((args, kwargs)))
         self._inner = inner
 
     # ----- saved-tensor hooks -----------------------------------------------------------------
     def _pack(self, t: torch.Tensor) -> Any:
+        """The hot path: a saved tensor is known by its place in the pack order; its shape,
+        dtype and storage size are checked against the first step's and the action
+        `pack_program` decided for that place is done, nothing else."""
         if self._saving_inputs[0]:
             return t  # a checkpointed block's kept inputs, held by torch.utils.checkpoint
         k = self.pos
         self.pos = k + 1
-        exp = self.expected
-        if k >= len(exp):
+        try:
+            shape, dtype, nbytes, i, do = self._program[k]
+        except IndexError:
             self._fail(
                 StepMismatchError(
                     f"the step saves more tensors for autograd than the first step of the plan "
-                    f"({len(exp)}): it is not the step the plan was made for"
+                    f"({len(self._program)}): it is not the step the plan was made for"
                 )
             )
-        p = exp[k]
-        if t.shape != p.shape or t.dtype != p.dtype or storage_nbytes(t) != p.nbytes:
-            self._mismatch(k, p, t)
-        if p.entry < 0:
+        if t.shape != shape or t.dtype != dtype:
+            self._mismatch(k, self.expected[k], t)
+        storage = None
+        if nbytes >= 0:
+            storage = t.untyped_storage()
+            if storage.nbytes() != nbytes:
+                self._mismatch(k, self.expected[k], t)
+        if do == PASS:
             return t
-        e = self.entries[p.entry]
-        action = e.action
-        if action == KEEP:
-            if p.entry in self._pending and e.residency is Residency.ABSENT:
-                e.move(Residency.DEVICE, device=t.untyped_storage())  # a rebuild reads it
+        e = self.entries[i]
+        if do == HANDLE:
+            return Handle(e, t, keep=False, release=self._release)
+        if storage is not None:  # its first pack: counted until Python frees it
+            self._origin.append((i, self.tracker.add(storage, nbytes, self._producer[i])))
+        if do == KEEP_FIRST:
             return t
-        if not e.packed:
+        if do == SWAP_FIRST:
             e.to(EntryState.SAVED)
-            if action == SWAP:
-                self._offload(e, t)  # a rebuild that reads it fetches it back, as autograd does
-            else:
-                self.stats.recomputed_bytes += e.nbytes
-        return Handle(e, t, keep=False, release=self._release)
+            self.copies.offload(e, storage)  # a rebuild that reads it fetches it back
+            return Handle(e, t, keep=False, release=self._release)
+        if do == RECOMP_FIRST:
+            e.to(EntryState.SAVED)
+            self.stats.recomputed_bytes += e.nbytes
+            return Handle(e, t, keep=False, release=self._release)
+        # KEEP_READ_FIRST: kept, and a rebuild reads it: held until that rebuild is done
+        e.move(Residency.DEVICE, device=storage)
+        return t
 
     def _mismatch(self, k: int, p: Pack, t: torch.Tensor) -> None:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
@@ -237,30 +323,35 @@ class FastStep:
         raise exc
 
     def _unpack(self, h: Any) -> torch.Tensor:
-        if not isinstance(h, Handle):
+        if h.__class__ is not Handle:
             return h  # type: ignore[no-any-return]
         e = h.entry
+        if not self._backward:
+            self._backward_begins()
         if self._prefetch:
             # The step is at this tensor's first backward reader: the copies back the
             # look-ahead admits from there start now.
-            self._admit(int(self.inst.tensor_first_bwd_reader[e.index]))
-        storage = self._materialise(e)
+            self.copies.admit(self._first_bwd_reader[e.index])
+        storage = e.device if e.device is not None else self._materialise(e)
         if e.event is not None:
             torch.cuda.current_stream().wait_event(e.event)
         return view(storage, h.dtype, h.offset, h.size, h.stride)
 
     def _materialise(self, e: Entry) -> Any:
-        if not e.on_device:
-            if e.residency is Residency.HOST:
-                self._fetch(e)
-            elif e.action == RECOMP and self.rebuilder is not None:
-                self._rebuild(e)
-                self.stats.rebuilds += 1
-                self._done(e.index)
-        if not e.on_device:
+        if e.device is not None:  # on the device (kept for a rebuild, copied back, rebuilt)
+            return e.device
+        if e.residency is Residency.HOST:
+            self.copies.fetch(e)
+        elif e.action == RECOMP and self.rebuilder is not None:
+            self._rebuild(e)
+            self.stats.rebuilds += 1
+            self._done(e.index)
+        if e.device is None:
             raise StateError(
                 f"saved tensor {e.name!r} (#{e.index}) is needed while {e.residency.value}"
             )
+        # Copied back or rebuilt: counted until Python frees it.
+        self.tracker.add(e.device, e.nbytes, self._first_bwd_reader[e.index])
         return e.device
 
     def _rebuild(self, e: Entry) -> None:
@@ -268,17 +359,8 @@ class FastStep:
         ``native_batch_norm`` updates in place without its schema saying so) are put back, so
         the model's state is that of one step."""
         assert self.rebuilder is not None and self.learned.replay is not None
-        buffers = self.learned.replay.buffers
-        if not buffers:
+        with put_back(self.learned.replay.buffers):
             self.rebuilder.rebuild(e)
-            return
-        saved = [b.detach().clone() for b in buffers]
-        try:
-            self.rebuilder.rebuild(e)
-        finally:
-            with torch.no_grad():
-                for b, v in zip(buffers, saved, strict=True):
-                    b.copy_(v)
 
     def _done(self, v: int) -> None:
         """Recomputed tensor ``v`` is rebuilt (or gone): its inputs need not wait for it."""
@@ -297,64 +379,6 @@ class FastStep:
                     self._finished.discard(u)
                     self._release(e)
 
-    # ----- copies -----------------------------------------------------------------------------
-    def _offload(self, e: Entry, t: torch.Tensor) -> None:
-        # Saved on the device, then on the host at once: the runtime keeps no device
-        # reference (the allocator holds the buffer until the copy stream read it), and
-        # ``event`` marks the copy's end while it may still run.
-        e.move(Residency.DEVICE, device=t.untyped_storage())
-        self.stats.swapped_bytes += e.nbytes
-        host, event = copy_to_host(e.device, self._copy_stream)
-        e.move(Residency.HOST, device=None, host=host, event=event)
-
-    def _fetch(self, e: Entry) -> None:
-        e.check(Residency.TO_DEVICE)
-        host = e.host
-        event = e.event
-        if self.cuda:
-            if self._h2d_stream is not None:
-                self._h2d_stream.wait_stream(torch.cuda.current_stream())
-                if e.event is not None:  # its offload: the host copy must be complete
-                    self._h2d_stream.wait_event(e.event)
-                with torch.cuda.stream(self._h2d_stream):
-                    buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
-                    buf.untyped_storage().copy_(host, non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record(self._h2d_stream)
-                buf.record_stream(torch.cuda.current_stream())
-            else:
-                buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
-                buf.untyped_storage().copy_(host)
-                event = None
-        else:
-            buf = torch.empty(host.nbytes(), dtype=torch.uint8)
-            buf.untyped_storage().copy_(host)
-        e.move(Residency.TO_DEVICE, device=buf.untyped_storage(), event=event)
-        self._admitted += e.nbytes
-        self.stats.h2d_bytes += e.nbytes
-
-    def _admit(self, o: int) -> None:
-        """Start copies back in deadline order while the plan's memory before operator ``o``,
-        the copies already admitted, the next one and the transient bytes of the runtime's
-        look-ahead fit the budget (the simulator's rule, at the step's position ``o``)."""
-        n = self.inst.n_ops
-        end = min(o + self.policy.lookahead_ops, n)
-        look = int(self._transient[end] - self._transient[min(o, end)])
-        base = int(self._base[min(o, n - 1)])
-        order = self.learned.swap_entries
-        while self._cursor < len(order):  # the ones done with stay behind the cursor
-            first = self.entries[order[self._cursor]]
-            if not (first.released or first.residency is Residency.TO_DEVICE):
-                break
-            self._cursor += 1
-        for i in order[self._cursor :]:
-            e = self.entries[i]
-            if e.residency is not Residency.HOST:
-                continue  # not swapped out yet, copied back already, or released
-            if base + self._admitted + e.nbytes + look > self.stats.budget_bytes:
-                return
-            self._fetch(e)
-
     def _release(self, e: Entry) -> None:
         """Autograd dropped the last handle: the tensor's last backward reader is done."""
         if e.action == RECOMP:
@@ -365,10 +389,38 @@ class FastStep:
             self._finished.add(e.index)
             return
         e.to(EntryState.RELEASED)
-        if e.residency is Residency.TO_DEVICE:
-            self._admitted -= e.nbytes  # its device storage goes now
-        e.free()
+        self.copies.let_go(e)  # a copy back's device storage goes now
 
 
 def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
     return ", ".join(f"{list(s)} {str(d).replace('torch.', '')}" for s, d in sig or []) or "none"
+
+
+#: What a fast step does with a saved tensor at one place in the pack order (`pack_program`):
+#: hand it back (kept, a parameter or a value the plan does not cover); a handle to an entry
+#: already saved; the first pack of a swapped tensor (copied out), of a recomputed one, of a
+#: kept one a rebuild reads (held until that rebuild is done), of another kept one (counted
+#: by the step's memory tracker).
+PASS, HANDLE, SWAP_FIRST, RECOMP_FIRST, KEEP_READ_FIRST, KEEP_FIRST = range(6)
+
+
+def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
+    """Per pack of a fast step, in order: (shape, dtype, storage bytes or -1 for a tensor with
+    no storage to check, plan entry, what to do), from what the first step learned."""
+    read = set(learned.replay.consumers) if learned.replay is not None else set()
+    seen: set[int] = set()
+    out: list[tuple[Any, ...]] = []
+    for p in learned.expected:
+        i = p.entry
+        first = i >= 0 and i not in seen
+        seen.add(i)
+        if i < 0:
+            do = PASS
+        elif learned.actions[i] == KEEP:
+            do = PASS if not first else KEEP_READ_FIRST if i in read else KEEP_FIRST
+        elif not first:
+            do = HANDLE
+        else:
+            do = SWAP_FIRST if learned.actions[i] == SWAP else RECOMP_FIRST
+        out.append((torch.Size(p.shape), p.dtype, p.nbytes, i, do))
+    return out

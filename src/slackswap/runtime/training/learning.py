@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from slackswap.plan import KEEP, RECOMP, SWAP, Plan
-from slackswap.runtime.entry import Handle
-from slackswap.runtime.executor import PlanExecutor
+from slackswap.plan import KEEP, RECOMP, Plan
+from slackswap.runtime.observer import StepObserver
 from slackswap.runtime.rebuild import _rng_state, tensors_of
-from slackswap.runtime.training.replay import Replay, replay_of
+from slackswap.runtime.training.replay import FirstStepRecords, Replay, replay_of
 
 
 @dataclass(frozen=True)
@@ -64,64 +63,75 @@ class Learned:
     actions: list[int]
     inputs: list[tuple[Any, ...]] | None
     reason: str = ""
-    swap_entries: list[int] = field(default_factory=list)
     replay: Replay | None = None
+    #: Entries whose storage the step also saved unplanned (autograd holds it itself).
+    shared: frozenset[int] = frozenset()
+    #: What a fast step does per pack (`fast.pack_program`): made by the first fast step.
+    program: list[tuple[Any, ...]] | None = None
 
 
-class LearningExecutor(PlanExecutor):
-    """The checked path's executor, noting each pack of the step for the fast steps."""
+class FirstStepObserver(StepObserver):
+    """Watches the checked first step (`slackswap.runtime.apply`, ``observer=``): notes each
+    pack of the step, in order, with the block that made it; which random operators drew
+    nothing or drew from the RNG state at the start of their module call; and, when the step
+    closes, the operator records a fast step replays (`FirstStepRecords`)."""
 
-    learned: list[Pack] | None
-    block_now: list[int]
-    kept: Any
-    rng_free: set[int]
-    rng_at: dict[int, tuple[str, int]]
-    calls: ModuleCalls
+    def __init__(self, block_now: list[int], calls: ModuleCalls):
+        self.packs: list[Pack] = []
+        self.block_now = block_now
+        self.calls = calls
+        self.rng_free: set[int] = set()
+        self.rng_at: dict[int, tuple[str, int]] = {}
+        self.records: FirstStepRecords | None = None
+        #: Entries whose storage the step also saved unplanned (autograd holds it itself).
+        self.shared: frozenset[int] = frozenset()
 
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
+    def before_forward_op(self, func: Any, args: Any, kwargs: Any) -> Any:
         # An operator tagged random that drew nothing (attention with dropout_p = 0) can be
         # replayed without its RNG state: noted when its generators' state did not move.
-        if self.learned is None or self._internal or self.phase != 0:
-            return super().__torch_dispatch__(func, types, args, kwargs)
         if torch.Tag.nondeterministic_seeded not in func.tags:
-            return super().__torch_dispatch__(func, types, args, kwargs)
-        index = len(self.trace.ops)
-        before = _rng_state(tensors_of((args, kwargs)))
-        out = super().__torch_dispatch__(func, types, args, kwargs)
+            return None
+        return _rng_state(tensors_of((args, kwargs)))
+
+    def after_forward_op(self, token: Any, index: int, func: Any, args: Any, kwargs: Any) -> None:
+        if token is None:
+            return
         after = _rng_state(tensors_of((args, kwargs)))
-        if _same_rng(before, after):
+        if _same_rng(token, after):
             self.rng_free.add(index)
         elif self.calls.stack:
             # Drawn: a fast step can still replay it when the RNG state it started from is the
             # one at the start of the module call it ran in (a dropout module's bernoulli_).
             path, call, state = self.calls.stack[-1]
-            if _same_rng(before, state):
+            if _same_rng(token, state):
                 self.rng_at[index] = (path, call)
-        return out
 
-    def close(self) -> None:
+    def packed(self, t: Any, entry: int) -> None:
+        self.packs.append(
+            Pack(entry, tuple(t.shape), t.dtype, storage_nbytes(t), self.block_now[0])
+        )
+
+    def closing(self, executor: Any) -> None:
         # The operator records outlive the step (a fast step replays them); the tensors go.
-        if self.learned is not None:
-            rb = self.rebuilder
-            self.kept = (self.trace, dict(rb.records), dict(rb.allocs),
-                         dict(self._entry_of_value), dict(rb.externals),
-                         set(self.rng_free), dict(self.rng_at))  # fmt: skip
-        super().close()
-
-    def _pack(self, t: torch.Tensor) -> Any:
-        out = super()._pack(t)
-        if self.learned is not None and not self._internal:
-            entry = out.entry.index if isinstance(out, Handle) else -1
-            self.learned.append(
-                Pack(entry, tuple(t.shape), t.dtype, storage_nbytes(t), self.block_now[0])
-            )
-        return out
+        rb = executor.rebuilder
+        # Swapped and recomputed entries whose storage autograd holds itself: saved again
+        # unplanned, or (another value of it, after an in-place update) kept.
+        saved, entries = executor.saved_storages, executor.entries
+        holds = executor.unplanned_storages | {
+            k for i, k in saved.items() if entries[i].action == KEEP
+        }
+        self.shared = frozenset(
+            i for i, k in saved.items() if entries[i].action != KEEP and k in holds
+        )
+        self.records = FirstStepRecords(
+            executor.trace,
+            dict(rb.records),
+            dict(rb.allocs),
+            dict(executor._entry_of_value),
+            dict(rb.externals),
+            set(self.rng_free),
+            dict(self.rng_at),
+        )
 
 
 def _same_rng(a: Any, b: Any) -> bool:
@@ -196,8 +206,10 @@ def learn(
     blocks: list[str],
     packs: list[Pack],
     inputs: list[tuple[Any, ...]] | None,
-    kept: Any,
+    kept: FirstStepRecords | None,
     input_tensors: list[torch.Tensor],
+    *,
+    shared: frozenset[int] = frozenset(),
 ) -> Learned:
     """Which blocks a fast step checkpoints, what it must see, or why it cannot run."""
     inst = plan.instance
@@ -241,8 +253,4 @@ def learn(
     if replayed and not reason:
         replay, reason = replay_of(inst, model, actions, replayed, seen, covered, kept,
                                    input_tensors)  # fmt: skip
-    swaps = sorted(
-        {p.entry for p in expected if p.entry >= 0 and actions[p.entry] == SWAP},
-        key=lambda i: (int(inst.tensor_first_bwd_reader[i]), i),
-    )
-    return Learned(packs, checkpointed, expected, actions, inputs, reason, swaps, replay)
+    return Learned(packs, checkpointed, expected, actions, inputs, reason, replay, shared=shared)

@@ -11,20 +11,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from slackswap.console import format_bytes
 from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
 from slackswap.profiling import profile_step
-from slackswap.runtime import RunStats, apply, check_plan
-from slackswap.runtime.executor import PlanExecutor
+from slackswap.runtime.checked import apply, check_plan
+from slackswap.runtime.copies import CopyModel, copy_model
 from slackswap.runtime.policy import RuntimePolicy, runtime_policy
-from slackswap.runtime.schedule import base_resident
+from slackswap.runtime.stats import RunStats, warn_about
 from slackswap.runtime.training.fast import FastStep, ShapeChangeError
 from slackswap.runtime.training.learning import (
+    FirstStepObserver,
     Learned,
-    LearningExecutor,
     ModuleCalls,
-    Pack,
     block_tracking,
     input_signature,
     learn,
@@ -83,6 +83,9 @@ class PlannedStep:
         self.replan = replan
         self.solver = solver
         self.steps = 0
+        #: What the runtime did and measured in the last step (None before the first).
+        self.last_stats: RunStats | None = None
+        self._over: RunStats | None = None  # the last step, when it went over its budget
         self._use(plan)
 
     def _use(self, plan: Plan) -> None:
@@ -90,7 +93,10 @@ class PlannedStep:
         self._stats = check_plan(plan, self.budget, runtime=self.runtime)  # refused here, early
         self._learned: Learned | None = None
         self._policies: dict[bool, RuntimePolicy] = {}
-        self._memory: tuple[Any, Any] | None = None
+        self._copies: CopyModel | None = None
+        self._fbr: list[int] | None = None
+        self._made: tuple[list[int], list[bool]] | None = None
+        self._transient: list[int] | None = None
         self._cuda: bool | None = None
 
     def _on_cuda(self) -> bool:
@@ -105,27 +111,56 @@ class PlannedStep:
             self._policies[live] = runtime_policy(self._stats.runtime, live=live)
         return self._policies[live]
 
-    def _memory_model(self) -> tuple[Any, Any]:
-        """The plan's resident bytes before each operator and the running sum of transient
-        bytes: what the look-ahead admission of copies back reads."""
-        if self._memory is None:
+    def _copy_model(self) -> CopyModel:
+        """What the copy engine reads of the plan (`copies.CopyModel`), made once per plan."""
+        if self._copies is None:
+            self._copies = copy_model(self.plan.instance, np.asarray(self.plan.actions))
+        return self._copies
+
+    def _producers(self) -> tuple[list[int], list[bool]]:
+        """Per saved tensor, the operator that makes it (where a fast step is when it packs
+        the tensor) and whether it is made outside the step (the caller's input)."""
+        if self._made is None:
             inst = self.plan.instance
-            self._memory = (
-                base_resident(inst, np.asarray(self.plan.actions, dtype=np.int8)),
-                np.concatenate(([0], np.cumsum(inst.op_transient_bytes, dtype=np.int64))),
-            )
-        return self._memory
+            shift = int(inst.meta.get("runtime_signature", {}).get("op_shift", 0))
+            made = [int(x) for x in inst.tensor_producer]
+            self._made = (made, [p < shift for p in made])
+        return self._made
+
+    def _transients(self) -> list[int]:
+        """Per operator, the transient bytes the instance models for it."""
+        if self._transient is None:
+            self._transient = [int(x) for x in self.plan.instance.op_transient_bytes]
+        return self._transient
+
+    def _first_bwd_reader(self) -> list[int]:
+        """Per saved tensor, its first backward reader: where a fast step is when it unpacks
+        the tensor (the position the copy engine's look-ahead reads)."""
+        if self._fbr is None:
+            self._fbr = [int(x) for x in self.plan.instance.tensor_first_bwd_reader]
+        return self._fbr
 
     # ----- what the first step learned --------------------------------------------------------
     @property
     def fast(self) -> bool:
-        """Whether steps after the first run with saved-tensor hooks alone."""
-        return self._learned is not None and not self._learned.reason
+        """Whether the next step runs with saved-tensor hooks alone (False before the first
+        step, when the plan needs the checked path at every step, and after a step that went
+        over its budget: see `reason`)."""
+        return self._learned is not None and not self._learned.reason and self._over is None
 
     @property
     def reason(self) -> str:
-        """Why steps run the checked path ('' when they do not, or before the first step)."""
-        return self._learned.reason if self._learned is not None else ""
+        """Why the next step runs the checked path ('' when it does not, or before the first
+        step)."""
+        if self._learned is not None and self._learned.reason:
+            return self._learned.reason
+        if self._over is not None:
+            return (
+                f"the last step went {format_bytes(self._over.over_budget_bytes)} over its "
+                "budget: the next one runs the checked path, which measures every operator "
+                "(and runs fast again once a step is within the budget)"
+            )
+        return ""
 
     @property
     def checkpointed_blocks(self) -> list[str]:
@@ -142,7 +177,9 @@ class PlannedStep:
     @contextmanager
     def step(self, batch: Any = _NO_BATCH) -> Iterator[RunStats]:
         """One forward and backward under the plan: the checked path the first time (and at
-        every step when `fast` is False), saved-tensor hooks alone afterwards.
+        every step when `fast` is False), saved-tensor hooks alone afterwards. Every step is
+        measured (`RunStats`, also `last_stats` after it); a step that goes over its budget
+        gets a `BudgetWarning` and makes the next one a checked step.
 
         ``batch``: this iteration's batch (inputs and targets, as the loader gives it), for a
         ``loss_fn(output, batch)`` given to `prepare`: with ``replan=True``, a step whose
@@ -155,14 +192,19 @@ class PlannedStep:
             )
         self._batch = batch
         try:
-            if self._learned is None or self._learned.reason:
+            if not self.fast:
                 with self._checked_step() as stats:
                     yield stats
             else:
-                with FastStep(self, self._learned).running() as stats:
+                fast = FastStep(self, self._learned)  # type: ignore[arg-type]
+                with fast.running() as stats:
                     yield stats
+                if not fast.replanned:
+                    warn_about(stats)
         finally:
             self._batch = _NO_BATCH
+        self._over = stats if stats.over_budget_bytes > 0 else None
+        self.last_stats = stats
         self.steps += 1
 
     @contextmanager
@@ -172,7 +214,6 @@ class PlannedStep:
         """The checked path (`apply`); the first time, it learns what later steps check and
         replay. ``called``: the model's inputs, when the step starts inside its call."""
         learning = self._learned is None
-        packs: list[Pack] = []
         inputs: list[list[tuple[Any, ...]]] = []
         tensors: list[list[torch.Tensor]] = []
         if called is not None:
@@ -180,9 +221,7 @@ class PlannedStep:
             tensors.append([x for x in (*called[0], *called[1].values()) if torch.is_tensor(x)])
         current = [-1]
         blocks = self._blocks()
-
-        calls = ModuleCalls(self.model)
-        made: list[LearningExecutor] = []
+        observer = FirstStepObserver(current, ModuleCalls(self.model)) if learning else None
 
         def note_inputs(m: Any, a: Any, k: Any) -> None:
             if not tensors:
@@ -190,21 +229,10 @@ class PlannedStep:
                 if not inputs:
                     inputs.append(input_signature(a, k))
 
-        def factory(*args: Any, **kwargs: Any) -> PlanExecutor:
-            ex = LearningExecutor(*args, **kwargs)
-            ex.learned = packs if learning else None
-            ex.block_now = current
-            ex.kept = None
-            ex.rng_free = set()
-            ex.rng_at = {}
-            ex.calls = calls
-            made.append(ex)
-            return ex
-
         with ExitStack() as stack:
-            if learning:
+            if observer is not None:
                 stack.enter_context(block_tracking(self.model, blocks, current))
-                stack.enter_context(calls.tracking())
+                stack.enter_context(observer.calls.tracking())
                 h = self.model.register_forward_pre_hook(note_inputs, with_kwargs=True)
                 stack.callback(h.remove)
             with apply(
@@ -213,18 +241,19 @@ class PlannedStep:
                 model=self.model,
                 runtime=self.runtime,
                 schedule=self.schedule,
-                _executor=factory,
+                observer=observer,
             ) as stats:
                 yield stats
-        if learning:
+        if observer is not None:
             self._learned = learn(
                 self.plan,
                 self.model,
                 blocks,
-                packs,
+                observer.packs,
                 inputs[0] if inputs else None,
-                made[0].kept if made else None,
+                observer.records,
                 tensors[0] if tensors else [],
+                shared=observer.shared,
             )
 
     def _replan(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Plan:

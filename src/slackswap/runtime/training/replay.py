@@ -20,6 +20,23 @@ def storage_ptr(t: torch.Tensor) -> int:
         return -1
 
 
+@dataclass(frozen=True)
+class FirstStepRecords:
+    """What the checked first step leaves for a fast step's replay: its value numbering
+    (``trace``), operator records and allocations by operator (`Rebuilder`), each saved
+    tensor's entry by value, the external tensors by value, and the random operators that drew
+    nothing (``rng_free``) or drew from the RNG state at the start of a module call
+    (``rng_at``: operator -> (module path, call))."""
+
+    trace: Any
+    records: dict[int, Any]
+    allocs: dict[int, Any]
+    entry_of_value: dict[int, int]
+    externals: dict[int, Any]
+    rng_free: set[int]
+    rng_at: dict[int, tuple[str, int]]
+
+
 @dataclass
 class Replay:
     """What a fast step needs to rebuild recomputed tensors outside checkpointed blocks: the
@@ -73,7 +90,7 @@ def replay_of(
     replayed: list[int],
     seen: set[int],
     covered: set[int],
-    kept: Any,
+    kept: FirstStepRecords | None,
     input_tensors: list[torch.Tensor],
 ) -> tuple[Replay | None, str]:
     """How a fast step rebuilds ``replayed`` from the first step's operator records, or why it
@@ -81,7 +98,9 @@ def replay_of(
     a tensor that is neither a model input, a parameter nor a saved tensor it sees)."""
     if kept is None:
         return None, "the first step kept no operator records"
-    trace, records, allocs, entry_of_value, externals, rng_free, rng_at = kept
+    trace, records, allocs = kept.trace, kept.records, kept.allocs
+    entry_of_value, externals = kept.entry_of_value, kept.externals
+    rng_free, rng_at = kept.rng_free, kept.rng_at
     random: dict[int, tuple[str, int]] = {}
     ptrs = [x.untyped_storage().data_ptr() for x in input_tensors]
     ext_pos: dict[int, int] = {}
