@@ -201,7 +201,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from slackswap.solvers import REGISTRY, Status, run
 
     if args.output is not None:  # checked before the work, not after it
-        checks.output_file(args.output, "-o", overwrite=args.overwrite)
+        checks.output_file(
+            args.output, "-o", overwrite=args.overwrite, inputs={"the instance": args.instance}
+        )
     inst = load_instance_arg(args.instance)
     budget = Budget.parse(args.budget)
     nbytes = budget.bytes_for(inst)  # a budget no device holds: refused here

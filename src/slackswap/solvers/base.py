@@ -27,6 +27,7 @@ from slackswap.errors import ArgumentError, ArgumentTypeError, UserError
 from slackswap.instance import Instance
 from slackswap.plan import DEFAULT_RUNTIME, Budget, Plan
 from slackswap.solvers.deadline import Deadline
+from slackswap.validation import control_character
 
 
 class Status(StrEnum):
@@ -263,6 +264,11 @@ class Registry:
         display: Display | None = None,
         **fixed: Any,
     ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ArgumentTypeError(f"solver name {name!r}: expected a non-empty string")
+        bad = control_character(name)
+        if bad is not None:  # it would reach results files, tables and labels as it is
+            raise ArgumentError(f"solver name {name!r}: holds the control character {bad}")
         if name in self._entries:
             raise ValueError(f"solver {name!r} is already registered")
         doc = description or (inspect.getdoc(cls) or "").split("\n")[0]
