@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import reprlib
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -112,18 +113,24 @@ def _check_build_arguments(
                               ("name", name, True)):  # fmt: skip
         if not (isinstance(v, str) or (optional and v is None)):
             none = " or None" if optional else ""
-            raise ArgumentTypeError(f"{what}: expected a name (a string){none}, got {v!r}")
+            raise ArgumentTypeError(
+                f"{what}: expected a name (a string){none}, got {reprlib.repr(v)}"
+            )
     for what, v in (("seq", seq), ("batch", batch), ("layers", layers)):
         if v is None:
             continue
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ArgumentTypeError(f"{what}: expected a positive integer or None, got {v!r}")
+            raise ArgumentTypeError(
+                f"{what}: expected a positive integer or None, got {reprlib.repr(v)}"
+            )
         if v < 1:
-            raise ArgumentError(f"{what}: expected a positive integer or None, got {v!r}")
+            raise ArgumentError(
+                f"{what}: expected a positive integer or None, got {reprlib.repr(v)}"
+            )
     if link_bw_Bps is not None:
         if isinstance(link_bw_Bps, bool) or not isinstance(link_bw_Bps, numbers.Real):
             raise ArgumentTypeError(
-                f"link_bw_Bps: expected a positive number of bytes/s or None, got {link_bw_Bps!r}"
+                f"link_bw_Bps: expected a positive number of bytes/s or None, got {reprlib.repr(link_bw_Bps)}"
             )
         try:
             bw = float(link_bw_Bps)
@@ -131,7 +138,7 @@ def _check_build_arguments(
             bw = math.inf
         if not (math.isfinite(bw) and bw > 0):
             raise ArgumentError(
-                f"link_bw_Bps: expected a positive number of bytes/s or None, got {link_bw_Bps!r}"
+                f"link_bw_Bps: expected a positive number of bytes/s or None, got {reprlib.repr(link_bw_Bps)}"
             )
 
 
