@@ -426,9 +426,7 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
         chars = _char_offsets(raw, [b for span in spans.values() for b in span])
         spans = {k: (chars[s], chars[e]) for k, (s, e) in spans.items()}
     del raw
-    d = {
-        k: _value_at(text, s, e, source) for k, (s, e) in spans.items() if k not in _LISTS
-    }
+    d = {k: _value_at(text, s, e, source) for k, (s, e) in spans.items() if k not in _LISTS}
     lists = {k: spans[k] for k in _LISTS if json_opens_list(text, *spans[k])}
     d.update({k: _value_at(text, *spans[k], source) for k in _LISTS if k not in lists})
     d.update({k: [] for k in lists})  # present; their items are checked below, one at a time
