@@ -405,7 +405,9 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
     source = str(path)
     raw = read_user_bytes(path, "an instance file", InstanceFileError)
     scanned = json_members(raw)
-    if scanned is None:  # not one object at its top level: the whole parser says what is wrong
+    if scanned is None or not _readable_version(raw, scanned[0]):
+        # not one object at its top level, or another kind of file or version: the whole
+        # parser and `instance_from_dict` say what is wrong, as they always have
         text = _utf8(raw, source)
         d = parse_json(
             text, source, InstanceFileError,
@@ -418,8 +420,8 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
             f"{source}: nested too deeply ({deepest:,} levels; at most {_FILE_MAX_DEPTH})"
         )
     spans = {key: (start, end) for key, start, end in members}  # the last one wins, as in json
-    missing = _missing_field(raw, spans)
-    if missing:  # refused before any value is built
+    missing = next((k for k in ("name", "hardware", "ops", "tensors") if k not in spans), "")
+    if missing:  # refused before any value is built, in the order instance_from_dict checks
         raise _err(source, missing, None, "missing field")
     text = _utf8(raw, source)
     if not raw.isascii():  # byte offsets to character offsets
@@ -446,20 +448,16 @@ def load_instance(path: str | os.PathLike[str]) -> Instance:
     return _body(d, source, name, meta, hardware)
 
 
-def _missing_field(raw: bytes, spans: dict[str, tuple[int, int]]) -> str:
-    """The first required top-level field absent, in the order `instance_from_dict` checks
-    them; "" when all are there. Without a ``schema_version`` this slackswap reads, nothing is
-    refused here: the full checks say what kind of file it is, or which version."""
-    if "schema_version" not in spans:
-        return ""
-    start, end = spans["schema_version"]
+def _readable_version(raw: bytes, members: list[tuple[str, int, int]]) -> bool:
+    """Whether the file's (last) ``schema_version`` is one this slackswap reads."""
+    spans = [(start, end) for key, start, end in members if key == "schema_version"]
+    if not spans:
+        return False
     try:
-        version = json.loads(raw[start:end])
+        version = json.loads(raw[spans[-1][0] : spans[-1][1]])
     except ValueError:
-        return ""
-    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
-        return ""
-    return next((k for k in ("name", "hardware", "ops", "tensors") if k not in spans), "")
+        return False
+    return not isinstance(version, bool) and version in SUPPORTED_VERSIONS
 
 
 def _utf8(raw: bytes, source: str) -> str:
