@@ -46,6 +46,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from slackswap import numbacache
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.solvers.planner._linkcheck import _EPS, edf_ok, fifo_end, key_position
 from slackswap.solvers.planner._memory import (
@@ -55,6 +56,8 @@ from slackswap.solvers.planner._memory import (
     op_at_time,
     static_profile,
 )
+
+numbacache.install()  # before the first @njit(cache=True): the shared cache
 
 _BIG = np.int64(1) << 62
 
