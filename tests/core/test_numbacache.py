@@ -35,8 +35,10 @@ PROBE = textwrap.dedent(
     import numpy as np
     import slackswap
     from slackswap.simulator import kernel, simulate
-    inst = slackswap.build_model("gpt2-xl", layers=1)
-    simulate(inst, np.zeros(inst.n_tensors, dtype=np.int8), 1.0)
+    import sys
+    if sys.argv[1:] == ["run"]:
+        inst = slackswap.build_model("gpt2-xl", layers=1)
+        simulate(inst, np.zeros(inst.n_tensors, dtype=np.int8), 1.0)
     print(json.dumps({"compiles": len(compiles),
                       "cache": kernel.run_batch._cache._cache_path,
                       "file": slackswap.__file__}))
@@ -44,11 +46,14 @@ PROBE = textwrap.dedent(
 )
 
 
-def _probe(src: Path, **env: str) -> dict:
+def _probe(src: Path, *, run: bool = True, **env: str) -> dict:
+    """The probe in a fresh process on ``src``; ``run``: simulate once (else only import the
+    kernel, whose cache is chosen when its functions are defined: nothing compiles)."""
     full = {**os.environ, "PYTHONPATH": str(src), **env}
     if "NUMBA_CACHE_DIR" not in env:  # the shared cache, whatever this shell set
         full.pop("NUMBA_CACHE_DIR", None)
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=full,
+    argv = [sys.executable, "-c", PROBE, *(["run"] if run else [])]
+    out = subprocess.run(argv, capture_output=True, text=True, env=full,
                          timeout=600, check=True)  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -102,7 +107,7 @@ def test_a_second_checkout_loads_what_the_first_compiled(second_checkout: Path) 
 
 
 def test_numba_cache_dir_set_by_the_user_is_kept(tmp_path: Path) -> None:
-    got = _probe(PACKAGE.parent, NUMBA_CACHE_DIR=str(tmp_path))
+    got = _probe(PACKAGE.parent, run=False, NUMBA_CACHE_DIR=str(tmp_path))
     assert Path(got["cache"]).is_relative_to(tmp_path)
 
 
