@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 import slackswap
 from slackswap.solvers import run
 
 
-@pytest.mark.slow  # VGG-16 at Titan X sizes: minutes on a loaded 2-core machine
 def test_titanx_vdnn_overheads() -> None:
     inst = slackswap.load("vgg16@titanx-pcie3")
     over = {}
