@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from slackswap.errors import UserError
+from slackswap.errors import ArgumentTypeError, UserError
 from slackswap.instance import Instance
 from slackswap.textfile import atomic_write_text
 from slackswap.userdoc import load_json_file
@@ -73,9 +73,13 @@ class Plan:
         if arr is actions or np.shares_memory(arr, np.asarray(actions)):
             arr = arr.copy()
         arr.setflags(write=False)
+        if not isinstance(runtime, str) or not runtime:
+            raise ArgumentTypeError(
+                f"runtime: expected a runtime name (`slackswap runtimes`), got {runtime!r}"
+            )
         self.instance = instance
         self.actions = arr
-        self.runtime = str(runtime)
+        self.runtime = runtime
         self._hash: str | None = None
 
     @classmethod
@@ -219,9 +223,22 @@ BUDGET_FORMS = (
 )
 _EXPECTED = f"expected {BUDGET_FORMS}"
 _POSITIVE = f"must be > 0 and finite: {BUDGET_FORMS}"
+#: The smallest fraction of P a budget may be: P is at most 2**53 bytes (the instance checks),
+#: so a smaller fraction is less than one byte of every instance.
+MIN_BUDGET_FRACTION = 2.0**-53
+_BELOW_ONE_BYTE = "is less than one byte (a budget holds at least 1 byte)"
 #: A bare number above 1 is refused rather than read as a multiple of P: ``--budget 50`` means 50%
 #: or 50 GB far more often than 50 P, and 50 P fits anything, so the mistake would pass unseen.
 _BARE_ABOVE_ONE = f"a bare number above 1 is not a budget: write {BUDGET_FORMS}"
+
+
+def _as_float(value: Any) -> float:
+    """``float(value)``, with an integer too large for a float (``10**400``) as infinity: the
+    checks that follow then refuse it as not finite, in the budget's own words."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def budget_too_big(nbytes: float) -> str:
@@ -239,11 +256,22 @@ class Budget:
     def __post_init__(self) -> None:
         if self.kind not in ("fraction", "bytes"):
             raise PlanError(f"budget kind {self.kind!r}: expected 'fraction' or 'bytes'")
-        v = float(self.value)
+        if isinstance(self.value, bool) or not isinstance(
+            self.value, int | float | np.integer | np.floating
+        ):
+            raise PlanError(f"budget {reprlib.repr(self.value)}: {_EXPECTED}")
+        v = _as_float(self.value)
         if not math.isfinite(v) or v <= 0:
-            raise PlanError(f"budget {self.value!r}: {_POSITIVE}")
+            raise PlanError(f"budget {reprlib.repr(self.value)}: {_POSITIVE}")
         if self.kind == "bytes" and v > MAX_BUDGET_BYTES:
-            raise PlanError(f"budget {self.value!r}: {budget_too_big(v)}")
+            raise PlanError(f"budget {reprlib.repr(self.value)}: {budget_too_big(v)}")
+        if self.kind == "bytes" and v < 1:
+            raise PlanError(f"budget {self.value!r} bytes {_BELOW_ONE_BYTE}")
+        if self.kind == "fraction" and v < MIN_BUDGET_FRACTION:
+            raise PlanError(
+                f"budget {self.value!r}: {_BELOW_ONE_BYTE} of any instance "
+                f"(a fraction of P is at least {MIN_BUDGET_FRACTION:.3g})"
+            )
         object.__setattr__(self, "value", v)
 
     @classmethod
@@ -267,7 +295,9 @@ class Budget:
         if isinstance(spec, Budget):
             return spec
         if isinstance(spec, int | float | np.integer | np.floating) and not isinstance(spec, bool):
-            return cls._bare_fraction(float(spec), f"{spec:g}" if float(spec) > 1 else spec)
+            value = _as_float(spec)
+            shown = f"{spec:g}" if math.isfinite(value) else reprlib.repr(spec)
+            return cls._bare_fraction(value, shown if value > 1 else spec)
         if not isinstance(spec, str):
             raise PlanError(f"budget {reprlib.repr(spec)}: {_EXPECTED}")
         s = spec.strip()
@@ -299,6 +329,13 @@ class Budget:
             raise PlanError(f"budget {spec!r}: {_POSITIVE}")
         if kind == "bytes" and value > MAX_BUDGET_BYTES:
             raise PlanError(f"budget {spec!r}: {budget_too_big(value)}")
+        if kind == "bytes" and value < 1:
+            raise PlanError(f"budget {spec!r}: {value:.3g} bytes {_BELOW_ONE_BYTE}")
+        if kind == "fraction" and value < MIN_BUDGET_FRACTION:
+            raise PlanError(
+                f"budget {spec!r}: {_BELOW_ONE_BYTE} of any instance "
+                f"(a fraction of P is at least {MIN_BUDGET_FRACTION:.3g})"
+            )
         return cls(kind, value)
 
     def bytes_for(self, instance: Instance) -> int:

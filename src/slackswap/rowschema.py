@@ -76,3 +76,10 @@ JOB_KEYS: tuple[str, ...] = tuple(name for name, _ in JOB)
 COLUMNS: tuple[str, ...] = (*RECORD_KEYS, *JOB_KEYS)
 FLOAT_COLUMNS: frozenset[str] = frozenset(n for n, k in (*RECORD, *JOB) if k == "float")
 INT_COLUMNS: frozenset[str] = frozenset(n for n, k in (*RECORD, *JOB) if k == "int")
+
+#: The statuses a results file may hold, the one list its readers check a ``status`` cell
+#: against: every `slackswap.solvers.Status` (a test keeps the two in step), then any status an
+#: older slackswap wrote that files still hold (none yet). Add a new or renamed status here.
+STATUSES: frozenset[str] = frozenset({"optimal", "feasible", "infeasible", "timeout", "error"})
+#: The columns every results file has and every row fills: which job, which case, what came of it.
+REQUIRED_COLUMNS: tuple[str, ...] = ("job_id", "instance", "solver", "status")

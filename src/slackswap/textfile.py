@@ -74,14 +74,17 @@ def read_user_bytes(
             )
         if st.st_size > max_bytes:
             raise error(f"{p}: {st.st_size:,} bytes; {kind} holds at most {max_bytes:,} bytes")
-        chunks, size = [], 0
-        while size <= max_bytes:
+        # One read of the size fstat gave (plus a byte, to see a file that grew): the file's
+        # bytes land in one buffer, never in pieces joined into a second copy.
+        first = os.read(fd, st.st_size + 1)
+        chunks, size = [first], len(first)
+        while first and size <= max_bytes:
             chunk = os.read(fd, min(1 << 24, max_bytes + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        raw = b"".join(chunks)
+        raw = first if len(chunks) == 1 else b"".join(chunks)
     except OSError as exc:
         raise error(f"{p}: cannot read ({exc.strerror})") from None
     finally:

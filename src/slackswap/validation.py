@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +34,18 @@ MAX_TOTAL_BYTES = 2**53
 #: makes the sustained FLOP/s F / T_F and beta overflow.
 MIN_FORWARD_S = 1e-9
 _INDEX_MAX = 2**31 - 1  # block and layer indices are int32
+
+#: Control characters (C0, DEL, C1): no name may hold one. A NUL, a newline or an escape in
+#: an instance, GPU, link, operator or tensor name breaks results files (CSV readers refuse a
+#: NUL), terminal tables and traces, and no real name needs one.
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character in ``text``, shown as an escape (``'\\x00'``), or None."""
+    m = CONTROL_CHARACTERS.search(text)
+    return None if m is None else repr(m.group())[1:-1]
+
 
 #: Physical range (inclusive) of every numeric field, in the unit its name carries; values
 #: outside are refused at load. Why each bound: `slackswap.instances.format`'s docstring.
@@ -94,6 +107,28 @@ def _check_range(inst: Instance, name: str, allow_inf: bool = False) -> None:
         raise _fail(name, i, a[i].item(), range_text(name))
 
 
+def _check_names(inst: Instance) -> None:
+    """Names hold no control character (`CONTROL_CHARACTERS`)."""
+    for field, value in (
+        ("name", inst.name),
+        ("hardware.gpu", inst.hardware.gpu),
+        ("hardware.link", inst.hardware.link),
+    ):
+        if not isinstance(value, str):
+            raise _fail(field, None, value, "expected a string")
+        bad = control_character(value)
+        if bad is not None:
+            raise _fail(field, None, value, f"holds the control character {bad}")
+    for field in ("op_name", "tensor_name"):
+        names = getattr(inst, field)
+        if CONTROL_CHARACTERS.search("".join(names)) is None:  # one search for the common case
+            continue
+        for k, n in enumerate(names):
+            bad = control_character(n)
+            if bad is not None:
+                raise _fail(field, k, n, f"holds the control character {bad}")
+
+
 def validate_instance(inst: Instance) -> None:
     """Raise `InstanceError` on the first broken rule; return None when the instance is sound."""
     n_ops, n_t = len(inst.op_name), len(inst.tensor_name)
@@ -132,6 +167,7 @@ def validate_instance(inst: Instance) -> None:
     if n_t == 0:
         raise _fail("tensor_name", None, [], "an instance needs at least one saved tensor")
 
+    _check_names(inst)
     hw = inst.hardware
     for attr in ("link_bw_Bps", "copy_latency_s", "duplex_factor", "gpu_flops", "gpu_mem_Bps"):
         v = getattr(hw, attr)

@@ -154,6 +154,9 @@ def test_a_journal_line_with_a_huge_integer_is_a_cut_line(tmp_path) -> None:
 
     path = tmp_path / "r.parquet"
     with ResultsWriter(path) as w:
-        w.append({c: None for c in COLUMNS} | {"job_id": "j0", "instance": "i", "seed": 0})
+        w.append(
+            {c: None for c in COLUMNS}
+            | {"job_id": "j0", "instance": "i", "solver": "s", "status": "feasible", "seed": 0}
+        )
     journal_path(path).write_text('{"job_id": "j1", "seed": ' + "1" * 5000 + "}\n")
     assert [r["job_id"] for r in read_rows(path)] == ["j0"]

@@ -115,3 +115,26 @@ def test_a_new_module_in_a_solver_family_folder_is_registered(copy_with_new_modu
         module.unlink()
     assert out.returncode == 0, out.stderr
     assert "swap-all-toy" in out.stdout
+
+
+def recipe_files() -> dict[str, str]:
+    """Every file CONTRIBUTING.md's recipes create (the modules and their tests): path -> code."""
+    doc = (REPO / "CONTRIBUTING.md").read_text()
+    blocks = [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S)]
+    return dict(zip(re.findall(r"Create `([^`]+\.py)`", doc), blocks, strict=True))
+
+
+@pytest.mark.parametrize("check", [["check"], ["format", "--check", "--diff"]])
+def test_the_recipes_files_pass_the_lint_ci_runs(check: list[str]) -> None:
+    # .ci/run runs `ruff check` and `ruff format --check` over src and tests: a file copied
+    # from a recipe must pass both as it is. Each is given to ruff on stdin under its path in
+    # this checkout (nothing is written there), so the project's settings and its first-party
+    # imports apply as they do in CI.
+    files = recipe_files()
+    assert len(files) == 6, sorted(files)  # three modules, three tests
+    for path, code in files.items():
+        out = subprocess.run(
+            [sys.executable, "-m", "ruff", *check, "--stdin-filename", path, "-"],
+            input=code, capture_output=True, text=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, f"{path}:\n{out.stdout}{out.stderr}"

@@ -130,7 +130,8 @@ def test_parquet_compare_on_a_full_disk_keeps_the_journal(tmp_path, monkeypatch,
 
 def test_a_full_disk_at_the_first_rewrite_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     out = tmp_path / "r.csv"
-    out.write_text("job_id,instance\nj0,x\n")  # an old header: resume rewrites the file
+    # an old header (the required columns, not today's all): resume rewrites the file
+    out.write_text("job_id,instance,solver,status\nj0,x,vdnn,feasible\n")
     before = out.read_bytes()
     _full_after(monkeypatch, 0)
     with pytest.raises(ResultsWriteError, match="nothing written, the file is as it was"):

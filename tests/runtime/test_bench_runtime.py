@@ -19,6 +19,9 @@ else:
 
 from tests.support import profiling_factories as pf  # noqa: E402
 
+# It runs the benchmark's own steps (profiling and planning real models): the slow suite's.
+pytestmark = pytest.mark.slow
+
 
 def _bench() -> ModuleType:
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_runtime.py"

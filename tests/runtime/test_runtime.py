@@ -150,7 +150,15 @@ def test_uniform_plans_are_bitwise_identical(case: Case) -> None:
             assert out.stats.rebuilds > 0
 
 
-def test_every_static_solver_plan_is_bitwise_identical(case: Case) -> None:
+@pytest.mark.parametrize(
+    "name",
+    # every solver on every model: minutes; the fast suite keeps the quickest model's
+    [m if m == "torch_encoder" else pytest.param(m, marks=pytest.mark.slow) for m in MODELS],
+)
+def test_every_static_solver_plan_is_bitwise_identical(name: str) -> None:
+    if name not in _CASES:
+        _CASES[name] = Case(name)
+    case = _CASES[name]
     plans = case.solver_plans()
     assert plans, f"{case.name}: no solver plan fits barrier-free"
     for label, (acts, b) in plans.items():
@@ -176,7 +184,11 @@ def test_random_mixes_are_bitwise_identical(data) -> None:  # type: ignore[no-un
 
 # Measured memory against the simulator. Where the two differ by more than 10% the failure names
 # the operator where they differ most.
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(
+    "name",
+    # a minute each on the larger models at a busy machine's pace: those are the slow suite's
+    [pytest.param(m, marks=pytest.mark.slow) if m in ("bert", "plain_cnn") else m for m in MODELS],
+)
 def test_measured_memory_matches_the_simulator(name: str) -> None:
     if name not in _CASES:
         _CASES[name] = Case(name)

@@ -78,14 +78,23 @@ def _uniform(inst) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     }
 
 
-@pytest.mark.parametrize("name", LAYERS)
+#: The recurrent layers' cases that take longest (tens of seconds each on 2 busy cores): the
+#: slow suite's; the fast suite keeps the other layers of each test.
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=_SLOW) if n == "gru" else n for n in LAYERS]
+)
 def test_uniform_plans_are_bitwise_identical(name: str) -> None:
     case = _case(name)
     for label, acts in _uniform(case.inst).items():
         assert case.diff(acts) is None, f"{name} {label}"
 
 
-@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=_SLOW) if n in ("gru", "lstm_deep") else n for n in LAYERS]
+)
 def test_every_static_solver_plan_is_bitwise_identical(name: str) -> None:
     """At 50% and 30% of P, or at the smallest budget that fits above that."""
     case = _case(name)

@@ -189,6 +189,7 @@ def test_five_adamw_steps_under_every_solver_plan(name: str) -> None:
     assert not errors, f"{name}: " + "; ".join(errors)
 
 
+@pytest.mark.slow  # five training steps of a ResNet, every tensor rebuilt: tens of seconds
 def test_five_adamw_steps_of_the_resnet_all_recompute(resnet) -> None:  # type: ignore[no-untyped-def]
     """The fast case of the one above: every batch-norm output rebuilt in each of 5 steps."""
     model, inputs, loss_fn, inst = resnet

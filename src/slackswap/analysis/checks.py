@@ -21,7 +21,21 @@ from slackswap.textfile import check_output_path, is_stream, refuse_unwritable_n
 
 #: Most budgets one ``--budgets`` range may expand to, and most jobs one sweep may hold.
 MAX_BUDGETS = 10_000
+#: Most seeds one ``--seeds`` list or sweep file may hold (as many as budgets).
+MAX_SEEDS = MAX_BUDGETS
 MAX_JOBS = 200_000
+
+
+def comma_list(text: str, name: str) -> list[str]:
+    """The entries of ``"a,b,c"``, stripped; an empty entry (``"1.0,,0.5"``, a trailing comma)
+    is refused rather than skipped: it is most often a value left out by mistake."""
+    items = [item.strip() for item in text.split(",")]
+    for i, item in enumerate(items):
+        if not item and len(items) > 1:
+            raise UserError(
+                f"{name} {text!r}: entry {i + 1} of {len(items)} is empty (a comma too many?)"
+            )
+    return items
 
 
 def seconds(value: Any, name: str) -> float:
@@ -58,10 +72,16 @@ def seed(value: Any, name: str) -> int:
 
 
 def seeds(value: Any, name: str) -> list[int]:
-    """Seeds from ``"0,1,2"`` or a list; at least one."""
-    items = value.split(",") if isinstance(value, str) else value
+    """Seeds from ``"0,1,2"`` or a list; at least one, at most `MAX_SEEDS`; an empty entry is
+    refused (`comma_list`)."""
+    items = comma_list(value, name) if isinstance(value, str) else value
     if not isinstance(items, list):
         items = [items]
+    if len(items) > MAX_SEEDS:
+        raise UserError(f"{name}: {len(items):,} seeds; at most {MAX_SEEDS:,} run at once")
+    for i, s in enumerate(items):
+        if isinstance(s, str) and not s.strip() and len(items) > 1:
+            raise UserError(f"{name}: entry {i + 1} of {len(items)} is empty")
     out = [seed(s, name) for s in items if not (isinstance(s, str) and not s.strip())]
     if not out:
         raise UserError(f"{name}: expected integer seeds like 0,1,2, got {value!r}")
@@ -99,18 +119,43 @@ def sweep_size(counts: dict[str, int]) -> int:
     return total
 
 
-def output_file(path: Any, name: str, *, overwrite: bool) -> Path:
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one existing file (through links and ``..`` too)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # either missing, unreadable, or a name with a NUL
+        return False
+
+
+def not_an_input(path: Path, name: str, inputs: dict[str, Any]) -> None:
+    """Refuse an output path that is one of the command's input files (``inputs``: what each
+    is, "the instance" -> its path or catalog name): writing it would destroy what was read,
+    so even ``--overwrite`` does not allow it."""
+    for what, given in inputs.items():
+        if isinstance(given, str | os.PathLike) and same_file(path, given):
+            raise UserError(
+                f"{name} {os.fspath(path)}: is {what} this command reads; write the output "
+                "to another file"
+            )
+
+
+def output_file(
+    path: Any, name: str, *, overwrite: bool, inputs: dict[str, Any] | None = None
+) -> Path:
     """Check, before any work, that a single output file can be written to ``path``.
 
     Refuses an empty name, a name or path too long, a directory, a socket or block device, a
     parent that is a file or not writable, and an existing file unless ``overwrite`` (nothing
     already written is lost by default). A character device or FIFO (``/dev/null``) is written
-    in place, replacing nothing, so it needs no ``overwrite`` (see `slackswap.textfile`).
+    in place, replacing nothing, so it needs no ``overwrite`` (see `slackswap.textfile`). A
+    path that is one of the command's ``inputs`` (what -> path) is refused even with
+    ``overwrite`` (`not_an_input`).
     """
     text = os.fspath(path) if isinstance(path, os.PathLike) else path
     if not isinstance(text, str) or not text.strip():
         raise UserError(f"{name}: expected a file name, got {text!r}")
     p = check_output_path(text, name)
+    not_an_input(p, name, inputs or {})
     if p.is_dir():
         raise UserError(f"{name} {text}: is a directory; name a file")
     refuse_unwritable_node(p, name)

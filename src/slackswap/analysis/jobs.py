@@ -279,9 +279,9 @@ def parse_budgets(text: str | list[Any]) -> list[str]:
     ``solve --budget`` uses); a range is counted before it is expanded (at most
     `checks.MAX_BUDGETS` points).
     """
-    items: list[Any] = text if isinstance(text, list) else [t for t in text.split(",")]
+    items: list[Any] = text if isinstance(text, list) else checks.comma_list(text, "budgets")
     out: list[str] = []
-    for item in items:
+    for i, item in enumerate(items):
         if isinstance(item, int | float) and not isinstance(item, bool):
             out.append(_fraction(item))
             continue
@@ -289,6 +289,8 @@ def parse_budgets(text: str | list[Any]) -> list[str]:
             _budget(item)  # refused with the common wording
         s = str(item).strip()
         if not s:
+            if len(items) > 1:
+                raise UserError(f"budgets: entry {i + 1} of {len(items)} is empty")
             continue
         m = _RANGE.match(s)
         if m:

@@ -29,9 +29,10 @@ import pandas as pd
 
 from slackswap.analysis.resultslock import ResultsLock
 from slackswap.errors import UserError
-from slackswap.rowschema import COLUMNS, FLOAT_COLUMNS, INT_COLUMNS
+from slackswap.rowschema import COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, REQUIRED_COLUMNS, STATUSES
 from slackswap.textfile import check_output_path, node_kind, read_user_text, replace_target
 from slackswap.userdoc import parse_json
+from slackswap.validation import CONTROL_CHARACTERS
 
 #: Columns that change from run to run of the same job (compare rows without them).
 TIMING_COLUMNS = ("plan_s", "wall_s")
@@ -59,6 +60,8 @@ def _clean(row: dict[str, Any], columns: tuple[str, ...] = COLUMNS) -> dict[str,
             v = None
         elif isinstance(v, str):  # CSV cannot tell "" from missing: "" is missing everywhere
             v = v.replace("\r", " ").replace("\n", " ") or None
+            if v is not None and CONTROL_CHARACTERS.search(v):  # a NUL ends a CSV reader
+                v = CONTROL_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], v)
             if v is not None and k in ("error", "reason") and len(v) > MAX_TEXT:
                 v = v[: MAX_TEXT - 3] + "..."
         elif isinstance(v, np.generic):
@@ -368,6 +371,7 @@ def _read_parquet(p: Path) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
             raise UserError(f"{p}: not a readable Parquet file ({exc})") from None
         if "job_id" not in table.column_names:
             raise UserError(f"{p}: not a slackswap results file (no 'job_id' column)")
+        _check_required_columns(p, tuple(table.column_names))
         extra = tuple(c for c in table.column_names if c not in COLUMNS)
         rows = table.to_pylist()
     jp = journal_path(p)
@@ -380,6 +384,7 @@ def _read_parquet(p: Path) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
             for col in ("instance_spec", "solver_options", "history"):
                 if row[col] is not None:
                     _from_text(col, row[col])
+            _check_row(row)
         except (TypeError, ValueError, OverflowError):
             raise UserError(f"{p}: row {r.get('job_id')!r} has a value of the wrong type") from None
         except _BadCell as exc:
@@ -412,6 +417,7 @@ def _read_csv(p: Path) -> _CsvTable:
         if "job_id" not in header:
             raise UserError(f"{p}: not a slackswap results file (no 'job_id' column)")
         _check_header(p, header)
+        _check_required_columns(p, header)
         out = []
         for cells in reader:
             if len(cells) != len(header):
@@ -422,6 +428,7 @@ def _read_csv(p: Path) -> _CsvTable:
             r = dict(zip(header, cells, strict=True))
             row = {k: (None if r.get(k) in (None, "") else _from_text(k, r[k])) for k in COLUMNS}
             row.update({k: (r[k] or None) for k in header if k not in COLUMNS})
+            _check_row(row)
             out.append(row)
     except csv.Error as exc:
         raise UserError(f"{p}: line {reader.line_num}: {exc} (broken quoting?)") from None
@@ -447,8 +454,30 @@ def _check_header(p: Path, header: tuple[str, ...]) -> None:
             )
 
 
+def _check_required_columns(p: Path, header: tuple[str, ...]) -> None:
+    """Refuse a file without one of `REQUIRED_COLUMNS` (read on, its rows would say nothing)."""
+    for name in REQUIRED_COLUMNS:
+        if name not in header:
+            raise UserError(
+                f"{p}: line 1: no {name!r} column; a results file has "
+                f"{', '.join(REQUIRED_COLUMNS)} (not a slackswap results file, or a cut header?)"
+            )
+
+
 class _BadCell(Exception):
     pass
+
+
+def _check_row(row: dict[str, Any]) -> None:
+    """A `_BadCell` when the status is none of `STATUSES` (an empty one included)."""
+    status = row.get("status")
+    if status in (None, ""):
+        raise _BadCell("column status is empty (every row says what came of its job)")
+    if status not in STATUSES:
+        raise _BadCell(
+            f"column status: {_short(str(status))} is not a status (one of "
+            f"{', '.join(sorted(STATUSES))})"
+        )
 
 
 def _from_text(col: str, s: str) -> Any:

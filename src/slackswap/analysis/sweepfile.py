@@ -149,7 +149,7 @@ def parse_solvers(value: Any) -> list[SolverSpec]:
     out: list[SolverSpec] = []
     for item in _as_list(value, "solvers"):
         if isinstance(item, str):
-            out.extend(SolverSpec.of(n.strip()) for n in item.split(",") if n.strip())
+            out.extend(SolverSpec.of(n) for n in checks.comma_list(item, "solvers") if n)
         elif isinstance(item, dict):
             extra = unknown_keys(item, ("name", "options", "time_limit"))
             if "name" not in item or extra:

@@ -1,9 +1,10 @@
 """Compile (or load from numba's disk cache) what a run needs before anything is timed.
 
 The simulator's event kernel and SlackSwap's planning passes are numba functions, compiled on
-their first call and cached beside their sources (``cache=True``). A fresh clone or an edited
-source compiles them again, which takes tens of seconds (benchmarks/README.md); a later process
-loads them from the cache in about a second. Either would otherwise land in the first job's
+their first call and cached on disk (``cache=True``; `slackswap.numbacache`: one cache per user,
+shared by every checkout of the same sources). New or edited sources compile them again, which
+takes tens of CPU seconds (benchmarks/README.md); a later process loads them from the cache in
+about a second. Either would otherwise land in the first job's
 planning time (``plan_s``), or eat a search's time limit.
 
 `warm_up` runs each solver, untimed and unrecorded, on a one-layer GPT-2 XL at a few budgets (the
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import slackswap
-from slackswap import interrupts
+from slackswap import interrupts, numbacache
 from slackswap.instances.catalog import build_model
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, run
@@ -41,7 +42,8 @@ WARM_TIME_LIMIT_S = 0.2
 WARM_BUDGETS = (0.4, 1.0, 0.8, 0.6, 0.5, 0.3, 0.2, 0.15, 0.1, 0.05)
 #: The same for searches and exact solvers, which may take their time limit at each.
 WARM_BUDGETS_TIMED = (0.4, 1.0, 0.1)
-#: (what, seconds a cold compile took on the 2-core development VM (benchmarks/README.md),
+#: (what, CPU seconds a cold compile took on the 2-core development VM (benchmarks/README.md:
+#: the simulator's kernel 18.4 s, SlackSwap's passes 8.8 s plus their imports and helpers),
 #: module, its function called from Python): the parts the compile notice names.
 COMPILED_PARTS: tuple[tuple[str, float, str, str], ...] = (
     ("simulator", 20.0, "slackswap.simulator.kernel", "run_batch"),
@@ -54,6 +56,11 @@ HELPER_TIMEOUT_S = 600.0
 _warm: set[str] = set()
 _announced: set[str] = set()
 _tiny: Instance | None = None
+
+
+def _cost(cpu_s: float) -> str:
+    """What a compile costs, as measured (CPU seconds on an idle machine)."""
+    return f"about {cpu_s:.0f} s of CPU (measured on an idle 2-core machine; longer when busy)"
 
 
 def _stderr(text: str) -> None:
@@ -122,8 +129,9 @@ def _planner_helper(say: Callable[[str], None] | None) -> subprocess.Popen[bytes
     if say is not None:
         _announced.update(stale)
         say(
-            f"first run: compiling the simulator and, in a second process, the planner, about "
-            f"{max(stale.values()):.0f} s (once: numba caches them for later runs)"
+            f"first run: compiling the simulator and, in a second process, the planner, "
+            f"{_cost(max(stale.values()))} (once: numba's compiled code is "
+            f"{numbacache.describe()})"
         )
     return helper
 
@@ -222,8 +230,8 @@ def _watch_numba(say: Callable[[str], None] | None) -> Iterator[list[int]]:
                 return
             _announced.add(what)
             say(
-                f"first run: compiling the {what}, about {stale[what]:.0f} s "
-                "(once: numba caches it for later runs)"
+                f"first run: compiling the {what}, {_cost(stale[what])} (once: numba's "
+                f"compiled code is {numbacache.describe()})"
             )
 
         def on_end(self, ev: Any) -> None:

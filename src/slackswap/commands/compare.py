@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -117,6 +118,10 @@ def build_sweep(args: argparse.Namespace) -> Any:
         if not args.output.strip():
             raise UserError(f"-o: expected a results file name, got {args.output!r}")
         sweep.output = args.output
+    if sweep.output:  # --resume reads and extends it; any other input it must not be
+        inputs = {"the sweep file": args.sweep}
+        inputs.update({f"the instance file {name}": name for name in args.instances})
+        checks.not_an_input(Path(sweep.output), "-o", inputs)
     for note in sweep.check():
         checks.warn(note)
     return sweep

@@ -72,7 +72,10 @@ def _note_precision(inst: Instance, gpu: str) -> None:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     # Before the work, not after, and before torch's import (seconds of it, on a loaded machine).
-    output_file(args.output, "-o", overwrite=args.overwrite)
+    script = args.factory.rpartition(":")[0] or args.factory
+    output_file(
+        args.output, "-o", overwrite=args.overwrite, inputs={"the factory's script": script}
+    )
     text(args.name, "--name")
 
     torch = require_torch()

@@ -52,7 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace is not None:  # checked before the work, not after it
-        output_file(args.trace, "--trace", overwrite=args.overwrite)
+        output_file(
+            args.trace,
+            "--trace",
+            overwrite=args.overwrite,
+            inputs={"the instance": args.instance, "the plan": args.plan},
+        )
     inst = load_instance_arg(args.instance)
     budget = Budget.parse(args.budget)
     if args.plan == "keep-all":

@@ -192,7 +192,9 @@ def solver_entry(e: dict[str, Any], width: int = 100) -> str:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     if args.output is not None:  # checked before the work, not after it
-        checks.output_file(args.output, "-o", overwrite=args.overwrite)
+        checks.output_file(
+            args.output, "-o", overwrite=args.overwrite, inputs={"the instance": args.instance}
+        )
     inst = load_instance_arg(args.instance)
     budget = Budget.parse(args.budget)
     nbytes = budget.bytes_for(inst)  # a budget no device holds: refused here

@@ -14,13 +14,15 @@ package's module that its ``slackswap.models`` entry point names, adds one with
 from __future__ import annotations
 
 import math
+import numbers
 import os
+import reprlib
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from slackswap.didyoumean import did_you_mean
-from slackswap.errors import UserError
+from slackswap.errors import ArgumentError, ArgumentTypeError, UserError
 from slackswap.instance import Instance
 from slackswap.instances.format import load_instance
 from slackswap.models.hardware import GPUS, LINKS
@@ -80,7 +82,11 @@ def build_model(
     link_bw_Bps: float | None = None,
     name: str | None = None,
 ) -> Instance:
-    """Build an instance of a catalog model on a GPU and link, with optional overrides."""
+    """Build an instance of a catalog model on a GPU and link, with optional overrides.
+
+    A wrong type raises `ArgumentTypeError`, a value out of range `ArgumentError` (both a
+    `UserError`), before anything is built."""
+    _check_build_arguments(model, gpu, link, seq, batch, layers, link_bw_Bps, name)
     models = workload_models()
     entry = models.get(model.lower())
     if entry is None:
@@ -94,6 +100,49 @@ def build_model(
     return entry.build(
         gpu, link, seq=seq, batch=batch, layers=layers, link_bw_Bps=link_bw_Bps, name=name
     )
+
+
+def _check_build_arguments(
+    model: object,
+    gpu: object,
+    link: object,
+    seq: object,
+    batch: object,
+    layers: object,
+    link_bw_Bps: object,
+    name: object,
+) -> None:
+    for what, v, optional in (("model", model, False), ("gpu", gpu, False), ("link", link, True),
+                              ("name", name, True)):  # fmt: skip
+        if not (isinstance(v, str) or (optional and v is None)):
+            none = " or None" if optional else ""
+            raise ArgumentTypeError(
+                f"{what}: expected a name (a string){none}, got {reprlib.repr(v)}"
+            )
+    for what, v in (("seq", seq), ("batch", batch), ("layers", layers)):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ArgumentTypeError(
+                f"{what}: expected a positive integer or None, got {reprlib.repr(v)}"
+            )
+        if v < 1:
+            raise ArgumentError(
+                f"{what}: expected a positive integer or None, got {reprlib.repr(v)}"
+            )
+    if link_bw_Bps is not None:
+        if isinstance(link_bw_Bps, bool) or not isinstance(link_bw_Bps, numbers.Real):
+            raise ArgumentTypeError(
+                f"link_bw_Bps: expected a positive number of bytes/s or None, got {reprlib.repr(link_bw_Bps)}"
+            )
+        try:
+            bw = float(link_bw_Bps)
+        except OverflowError:
+            bw = math.inf
+        if not (math.isfinite(bw) and bw > 0):
+            raise ArgumentError(
+                f"link_bw_Bps: expected a positive number of bytes/s or None, got {reprlib.repr(link_bw_Bps)}"
+            )
 
 
 def bundled_path(name: str) -> Path:

@@ -54,6 +54,7 @@ JSON string of valid Unicode (no lone surrogates); ``meta`` is an object nested 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any
@@ -62,8 +63,14 @@ import numpy as np
 
 from slackswap.errors import InstanceError
 from slackswap.instance import Hardware, Instance
-from slackswap.textfile import read_user_text
-from slackswap.userdoc import parse_json
+from slackswap.textfile import read_user_bytes
+from slackswap.userdoc import (
+    iter_json_array,
+    json_members,
+    json_opens_list,
+    json_value_at,
+    parse_json,
+)
 from slackswap.validation import in_range, range_text
 
 SUPPORTED_VERSIONS = (1,)
@@ -174,6 +181,13 @@ def _other_kind_of_file(d: dict[str, Any]) -> str:
 
 def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
     """Build and validate an instance from its JSON form; errors name ``source`` and the field."""
+    name, meta, hardware = _head(d, source)
+    return _body(d, source, name, meta, hardware)
+
+
+def _head(d: Any, source: str) -> tuple[str, dict[str, Any], Hardware]:
+    """The checks of everything but the operators and tensors (which need only be present):
+    the schema version, the name, ``meta`` and the hardware."""
     if not isinstance(d, dict):
         raise _err(source, "(top level)", type(d).__name__, "expected a JSON object")
     if "schema_version" not in d:
@@ -223,23 +237,21 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
         gpu_flops=hw_num("gpu_flops", 0.0),
         gpu_mem_Bps=hw_num("gpu_mem_Bps", 0.0),
     )
+    return name, meta, hardware
+
+
+def _body(
+    d: dict[str, Any], source: str, name: str, meta: dict[str, Any], hardware: Hardware
+) -> Instance:
     ops, tensors = d["ops"], d["tensors"]
     if not isinstance(ops, list):
         raise _err(source, "ops", ops, "expected a list")
     if not isinstance(tensors, list):
         raise _err(source, "tensors", tensors, "expected a list")
     for i, op in enumerate(ops):
-        if not isinstance(op, dict):
-            raise _err(source, f"ops[{i}]", op, "expected an object")
-        for key in _OP_FIELDS:
-            if key not in op:
-                raise _err(source, f"ops[{i}].{key}", None, "missing field")
+        _check_shape(source, "ops", i, op, _OP_FIELDS)
     for i, t in enumerate(tensors):
-        if not isinstance(t, dict):
-            raise _err(source, f"tensors[{i}]", t, "expected an object")
-        for key in _TENSOR_FIELDS:
-            if key not in t:
-                raise _err(source, f"tensors[{i}].{key}", None, "missing field")
+        _check_shape(source, "tensors", i, t, _TENSOR_FIELDS)
 
     op_index: dict[str, int] = {}
     for i, op in enumerate(ops):
@@ -334,6 +346,15 @@ def instance_from_dict(d: Any, source: str = "<dict>") -> Instance:
         raise _err(source, where, exc.value, str(exc).split(": ", 1)[-1]) from None
 
 
+def _check_shape(source: str, group: str, i: int, item: Any, fields: tuple[str, ...]) -> None:
+    """``ops[i]`` or ``tensors[i]`` is an object with every field of ``fields``."""
+    if not isinstance(item, dict):
+        raise _err(source, f"{group}[{i}]", item, "expected an object")
+    for key in fields:
+        if key not in item:
+            raise _err(source, f"{group}[{i}].{key}", None, "missing field")
+
+
 _ARRAY_TO_FILE = {
     "op_name": ("ops", "name"),
     "op_phase": ("ops", "phase"),
@@ -366,11 +387,101 @@ def _file_field(exc: InstanceError) -> str:
     return exc.field or "(instance)"
 
 
+#: The parser's bounds for instance files: the fields' own checks name a field that holds a
+#: huge integer or deep ``meta``; these only keep the parser itself safe.
+_FILE_MAX_DEPTH = 500
+_FILE_MAX_INT_DIGITS = 4300
+#: The members parsed one item at a time, each item's shape checked before the next is built.
+_LISTS = {"ops": _OP_FIELDS, "tensors": _TENSOR_FIELDS}
+
+
 def load_instance(path: str | os.PathLike[str]) -> Instance:
-    """Read an instance file; a bad file raises `InstanceFileError` with a one-line message."""
+    """Read an instance file; a bad file raises `InstanceFileError` with a one-line message.
+
+    The file's shape is checked before it is built: its top-level fields are found by a scan
+    that builds nothing (`slackswap.userdoc.json_members`), so a missing field is refused at
+    once, and the operators and tensors are parsed one at a time, each checked as it comes, so
+    a bad item is refused with no more than the items before it in memory."""
     source = str(path)
-    text = read_user_text(path, "an instance file", InstanceFileError)
-    # The fields' own checks name a field that holds a huge integer or deep ``meta``: the
-    # parser's bounds here only keep the parser itself safe.
-    d = parse_json(text, source, InstanceFileError, max_depth=500, max_int_digits=4300)
-    return instance_from_dict(d, source)
+    raw = read_user_bytes(path, "an instance file", InstanceFileError)
+    scanned = json_members(raw)
+    if scanned is None or not _readable_version(raw, scanned[0]):
+        # not one object at its top level, or another kind of file or version: the whole
+        # parser and `instance_from_dict` say what is wrong, as they always have
+        text = _utf8(raw, source)
+        d = parse_json(
+            text, source, InstanceFileError,
+            max_depth=_FILE_MAX_DEPTH, max_int_digits=_FILE_MAX_INT_DIGITS,
+        )  # fmt: skip
+        return instance_from_dict(d, source)
+    members, deepest = scanned
+    if deepest > _FILE_MAX_DEPTH:
+        raise InstanceFileError(
+            f"{source}: nested too deeply ({deepest:,} levels; at most {_FILE_MAX_DEPTH})"
+        )
+    spans = {key: (start, end) for key, start, end in members}  # the last one wins, as in json
+    missing = next((k for k in ("name", "hardware", "ops", "tensors") if k not in spans), "")
+    if missing:  # refused before any value is built, in the order instance_from_dict checks
+        raise _err(source, missing, None, "missing field")
+    text = _utf8(raw, source)
+    if not raw.isascii():  # byte offsets to character offsets
+        chars = _char_offsets(raw, [b for span in spans.values() for b in span])
+        spans = {k: (chars[s], chars[e]) for k, (s, e) in spans.items()}
+    del raw
+    d = {k: _value_at(text, s, e, source) for k, (s, e) in spans.items() if k not in _LISTS}
+    lists = {k: spans[k] for k in _LISTS if json_opens_list(text, *spans[k])}
+    d.update({k: _value_at(text, *spans[k], source) for k in _LISTS if k not in lists})
+    d.update({k: [] for k in lists})  # present; their items are checked below, one at a time
+    name, meta, hardware = _head(d, source)
+    if len(lists) == len(_LISTS):
+        for group, fields in _LISTS.items():
+            items = d[group]
+            found = iter_json_array(
+                text, *lists[group], source, group, InstanceFileError,
+                max_int_digits=_FILE_MAX_INT_DIGITS,
+            )  # fmt: skip
+            for i, item in enumerate(found):
+                _check_shape(source, group, i, item, fields)
+                items.append(item)
+    else:  # one is no list: the body's checks say so, in the order they always have
+        d.update({k: _value_at(text, *lists[k], source) for k in lists})
+    return _body(d, source, name, meta, hardware)
+
+
+def _readable_version(raw: bytes, members: list[tuple[str, int, int]]) -> bool:
+    """Whether the file's (last) ``schema_version`` is one this slackswap reads."""
+    spans = [(start, end) for key, start, end in members if key == "schema_version"]
+    if not spans:
+        return False
+    try:
+        version = json.loads(raw[spans[-1][0] : spans[-1][1]])
+    except ValueError:
+        return False
+    return not isinstance(version, bool) and version in SUPPORTED_VERSIONS
+
+
+def _utf8(raw: bytes, source: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InstanceFileError(
+            f"{source}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})"
+        ) from None
+
+
+def _char_offsets(raw: bytes, offsets: list[int]) -> dict[int, int]:
+    """Character offsets of the byte ``offsets`` of the UTF-8 text ``raw`` (each at a character
+    boundary: structure characters are ASCII), in one pass over the text."""
+    out: dict[int, int] = {}
+    at_byte = at_char = 0
+    for b in sorted(set(offsets)):
+        at_char += len(raw[at_byte:b].decode("utf-8"))
+        at_byte = b
+        out[b] = at_char
+    return out
+
+
+def _value_at(text: str, start: int, end: int, source: str) -> Any:
+    return json_value_at(
+        text, start, end, source, InstanceFileError, max_int_digits=_FILE_MAX_INT_DIGITS
+    )

@@ -15,12 +15,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from slackswap.errors import ArgumentError
 from slackswap.models.hardware import LINKS
 from slackswap.models.transformer import (
     TransformerConfig,
     checkpoint_bytes_per_layer,
     layer_forward_flops,
 )
+from slackswap.validation import RANGES, in_range, range_text
 
 #: Sustained rate the essay assumes on H100-class GPUs, FLOP/s.
 ESSAY_TFLOPS = 500e12
@@ -48,6 +50,29 @@ class OffloadEstimate:
         return asdict(self)
 
 
+#: Most GPUs on one link or in one node the calculator takes (a rack-scale NVLink domain has 72).
+MAX_GPUS = 1024
+
+
+def _check_inputs(
+    link_Bps: float, gpus_per_link: int, gpus_per_node: int, sustained_flops: float
+) -> None:
+    """Refuse (`ArgumentError`, one line) an input outside its physical range: the ranges of
+    the instance files (`slackswap.validation.RANGES`) where one applies."""
+    if not in_range("hardware.link_bw_Bps", link_Bps):
+        raise ArgumentError(
+            f"link bandwidth {link_Bps:.3g} B/s: {range_text('hardware.link_bw_Bps')}"
+        )
+    if not (0 < sustained_flops <= RANGES["hardware.gpu_flops"][1]):
+        raise ArgumentError(
+            f"sustained FLOP/s {sustained_flops:.3g}: outside the physical range (0, "
+            f"{RANGES['hardware.gpu_flops'][1]:g}]"
+        )
+    for what, n in (("GPUs per link", gpus_per_link), ("GPUs per node", gpus_per_node)):
+        if not 1 <= n <= MAX_GPUS:
+            raise ArgumentError(f"{what} = {n}: expected 1 to {MAX_GPUS}")
+
+
 def estimate(
     cfg: TransformerConfig,
     *,
@@ -62,11 +87,22 @@ def estimate(
     ``gpus_per_link`` GPUs share one link (a PCIe switch or one host memory controller), so each
     sees ``link_Bps / gpus_per_link``.
     """
-    if link_Bps <= 0 or gpus_per_link <= 0 or sustained_flops <= 0:
-        raise ValueError("link bandwidth, GPUs per link and FLOP/s must be positive")
+    _check_inputs(link_Bps, gpus_per_link, gpus_per_node, sustained_flops)
     per_layer = checkpoint_bytes_per_layer(cfg, bytes_per_element)
+    if not in_range("tensor_bytes", per_layer):
+        raise ArgumentError(
+            f"{cfg.name} at {cfg.tokens:,} tokens per GPU (batch x seq): one layer's checkpoint "
+            f"would be {per_layer:.3g} bytes, {range_text('tensor_bytes')} of a tensor's bytes "
+            "(lower the sequence length or the batch)"
+        )
     bw = link_Bps / gpus_per_link
     t_fwd = layer_forward_flops(cfg) / sustained_flops
+    if not in_range("op_duration_s", t_fwd):
+        raise ArgumentError(
+            f"{cfg.name} at {cfg.tokens:,} tokens per GPU: one layer's forward would take "
+            f"{t_fwd:.3g} s, {range_text('op_duration_s')} of an operator's seconds "
+            "(lower the sequence length or the batch, or raise the FLOP/s)"
+        )
     t_copy = per_layer / bw
     step_per_layer = 4 * t_fwd
     return OffloadEstimate(

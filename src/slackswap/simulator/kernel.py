@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
+from slackswap import numbacache
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.simulator.static import (
     H_BW,
@@ -38,6 +39,8 @@ from slackswap.simulator.static import (
     T_RIN,
     T_WS,
 )
+
+numbacache.install()  # before the first @njit(cache=True): the shared cache
 
 # The kernel allocates nothing, so numba's reference counting is switched off: with it every
 # helper call would incref and decref each array argument. Helpers on the hot path are inlined

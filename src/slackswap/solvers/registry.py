@@ -18,6 +18,7 @@ from slackswap.errors import ArgumentError, ArgumentTypeError, UserError
 from slackswap.plan import DEFAULT_RUNTIME
 from slackswap.solvers.display import Display
 from slackswap.solvers.options import as_names, check_option, option_types
+from slackswap.validation import control_character
 
 if TYPE_CHECKING:
     from slackswap.solvers.base import Solver, Tags
@@ -105,6 +106,11 @@ class Registry:
         display: Display | None = None,
         **fixed: Any,
     ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ArgumentTypeError(f"solver name {name!r}: expected a non-empty string")
+        bad = control_character(name)
+        if bad is not None:  # it would reach results files, tables and labels as it is
+            raise ArgumentError(f"solver name {name!r}: holds the control character {bad}")
         if name in self._entries:
             raise ValueError(f"solver {name!r} is already registered")
         doc = description or (inspect.getdoc(cls) or "").split("\n")[0]

@@ -18,7 +18,9 @@ import copy
 import json
 import math
 import numbers
+import reprlib
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -130,6 +132,14 @@ def run(
     (a registered name or a `Solver`).
     """
     _check_arguments(instance, solver, time_limit, seed)
+    if not isinstance(find_min_budget, bool):
+        raise ArgumentTypeError(
+            f"find_min_budget: expected True or False, got {reprlib.repr(find_min_budget)}"
+        )
+    if options is not None and not isinstance(options, Mapping):
+        raise ArgumentTypeError(
+            f"options: expected a dict of solver options, got {reprlib.repr(options)}"
+        )
     inst = load(instance) if isinstance(instance, str) else instance
     bud = budget if isinstance(budget, Budget) else Budget.parse(budget)
     if isinstance(solver, str):
@@ -394,20 +404,25 @@ def _check_arguments(instance: Any, solver: Any, time_limit: Any, seed: Any) -> 
     if time_limit is not None:
         if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
             raise ArgumentTypeError(
-                f"time_limit: expected a positive number of seconds, got {time_limit!r}"
+                f"time_limit: expected a positive number of seconds, got {reprlib.repr(time_limit)}"
             )
-        seconds = float(time_limit)
+        try:
+            seconds = float(time_limit)
+        except OverflowError:  # an integer past any float (10**400)
+            seconds = math.inf
         if not (math.isfinite(seconds) and 0 < seconds <= MAX_SECONDS):
             raise ArgumentError(
                 f"time_limit: expected a positive number of seconds (at most {MAX_SECONDS:g}), "
-                f"got {time_limit!r}"
+                f"got {reprlib.repr(time_limit)}"
             )
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ArgumentTypeError(
-            f"seed: expected an integer seed from 0 to {MAX_SEED}, got {seed!r}"
+            f"seed: expected an integer seed from 0 to {MAX_SEED}, got {reprlib.repr(seed)}"
         )
     if not 0 <= int(seed) <= MAX_SEED:
-        raise ArgumentError(f"seed: expected an integer seed from 0 to {MAX_SEED}, got {seed!r}")
+        raise ArgumentError(
+            f"seed: expected an integer seed from 0 to {MAX_SEED}, got {reprlib.repr(seed)}"
+        )
 
 
 def solve(

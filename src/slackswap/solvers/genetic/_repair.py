@@ -24,10 +24,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from slackswap import numbacache
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.solvers.planner._memory import static_profile as memory_static_profile
 from slackswap.solvers.planner._memory import static_profile_into
+
+numbacache.install()  # before the first @njit(cache=True): the shared cache
 
 
 @njit(cache=True, nogil=True)

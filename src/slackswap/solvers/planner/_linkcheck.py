@@ -22,7 +22,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from slackswap import numbacache
 from slackswap.solvers.planner._memory import StaticArrays
+
+numbacache.install()  # before the first @njit(cache=True): the shared cache
 
 _EPS = 1e-12  # seconds: float slack in deadline comparisons
 

@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from slackswap import numbacache
 from slackswap.instance import Instance
 from slackswap.plan import KEEP, RECOMP, SWAP
+
+numbacache.install()  # before the first @njit(cache=True): the shared cache
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from slackswap import numbacache
 from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.solvers.planner._candidate_index import (
     candidate_index,
@@ -89,6 +90,8 @@ from slackswap.solvers.planner._memory import (
     op_at_time,
     static_profile,
 )
+
+numbacache.install()  # before the first @njit(cache=True): the shared cache
 
 _BIG = np.int64(1) << 62
 
