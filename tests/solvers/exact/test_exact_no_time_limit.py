@@ -25,7 +25,12 @@ def gpt2_3() -> Instance:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("name", "options"),
-    [("milp", {}), ("cpsat", {}), ("cpsat", {"exact_tensors": 40})],  # LNS, then no-good loop
+    [
+        ("milp", {}),
+        ("cpsat", {}),  # the neighbourhood search (34 tensors)
+        # the no-good loop, its rounds ended by their work rule, then the polish (about 60 s)
+        pytest.param("cpsat", {"exact_tensors": 40}, marks=pytest.mark.slow),
+    ],
 )
 def test_an_exact_solver_with_no_time_limit_ends_with_a_plan_and_a_bound(
     name: str, options: dict[str, int]
