@@ -208,7 +208,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     # with --progress).
     mode = args.progress if (tags.uses_time_limit or tags.exact or args.progress) else False
     with JobProgress(1, desc="solve", mode=mode) as progress:
-        limit = "" if args.time_limit is None else f", up to {args.time_limit:g} s"
+        # the limit `run` will give: the one named, else the driver's default for exact solvers
+        seconds = args.time_limit
+        if seconds is None and tags.exact:
+            seconds = EXACT_TIME_LIMIT_S
+        limit = "" if seconds is None else f", up to {seconds:g} s"
         progress.start(f"{args.solver} on {inst.name} at {budget}{limit}")
         try:
             rec = run(
