@@ -53,19 +53,22 @@ def test_no_time_limit_never_expires() -> None:
     clock.now = 1e9
     assert d.remaining() == math.inf and not d.expired() and not d.limited
     assert d.share(0.5) is d and d.before(3.0) is d
-    default = d.or_limit(4.0)
-    assert default.limit_s == 4.0 and default.start == 100.0 and default.expired()
+    # a share of no limit is no limit, and every phase has room
+    assert d.share_s(0.4) == math.inf and d.has_left(1e9)
+    assert d.within(d.share_s(0.4)) is d and d.before(d.share_s(0.08)) is d
+    assert not d.within(2.0).expired() and d.within(2.0).limit_s == pytest.approx(1e9 - 100 + 2)
 
 
 def test_parts_of_a_deadline_count_from_its_start() -> None:
     clock = FakeClock()
     d = Deadline.begin(10.0, clock=clock).before(2.0)  # ends at 108
-    assert d.or_limit(60.0) is d
+    assert d.share_s(0.25) == pytest.approx(2.0)  # 0.25 x 8 s usable, in seconds
     assert d.share(0.3).at == pytest.approx(102.4)  # a phase's share of what is left to use
     assert d.before(2.5).at == pytest.approx(105.5)  # room left after a phase
     clock.now = 104.0
     assert d.within(1.0).at == pytest.approx(105.0)  # a second from now
     assert d.within(100.0).at == pytest.approx(108.0)  # never past the deadline itself
+    assert d.has_left(3.9) and not d.has_left(4.0)  # 4 s remain
 
 
 def test_a_negative_time_limit_is_refused() -> None:

@@ -20,6 +20,7 @@ from slackswap.console import add_execution_arguments, format_bytes, format_perc
 from slackswap.errors import UserError
 from slackswap.plan import Budget
 from slackswap.solvers import REGISTRY
+from slackswap.solvers.running import EXACT_TIME_LIMIT_S
 from slackswap.userdoc import parse_option_value
 
 
@@ -52,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--time-limit",
         metavar="S",
-        help="seconds per solve (default: each solver's own; searches and exact solvers use it)",
+        help=f"seconds per solve (default: {EXACT_TIME_LIMIT_S:g} for exact solvers, none for "
+        "the others, which end by their own rules; searches and exact solvers use it)",
     )
     p.add_argument(
         "--job-timeout",

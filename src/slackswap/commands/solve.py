@@ -19,7 +19,7 @@ from slackswap.errors import UserError
 from slackswap.plan import Budget
 from slackswap.simulator.policies import execution_modes, get_runtime, runtime_names
 from slackswap.solvers import REGISTRY, Status, describe_solvers
-from slackswap.solvers.running import run
+from slackswap.solvers.running import EXACT_TIME_LIMIT_S, run
 from slackswap.userdoc import parse_option_value
 
 
@@ -71,7 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--time-limit",
         type=_seconds,
         default=None,
-        help="seconds for searches and exact solvers (default: the solver's own)",
+        help=f"seconds for searches and exact solvers (default: {EXACT_TIME_LIMIT_S:g} for exact "
+        "solvers, none for the others, which end by their own rules)",
     )
     s.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     s.add_argument(
@@ -209,7 +210,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     # with --progress).
     mode = args.progress if (tags.uses_time_limit or tags.exact or args.progress) else False
     with JobProgress(1, desc="solve", mode=mode) as progress:
-        limit = "" if args.time_limit is None else f", up to {args.time_limit:g} s"
+        # the limit `run` will give: the one named, else the driver's default for exact solvers
+        seconds = args.time_limit
+        if seconds is None and tags.exact:
+            seconds = EXACT_TIME_LIMIT_S
+        limit = "" if seconds is None else f", up to {seconds:g} s"
         progress.start(f"{args.solver} on {inst.name} at {budget}{limit}")
         try:
             rec = run(

@@ -6,7 +6,13 @@
 limit of its own: the exact programs take a `Deadline` down to the engine call and turn it into
 seconds only there (HiGHS's and CP-SAT's time limits), and time a phase with `lap`. A solver that
 needs time after its last step (an exact solver that prices its plan and writes its bound) keeps
-it free itself, with `before` and a named share.
+it free itself, with `before` and a named share (`share_s`).
+
+Without a time limit (`Deadline.never`, ``run(time_limit=None)``) every part of a deadline is
+none too, and a solver ends by its own rule: a search by its evaluation or generation budget
+or its convergence, an exact solver when its loops converge or its proof closes. A finite
+default belongs to the driver that chose it (the command line and `slackswap.solve`:
+`slackswap.solvers.running.EXACT_TIME_LIMIT_S`), never to a solver's option.
 """
 
 from __future__ import annotations
@@ -67,11 +73,6 @@ class Deadline:
     def expired(self) -> bool:
         return self.clock() >= self.at
 
-    def or_limit(self, limit_s: float) -> Deadline:
-        """This deadline, or, when it has no time limit, one of ``limit_s`` seconds from the same
-        start (a solver's own default limit)."""
-        return self if self.limit_s is not None else replace(self, limit_s=float(limit_s))
-
     def share(self, fraction: float) -> Deadline:
         """The deadline at ``fraction`` of the time limit from the same start (a phase's end);
         no time limit stays none."""
@@ -85,12 +86,26 @@ class Deadline:
             return self
         return replace(self, limit_s=max(0.0, self.usable_s - seconds))
 
+    def share_s(self, fraction: float) -> float:
+        """``fraction`` of the time limit, in seconds (inf without one: a share of no limit is
+        no limit). Where a solver names its time shares (``LP_SHARE`` and the like), it turns
+        them into seconds here, never from a limit of its own."""
+        return fraction * self.usable_s
+
+    def has_left(self, seconds: float) -> bool:
+        """Whether more than ``seconds`` remain (always, without a time limit): room for a
+        phase that should not start without it."""
+        return self.limit_s is None or self.remaining() > seconds
+
     def lap(self) -> Deadline:
         """A clock started now on this deadline's clock, with no time limit: what a phase or an
         engine call took is its `elapsed` (the only clock the solvers read)."""
         return Deadline(None, self.clock(), self.clock)
 
     def within(self, seconds: float) -> Deadline:
-        """``seconds`` from now, or this deadline when it comes first."""
+        """``seconds`` from now, or this deadline when it comes first (no time limit stays none
+        when ``seconds`` is inf)."""
         end = min(self.usable_s, self.elapsed() + max(0.0, seconds))
+        if math.isinf(end):
+            return self
         return replace(self, limit_s=end)

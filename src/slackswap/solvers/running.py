@@ -34,6 +34,13 @@ from slackswap.solvers.base import Solution, Solver, Status
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.registry import REGISTRY
 
+#: The time limit, in seconds, `run` gives a solver tagged ``exact`` when none is named: the
+#: driver owns the default (as Optuna's study owns its timeout), no solver has an option for
+#: it. Other solvers get none and end by their own rules (a search by its evaluation or
+#: generation budget, or its convergence). An exact solver handed no time limit directly
+#: (``deadline=Deadline.never()``) ends too, when its loops converge or its proof closes.
+EXACT_TIME_LIMIT_S = 60.0
+
 #: A solver that overruns its time limit by more than this share is reported as a timeout.
 TIME_LIMIT_SLACK = 0.10
 
@@ -129,7 +136,9 @@ def run(
     """Solve, time, and score one case in the simulator; never raises for a solver's failure.
 
     The arguments come in the order of `solve` and `simulate`: instance, budget, then the solver
-    (a registered name or a `Solver`).
+    (a registered name or a `Solver`). ``time_limit`` in seconds; None: `EXACT_TIME_LIMIT_S`
+    for a solver tagged ``exact``, no time limit for the others (the record's
+    ``time_limit_s`` says which limit the solve had).
     """
     _check_arguments(instance, solver, time_limit, seed)
     if not isinstance(find_min_budget, bool):
@@ -152,6 +161,8 @@ def run(
         solver_obj, label = _copy_of(solver), repr(solver)
         _checked_options(solver_obj, label)
     budget_bytes = bud.bytes_for(inst)
+    if time_limit is None and solver_obj.tags.exact:
+        time_limit = EXACT_TIME_LIMIT_S
     base: dict[str, Any] = dict(
         instance=inst.name,
         instance_hash=inst.content_hash,
@@ -434,5 +445,8 @@ def solve(
     seed: int = 0,
     **options: Any,
 ) -> RunRecord:
-    """Run one registered solver on one instance and budget; the plan is on ``record.plan``."""
+    """Run one registered solver on one instance and budget; the plan is on ``record.plan``.
+
+    ``time_limit`` in seconds; None (the default): `EXACT_TIME_LIMIT_S` for an exact solver
+    (``milp``, ``cpsat``), none for the others, which end by their own rules."""
     return run(instance, budget, solver, time_limit=time_limit, seed=seed, options=options)

@@ -36,6 +36,11 @@ FACE_SLACK = 1e-6
 #: relaxation; the roundings need the rest).
 FACE_SHARE = 0.5
 
+#: Without a time limit, the roundings stop after this many in a row that beat nothing (with
+#: one, the clock stops them and this rule is not applied, so plans under a time limit are
+#: those of the clock alone).
+PATIENCE = 20
+
 #: ``info["found_by"]`` of a plan found here.
 ORIGIN = "lp-guided-rounding"
 
@@ -94,17 +99,22 @@ def guided_search(
     simulated step (seconds), how many roundings were searched and, when one beat the
     incumbent, where it came from (`ORIGIN`, ``+repair`` / ``+local-search`` when those changed
     it; "" otherwise). Stops at ``deadline`` (a rounding is not begun when the last one took
-    longer than the time left) or when the scorer's work budget is spent; seeded, so
-    reproducible under a work budget.
+    longer than the time left), when the scorer's work budget is spent or, without a time
+    limit, after `PATIENCE` roundings in a row that beat nothing; seeded, so reproducible
+    under a work budget.
     """
     best_a, best, origin = acts, step, ""
     tries = 0
+    since_better = 0  # roundings in a row that beat nothing (the rule without a time limit)
     last_s = 0.0  # seconds the last rounding took: one that cannot finish is not begun
     while points and deadline.remaining() > last_s and not scorer.exhausted:
+        if not deadline.limited and since_better >= PATIENCE:
+            break
         began = deadline.elapsed()
         s, r = points[tries % len(points)]
         tries += 1
         rounded = random_rounding(scorer.instance, s, r, rng=np.random.default_rng([seed, tries]))
+        since_better += 1
         fixed = repair(scorer, rounded, deadline)
         if fixed is None:
             continue
@@ -112,7 +122,7 @@ def guided_search(
         trial, st, _ = local_search(scorer, fixed, first, deadline)
         last_s = deadline.elapsed() - began
         if st < best * (1 - 1e-12):
-            best_a, best = trial, st
+            best_a, best, since_better = trial, st, 0
             origin = ORIGIN + ("+repair" if not np.array_equal(rounded, fixed) else "")
             origin += "+local-search" if st < first else ""
     return best_a, best, tries, origin

@@ -411,6 +411,11 @@ def hint_plans(
     return [] if plan is None else [np.asarray(plan.actions, dtype=np.int8)]
 
 
+#: Without a time limit, `iterated_local_search` stops after this many perturbations in a row
+#: that beat nothing (with one, the clock stops it and this rule is not applied).
+ILS_PATIENCE = 50
+
+
 def iterated_local_search(
     scorer: Scorer,
     acts: np.ndarray,
@@ -423,13 +428,18 @@ def iterated_local_search(
 
     Escapes the local optima of `local_search` on small instances, where the best plan can lie
     four moves away behind infeasible or slower intermediate plans. Seeded: reproducible under
-    a work budget.
+    a work budget. Ends at ``deadline``, when the scorer's work budget is spent or, without a
+    time limit, after `ILS_PATIENCE` perturbations in a row that beat nothing.
     """
     rng = np.random.default_rng(seed)
     finite = np.isfinite(scorer.instance.tensor_recompute_s)
     n = len(acts)
     best_a, best = acts.copy(), step
+    since_better = 0
     while not deadline.expired() and not scorer.exhausted:
+        if not deadline.limited and since_better >= ILS_PATIENCE:
+            break
+        since_better += 1
         trial = best_a.copy()
         for t in rng.choice(n, size=min(kick, n), replace=False):
             options = [
@@ -444,5 +454,5 @@ def iterated_local_search(
             trial, st = fixed, float(scorer.many(fixed[None, :])[0])
         trial, st, _ = local_search(scorer, trial, st, deadline)
         if st < best * (1 - 1e-12):
-            best_a, best = trial, st
+            best_a, best, since_better = trial, st, 0
     return best_a, best

@@ -68,6 +68,27 @@ RESERVE_SHARE = 0.08
 LP_SHARE = 0.25
 #: Share of the time limit the binary version of the relaxation may take (small instances).
 BINARY_SHARE = 0.1
+#: Seconds the relaxation gets at least, however short the time limit.
+LP_MIN_S = 0.05
+#: Share of the time limit, from its start, the first plans (repair and local search of the
+#: starts) may take: on small instances (`START_SHARE_EXACT`), where the no-good loop needs
+#: more, and on big ones.
+START_SHARE_EXACT = 0.3
+START_SHARE_LNS = 0.4
+#: Deterministic seconds of CP-SAT work, as a share of the time limit: the no-good loop's
+#: (`EXACT_WORK_SHARE`) and the neighbourhood search's (`LNS_WORK_SHARE`). Metered in
+#: deterministic time, the loops end at the same point on any machine.
+EXACT_WORK_SHARE = 0.35
+LNS_WORK_SHARE = 0.5
+#: Share of the time limit the no-good loop leaves, by the wall clock, for polishing its plan.
+POLISH_SHARE = 0.3
+#: Without a time limit, deterministic seconds each CP-SAT call of the no-good loop may take:
+#: a round that cannot close its proof in this much work ends the loop (the incumbent and the
+#: bound found so far stand), so the loop ends on any instance. With a time limit the shares
+#: above bound the work and this is not applied.
+ROUND_WORK_S = 10.0
+#: Share of a neighbourhood's deterministic seconds it may take by the wall clock.
+LNS_WALL_SHARE = 0.8
 
 
 @register("cpsat", display=Display(colour="#17becf", marker="<", order=12))
@@ -87,7 +108,6 @@ class CpSat(Solver):
         workers: int = 1,
         tolerance: float = 1e-4,
         max_evaluations: int | None = None,
-        default_time_limit: float = 60.0,
     ):
         """``hint``: the registered solver whose plan is one more start (repaired and improved
         like the others; ``info["found_by"]`` says ``hint:SOLVER`` when it wins): default
@@ -99,7 +119,6 @@ class CpSat(Solver):
         self.workers = workers
         self.tolerance = tolerance
         self.max_evaluations = max_evaluations
-        self.default_time_limit = default_time_limit
 
     def check_options(self) -> None:
         # One registered solver by name (or "none"), never looked up by what is registered:
@@ -116,11 +135,14 @@ class CpSat(Solver):
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
         self.check_options()
-        limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
-        whole = deadline.or_limit(limit)
+        # Every share below is of the whole time limit, in seconds only where it is decided
+        # (`Deadline.share_s`); without a time limit every share is none and each phase ends
+        # by its own rule (the relaxation's rows, the no-good loop's proof, the neighbourhood
+        # search's full pass without improvement, the polish's patience).
+        whole = deadline
         # the end of the limit stays free for pricing the plan, writing the bound and the
         # runner's simulation of the plan
-        deadline = whole.before(RESERVE_SHARE * limit)
+        deadline = whole.before(whole.share_s(RESERVE_SHARE))
         M = budget.bytes_for(instance)
         scorer = Scorer(instance, M, self.max_evaluations)
         # the relaxation: a bound, an infeasibility proof, and rounded plans to start from
@@ -128,7 +150,7 @@ class CpSat(Solver):
         # past a few thousand operators the full LP does not finish in time: the coarse one (as
         # in milp), whose optimum is a valid bound too
         coarse = instance.n_ops > FULL_LP_MAX_OPS
-        lp_deadline = deadline.within(max(0.05, LP_SHARE * limit))
+        lp_deadline = deadline.within(max(LP_MIN_S, whole.share_s(LP_SHARE)))
         lp = coarse_bound(lp_model, lp_deadline) if coarse else lp_model.solve(deadline=lp_deadline)
         if lp.status == "infeasible":
             reason = "the relaxation proves no plan fits: " + str(lp.info.get("reason"))
@@ -139,7 +161,7 @@ class CpSat(Solver):
         if instance.n_tensors <= self.exact_tensors and lp.bound_s is not None:
             # the binary version is quick on small instances and much tighter where single
             # tensors are large (its lazy rows then see whole copies)
-            mres = lp_model._milp(deadline.within(BINARY_SHARE * limit))
+            mres = lp_model._milp(deadline.within(whole.share_s(BINARY_SHARE)))
             if mres is not None and mres.status == "infeasible":
                 reason = "the binary relaxation proves no plan fits"
                 return Solution(
@@ -156,9 +178,10 @@ class CpSat(Solver):
         if self.hint not in ("", "none"):
             hints = hint_plans(instance, budget, self.hint, deadline)
             starts += labelled(f"hint:{self.hint}", hints)
-        share = 0.3 if instance.n_tensors <= self.exact_tensors else 0.4
+        small = instance.n_tensors <= self.exact_tensors
+        start_share = START_SHARE_EXACT if small else START_SHARE_LNS
         acts, step, _, found_by = best_plan(
-            scorer, starts, whole.share(share), repair_deadline=deadline
+            scorer, starts, whole.share(start_share), repair_deadline=deadline
         )
         if acts is not None and step <= lp_bound * (1 + 1e-9):
             # A plan at the proven bound is optimal: CP-SAT could only spend the rest of the
@@ -171,13 +194,13 @@ class CpSat(Solver):
                 info={"mode": "at the bound", "found_by": found_by,
                       "lp_engine": "coarse" if coarse else "full"},
             )  # fmt: skip
-        if instance.n_tensors <= self.exact_tensors:
+        if small:
             sol = self._exact(
-                instance, M, scorer, acts, step, found_by, lp_bound, deadline, seed, limit
+                instance, M, scorer, acts, step, found_by, lp_bound, deadline, seed, whole
             )
         else:
             sol = self._lns(
-                instance, M, scorer, acts, step, found_by, lp_bound, deadline, seed, limit
+                instance, M, scorer, acts, step, found_by, lp_bound, deadline, seed, whole
             )
         sol.info["lp_engine"] = "coarse" if coarse else "full"
         return sol
@@ -194,8 +217,10 @@ class CpSat(Solver):
         lp_bound: float,
         deadline: Deadline,
         seed: int,
-        limit: float,
+        whole: Deadline,
     ) -> Solution:
+        """The no-good loop by ``deadline``; ``whole`` is the solve's whole deadline, of which
+        the loop's shares are taken."""
         cp = CpPlanProgram(
             inst, M, horizon_s=step if math.isfinite(step) else None, ticks_per_op=100_000
         )
@@ -214,11 +239,10 @@ class CpSat(Solver):
         claim = None
         rounds = 0
         # CP-SAT's work is metered in deterministic seconds, so the loop ends at the same
-        # point on any machine (the wall clock is only a safety net)
-        work = 0.35 * limit
-        cp_stop = deadline.before(
-            0.3 * limit
-        )  # the wall-clock share of the loop: the rest polishes
+        # point on any machine (the wall clock is only a safety net; without a time limit the
+        # work is unbounded and the loop ends when its proof closes)
+        work = whole.share_s(EXACT_WORK_SHARE)
+        cp_stop = deadline.before(whole.share_s(POLISH_SHARE))
         while not cp_stop.expired() and not scorer.exhausted and work > 0.005:
             cap = step * (1 - self.tolerance) if math.isfinite(step) else None
             res = cp.solve(
@@ -227,7 +251,7 @@ class CpSat(Solver):
                 workers=self.workers,
                 hint=None,  # the incumbent is excluded: its values would only mislead
                 cap_s=cap,
-                deterministic_s=work,
+                deterministic_s=work if whole.limited else ROUND_WORK_S,
             )
             work -= float(res.info.get("det_s", work))
             rounds += 1
@@ -269,7 +293,9 @@ class CpSat(Solver):
         }
         if acts is None:
             info["reason"] = "CP-SAT found no plan that fits"
-            return Solution(None, lower_bound_s=lp_bound, timed_out=not proven, info=info)
+            return Solution(
+                None, lower_bound_s=lp_bound, timed_out=whole.limited and not proven, info=info
+            )
         # What the loop proves: every plan it did not exclude models (hence simulates) at least
         # cp_lb, and every plan it excluded was simulated, the fastest being the incumbent; so
         # no plan is faster than the smaller of the two. Not a cap: the incumbent is one of the
@@ -280,7 +306,8 @@ class CpSat(Solver):
             lower_bound_s=bound,
             claimed_step_s=claim if claim is not None and acts is not None else None,
             proven_optimal=proven,
-            timed_out=not proven and not scorer.exhausted,
+            # without a time limit the loop ended by its work rule (`ROUND_WORK_S`), not a clock
+            timed_out=whole.limited and not proven and not scorer.exhausted,
             evaluations=scorer.evaluations,
             info=info,
         )
@@ -303,8 +330,11 @@ class CpSat(Solver):
         lp_bound: float,
         deadline: Deadline,
         seed: int,
-        limit: float,
+        whole: Deadline,
     ) -> Solution:
+        """The neighbourhood search by ``deadline``; ``whole`` is the solve's whole deadline,
+        of which its work share is taken. Without a time limit it ends after a full pass over
+        the windows without improvement."""
         info: dict[str, object] = {"mode": "lns", "found_by": found_by}
         if acts is None:
             info["reason"] = "no hinted or rounded plan fits: nothing to improve"
@@ -327,7 +357,7 @@ class CpSat(Solver):
         tried = accepted = since_improve = 0
         claim = None
         converged = False
-        work = 0.5 * limit  # deterministic seconds of CP-SAT, as in the exact loop
+        work = whole.share_s(LNS_WORK_SHARE)  # deterministic seconds of CP-SAT, as in `_exact`
         while not deadline.expired() and not scorer.exhausted and work > 0.005:
             window = windows[tried % len(windows)]
             free = np.isin(inst.tensor_block, window)
@@ -339,7 +369,7 @@ class CpSat(Solver):
                 mdl.add(cp.start[i] == hint[cp.start[i]])
             per = min(work, self.lns_seconds)
             res = cp.solve(
-                deadline=deadline.within(0.8 * per),
+                deadline=deadline.within(LNS_WALL_SHARE * per),
                 seed=seed,
                 workers=self.workers,
                 model=mdl,

@@ -64,6 +64,14 @@ RESERVE_SHARE = 0.08
 LP_SHARE = 0.4
 #: Share of the time limit the binary version leaves for pricing the plan (`plan_value`).
 CLAIM_SHARE = 0.05
+#: Share of the time limit the plan searches leave for the binary version and the claim
+#: (`SEARCH_ROOM_COARSE_SHARE` where the binary version is skipped: the claim alone).
+SEARCH_ROOM_SHARE = 0.25
+SEARCH_ROOM_COARSE_SHARE = 0.05
+#: Share of the time limit that must be left to price a plan (`plan_value`) at all.
+PRICE_SHARE = 0.02
+#: Seconds the relaxation gets at least, however short the time limit.
+LP_MIN_S = 0.05
 
 
 @register("milp", display=Display(colour="#393b79", marker=">", order=13))
@@ -82,7 +90,6 @@ class Milp(Solver):
         hint: str = "slackswap",
         search: bool = True,
         max_evaluations: int | None = None,
-        default_time_limit: float = 60.0,
     ):
         """``hint``: the registered solver whose plan is one more start (repaired and improved
         like the others; ``info["found_by"]`` says ``hint:SOLVER`` when it wins): default
@@ -91,7 +98,6 @@ class Milp(Solver):
         self.hint = hint
         self.search = search
         self.max_evaluations = max_evaluations
-        self.default_time_limit = default_time_limit
 
     def check_options(self) -> None:
         # One registered solver by name (or "none"), never looked up by what is registered:
@@ -108,17 +114,20 @@ class Milp(Solver):
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
         self.check_options()
-        limit = self.default_time_limit if deadline.limit_s is None else deadline.limit_s
-        whole = deadline.or_limit(limit)
+        # Every share below is of the whole time limit, in seconds only where it is decided
+        # (`Deadline.share_s`); without a time limit every share is none and each phase ends
+        # by its own rule (the relaxation's rows, the searches' convergence, the guided
+        # roundings' patience, HiGHS's proof).
+        whole = deadline
         # the end of the limit stays free for pricing the plan, writing the bound and the
         # runner's simulation of the plan
-        deadline = whole.before(RESERVE_SHARE * limit)
+        deadline = whole.before(whole.share_s(RESERVE_SHARE))
         M = budget.bytes_for(instance)
         model = BoundProgram(instance, M)
         # past a few thousand operators the full LP does not finish (n^2.3): the coarse one,
         # checked at a few hundred operators, is the bound, and the binary version is skipped
         coarse = instance.n_ops > FULL_LP_MAX_OPS
-        lp_deadline = deadline.within(max(0.05, LP_SHARE * limit))
+        lp_deadline = deadline.within(max(LP_MIN_S, whole.share_s(LP_SHARE)))
         lp = coarse_bound(model, lp_deadline) if coarse else model.solve(deadline=lp_deadline)
         info: dict[str, object] = {
             "lp_engine": "coarse" if coarse else "full",
@@ -142,9 +151,8 @@ class Milp(Solver):
         hints = hint_plans(instance, budget, self.hint, deadline)
         starts += labelled(f"hint:{self.hint}", hints)
         # leave room for the binary version and the claim on what is left
-        search_stop = deadline.before(
-            0.25 * limit if self.integral and not coarse else 0.05 * limit
-        )
+        room = SEARCH_ROOM_SHARE if self.integral and not coarse else SEARCH_ROOM_COARSE_SHARE
+        search_stop = deadline.before(whole.share_s(room))
         preference = relaxation_preference(lp.s, lp.r) if lp.bound_s is not None else None
         acts, step, converged, found_by = best_plan(
             scorer, starts, search_stop, self.search, repair_deadline=deadline,
@@ -164,7 +172,7 @@ class Milp(Solver):
             if g_info["guided_found_by"]:
                 acts, step, found_by = guided, g_step, str(g_info["guided_found_by"])
         claim, claimed_for = None, None
-        if acts is not None and deadline.remaining() > 0.02 * limit:
+        if acts is not None and deadline.has_left(whole.share_s(PRICE_SHARE)):
             claim, claimed_for = model.plan_value(acts, deadline), acts
         # the binary version is cut by the clock, so a run with a work budget skips it
         run_milp = self.integral and self.max_evaluations is None and not coarse
@@ -173,9 +181,9 @@ class Milp(Solver):
         # left overran a 4 s limit by up to 20%, so the binary version runs only when two LP
         # rounds fit.
         lp_round_s = lp.seconds / max(lp.rounds, 1)
-        milp_deadline = deadline.before(CLAIM_SHARE * limit)
-        milp_s = milp_deadline.remaining()
-        if run_milp and not at_bound and milp_s > max(CLAIM_SHARE * limit, 2.0 * lp_round_s):
+        milp_deadline = deadline.before(whole.share_s(CLAIM_SHARE))
+        milp_room_s = max(whole.share_s(CLAIM_SHARE), 2.0 * lp_round_s)
+        if run_milp and not at_bound and milp_deadline.has_left(milp_room_s):
             mres = model._milp(milp_deadline)
             if mres is not None:
                 info["milp_status"] = mres.status
@@ -194,8 +202,8 @@ class Milp(Solver):
             info["reason"] = "no rounded or hinted plan could be repaired to fit the budget"
             return Solution(None, lower_bound_s=bound, timed_out=timed_out, info=info)
         if claimed_for is not acts:
-            left = deadline.remaining()
-            claim = model.plan_value(acts, deadline) if left > 0.02 * limit else None
+            priced = deadline.has_left(whole.share_s(PRICE_SHARE))
+            claim = model.plan_value(acts, deadline) if priced else None
         # the bound is reported as proved: one above the plan's simulated step is a defect the
         # runner reports as an error, never something to cap
         return Solution(
