@@ -28,7 +28,7 @@ def test_package_imports_without_torch() -> None:
         slackswap.cli.build_parser()
         needs_torch = {"slackswap.profiling.step", "slackswap.profiling.recorder",
                        "slackswap.torchstep.torchapi", "slackswap.torchstep.values",
-                       "slackswap.torchstep.context", "slackswap.torchstep.loss",
+                       "slackswap.torchstep.context", "slackswap.torchstep.loss", "slackswap.torchstep.state",
                        "slackswap.runtime.executor", "slackswap.runtime.memory",
                        "slackswap.runtime.measure", "slackswap.runtime.copies",
                        "slackswap.runtime.rebuild", "slackswap.runtime.training"}
