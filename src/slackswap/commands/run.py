@@ -71,12 +71,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timing", choices=("roofline", "measured"), default="roofline", help="profile timing"
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the plan inside torch.compile: profile the compiled joint graph, apply the "
+        "plan through torch's min-cut partitioner, and check against torch's own partitioner",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("aot_eager", "inductor"),
+        default="inductor",
+        help="with --compile: the torch.compile backend (default inductor)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_progress_arguments(p)
     p.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.compile:
+        from slackswap.commands.run_compiled import cmd_run_compiled
+
+        return cmd_run_compiled(args)
     torch = require_torch()
     # lazy: needs torch, an optional dependency (and ~1.5 s to import)
     from slackswap.profiling.step import profile_step
