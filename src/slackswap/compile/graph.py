@@ -18,6 +18,7 @@ shift when an earlier module changes; these keys do not.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,10 +69,7 @@ def module_path(node: Any) -> str:
     if not stack:
         return ""
     path = str(list(stack.values())[-1][0])
-    for prefix in ("L['self'].", "L['self']"):
-        if path.startswith(prefix):
-            path = path[len(prefix) :]
-            break
+    path = re.sub(r"^L\['[^']*'\]", "", path)  # the traced root: L['self'] or L['fn']
     # Indexing written as [0] in some dynamo versions: the module path uses dots.
     return path.replace("['", ".").replace("']", "").replace("[", ".").replace("]", "").lstrip(".")
 
@@ -106,6 +104,13 @@ class SavedGroup:
     rebuild_inputs: list[int] = field(default_factory=list)  # other groups the chain reads
     random: bool = False  # the chain draws random numbers: not rebuildable
     views: list[Any] = field(default_factory=list)  # forward views of its outputs
+    #: the chain updates a buffer (batch-norm's running statistics, a ``*_functional`` op):
+    #: re-running it in the backward would read the buffer after the forward updated it
+    mutates: bool = False
+
+    @property
+    def rebuildable(self) -> bool:
+        return bool(self.chain) and not self.mutates
 
     @property
     def names(self) -> list[str]:
@@ -236,6 +241,7 @@ def _rebuild_chain(
     grp.chain = [n for n in grp.chain_nodes if is_kernel(n)]
     grp.rebuild_inputs = sorted(inputs)
     grp.random = any(draws_random(n) for n in grp.chain)
+    grp.mutates = any(op_packet_name(n.target).endswith("_functional") for n in grp.chain)
 
 
 def draws_random(node: Any) -> bool:

@@ -84,6 +84,11 @@ def mark(joint: JointGraph, actions: Mapping[str, str], where: str = "the plan")
         if action not in ACTIONS:
             raise PlanKeyError(f"{where}: {grp.key!r} = {action!r}: expected keep, swap or recomp")
         if action == "recomp":
+            if not grp.rebuildable:
+                raise PlanKeyError(
+                    f"{where}: {grp.key!r} cannot be recomputed inside torch.compile (its "
+                    "rebuild updates a buffer, e.g. batch-norm statistics)"
+                )
             # A random operator (dropout) is re-run by torch with the forward's RNG state
             # (its rng functionalization): the same numbers again.
             for n in grp.chain_nodes:

@@ -192,6 +192,13 @@ def build_compiled_instance(
             )
             key = joint.keys.get(n.name, n.name)
             names.append(("bwd:" if phase else "") + key)
+    seen: dict[str, int] = {}
+    for i, nm in enumerate(names):  # a node the partitioner made twice (rare): told apart
+        if nm in seen:
+            seen[nm] += 1
+            names[i] = f"{nm}~{seen[nm]}"
+        else:
+            seen[nm] = 0
     durations = durations_s(records, "roofline", g)
     n_fwd = len(fw_k)
     op_index_fw = {n.name: i for i, n in enumerate(fw_k)}
@@ -233,7 +240,7 @@ def build_compiled_instance(
         else:
             categories.append("elementwise")
         cost = sum(dur_by_name.get(n.name, 0.0) for n in grp.chain)
-        recompute.append(cost if grp.chain else math.inf)
+        recompute.append(cost if grp.rebuildable else math.inf)
         rebuild.append(tuple(grp.rebuild_inputs))
         workspace.append(
             sum(tensor_bytes(n.meta.get("val")) for n in grp.chain if n is not grp.producer)
