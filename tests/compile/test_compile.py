@@ -55,7 +55,9 @@ def test_keys_are_stable_across_recompiles() -> None:
     keys = []
     for _ in range(2):
         cap = capture(model, inputs, "aot_eager")
-        keys.append([g.key for g in prepare_joint(cap.copy(), cap.kwargs["num_fwd_outputs"]).groups])
+        keys.append(
+            [g.key for g in prepare_joint(cap.copy(), cap.kwargs["num_fwd_outputs"]).groups]
+        )
     assert keys[0] == keys[1] and len(keys[0]) > 10
     assert "blocks.1.fc1/addmm#0" in keys[0]  # module path, operator, index in the module
 

@@ -107,6 +107,16 @@ class SavedGroup:
     #: the chain updates a buffer (batch-norm's running statistics, a ``*_functional`` op):
     #: re-running it in the backward would read the buffer after the forward updated it
     mutates: bool = False
+    #: outputs of other groups' operators that the backward does not read but this rebuild
+    #: does (dropout's or batch-norm's result): saved beside that group while this is recomputed
+    reads_joined: list[Any] = field(default_factory=list)
+
+    _n_read: int = 0
+
+    @property
+    def n_read(self) -> int:
+        """How many of ``outputs`` (the first ones) the backward reads."""
+        return self._n_read
 
     @property
     def rebuildable(self) -> bool:
@@ -191,7 +201,7 @@ def analyse(graph: Any, num_fwd_outputs: int) -> JointGraph:
     for p in producers:
         members = sorted(by_producer[p], key=order.__getitem__)
         nbytes = sum(tensor_bytes(m.meta.get("val")) for m in members)
-        groups.append(SavedGroup(keys[p.name], p, members, nbytes))
+        groups.append(SavedGroup(keys[p.name], p, members, nbytes, _n_read=len(members)))
     group_of_name: dict[str, int] = {}
     member_group = {m: g for g, grp in enumerate(groups) for m in grp.outputs}
     for g, grp in enumerate(groups):
@@ -200,9 +210,9 @@ def analyse(graph: Any, num_fwd_outputs: int) -> JointGraph:
     for g in range(len(groups)):
         _rebuild_chain(joint, g, forward_set, member_group)
     for n in forward:
-        g = member_group.get(base_of(n))
-        if g is not None:
-            group_of_name[n.name] = g
+        found = member_group.get(base_of(n))
+        if found is not None:
+            group_of_name[n.name] = found
     for n in forward:
         if n.name in group_of_name and is_view(n):
             groups[group_of_name[n.name]].views.append(n)
@@ -233,6 +243,8 @@ def _rebuild_chain(
                 member_group[base] = other
         if other is not None and other != g:
             inputs.add(other)
+            if base not in joint.groups[other].outputs[: joint.groups[other].n_read]:
+                grp.reads_joined.append(base)
             continue
         chain.add(n)
         todo.extend(n.all_input_nodes)

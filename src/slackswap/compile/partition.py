@@ -160,10 +160,19 @@ def measure(joint: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int) -> dict[s
 def planned(joint: JointGraph, actions: Mapping[str, str]) -> dict[str, Any]:
     """What ``actions`` asks of the partitioned graphs, in `measure`'s terms."""
     saved = [g for g in joint.groups if actions[g.key] != "recomp"]
-    recomp_ops = {n.name for g in joint.groups if actions[g.key] == "recomp" for n in g.chain}
+    recomp = [g for g in joint.groups if actions[g.key] == "recomp"]
+    recomp_ops = {n.name for g in recomp for n in g.chain}
+    # Outputs of a saved operator that only a recomputed tensor's rebuild reads (dropout's or
+    # batch-norm's result) are saved beside it: torch recomputes per operator.
+    joined = {
+        n.name: tensor_bytes(n.meta.get("val"))
+        for g in recomp
+        for n in g.reads_joined
+        if actions[joint.groups[joint.group_of_name[n.name]].key] != "recomp"
+    }
     return {
         "saved": sorted(g.key for g in saved),
-        "saved_bytes": sum(g.nbytes for g in saved),
+        "saved_bytes": sum(g.nbytes for g in saved) + sum(joined.values()),
         "offloaded": sorted(g.key for g in joint.groups if actions[g.key] == "swap"),
         "offloaded_bytes": sum(g.nbytes for g in joint.groups if actions[g.key] == "swap"),
         "recomputed_ops": sorted(joint.keys[n] for n in recomp_ops),

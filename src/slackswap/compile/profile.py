@@ -241,7 +241,7 @@ def build_compiled_instance(
             categories.append("elementwise")
         cost = sum(dur_by_name.get(n.name, 0.0) for n in grp.chain)
         recompute.append(cost if grp.rebuildable else math.inf)
-        rebuild.append(tuple(grp.rebuild_inputs))
+        rebuild.append(tuple(grp.rebuild_inputs) if grp.rebuildable else ())
         workspace.append(
             sum(tensor_bytes(n.meta.get("val")) for n in grp.chain if n is not grp.producer)
         )
@@ -260,10 +260,7 @@ def build_compiled_instance(
             "torch_budget": torch_budget_decisions(captured, joint, torch_budgets),
         },
     }
-    return Instance(
-        name=name,
-        hardware=hw,
-        meta=meta,
+    cols: dict[str, Any] = dict(
         op_name=names,
         op_phase=[r.phase for r in records],
         op_block=[r.block for r in records],
@@ -285,6 +282,7 @@ def build_compiled_instance(
         tensor_category=categories,
         tensor_rebuild_workspace_bytes=workspace,
     )
+    return Instance(name=name, hardware=hw, meta=meta, **cols)
 
 
 def torch_budget_decisions(

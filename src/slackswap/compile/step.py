@@ -185,7 +185,9 @@ def check_compiled(
         reset_dynamo()
         reference = _step(compile_default(model, backend), model, inputs, loss_of, seed)
         reset_dynamo()
-        planned = _step(compile_planned(model, actions, backend, token), model, inputs, loss_of, seed)
+        planned = _step(
+            compile_planned(model, actions, backend, token), model, inputs, loss_of, seed
+        )
         reset_dynamo()
     reports = REPORTS.pop(token, [])
     if len(reports) != 1:

@@ -87,6 +87,7 @@ try:
     import torch._dynamo as _dynamo
     import torch._functorch.config as _functorch_config
     import torch._inductor.config as _inductor_config
+    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch._activation_offloading.activation_offloading import (
         CPU_OFFLOAD_PREFIX,
@@ -100,8 +101,6 @@ try:
     )
     from torch._inductor.custom_graph_pass import CustomPartitionerFn
     from torch.utils.checkpoint import CheckpointPolicy
-
-    from functorch.compile import make_boxed_func
 except (ImportError, AttributeError) as exc:  # pragma: no cover - another torch
     _MISSING = str(exc)
     CPU_OFFLOAD_PREFIX = "cpu_offload_"
