@@ -136,6 +136,7 @@ class JointGraph:
     groups: list[SavedGroup]
     group_of_name: dict[str, int]  # forward node name (views included) -> group
     keys: dict[str, str]  # node name -> stable key
+    unclaimed: list[Any] = field(default_factory=list)  # backward nodes no tangent reaches
 
     @property
     def forward_names(self) -> set[str]:
@@ -174,6 +175,15 @@ def analyse(graph: Any, num_fwd_outputs: int) -> JointGraph:
             forward_set.add(n)
     forward = [n for n in nodes if n in forward_set]
     backward = [n for n in nodes if n.op == "call_function" and n not in forward_set]
+    # Backward nodes no tangent reaches (a ReLU mask computed from its output): torch's
+    # partitioner may move them into the forward and save them instead of what they read.
+    closure: set[Any] = set()
+    for n in nodes:
+        if (n.op == "placeholder" and "tangents" in str(n.target)) or any(
+            a in closure for a in n.all_input_nodes
+        ):
+            closure.add(n)
+    unclaimed = [n for n in backward if n not in closure]
 
     keys = node_keys([n for n in forward if not is_getitem(n)])
     keys.update(node_keys([n for n in backward if not is_getitem(n)]))
@@ -206,7 +216,7 @@ def analyse(graph: Any, num_fwd_outputs: int) -> JointGraph:
     member_group = {m: g for g, grp in enumerate(groups) for m in grp.outputs}
     for g, grp in enumerate(groups):
         member_group[grp.producer] = g
-    joint = JointGraph(forward, backward, groups, group_of_name, keys)
+    joint = JointGraph(forward, backward, groups, group_of_name, keys, unclaimed)
     for g in range(len(groups)):
         _rebuild_chain(joint, g, forward_set, member_group)
     for n in forward:

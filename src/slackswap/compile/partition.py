@@ -74,6 +74,11 @@ def mark(joint: JointGraph, actions: Mapping[str, str], where: str = "the plan")
     for key in graph_keys:
         if key not in actions:
             raise PlanKeyError(f"{where}: no action for the compiled graph's saved tensor {key!r}")
+    # Backward nodes that read only forward values stay in the backward, as in the joint
+    # graph: torch would otherwise move one into the forward and save it in place of a
+    # tensor the plan keeps (a ReLU's boolean mask for its output).
+    for n in joint.unclaimed:
+        n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
     for grp in joint.groups:
         # Views run no kernel; torch's partitioner bans some (transpose, detach) from
         # recomputation and would save them in place of their base: re-made in the backward,
@@ -121,7 +126,12 @@ def measure(joint: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int) -> dict[s
         if is_moved:
             name = name[len(CPU_OFFLOAD_PREFIX) :]
         jn = by_name.get(name)
-        if jn is None or base_of(jn).op != "call_function":
+        if jn is None:
+            if node.op == "call_function":  # a node torch moved into the forward and saved
+                saved[name] = tensor_bytes(node.meta.get("val"))
+                others.append(joint.keys.get(name, name))
+            continue
+        if base_of(jn).op != "call_function":
             continue  # a placeholder (parameter, input) or a symbolic size
         base = base_of(jn)
         saved[base.name] = tensor_bytes(base.meta.get("val"))
