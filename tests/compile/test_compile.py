@@ -151,3 +151,42 @@ def test_inductor_applies_the_plan_within_its_tolerance() -> None:
     assert got["recomputed_ops_measured"] == got["recomputed_ops_planned"] > 0, got
     assert got["saved_bytes_measured"] == got["saved_bytes_planned"], got
     assert max(got["loss_abs_diff"], got["grad_max_abs_diff"]) <= got["tolerance"], got
+
+
+def test_torch_budget_picks_the_largest_torch_budget_that_fits() -> None:
+    from slackswap.plan import Budget
+    from slackswap.simulator import simulate
+    from slackswap.solvers import run
+    from slackswap.solvers.baselines.torch_budget import actions_of
+    from slackswap.testing import check_solver
+
+    model, inputs, _ = gpt(**TINY_GPT)
+    inst = build_compiled_instance(capture(model, inputs, "aot_eager"), name="g", gpu="a100")
+    grid = inst.meta["compile"]["torch_budget"]
+    assert [d["activation_memory_budget"] for d in grid][:2] == [1.0, 0.9]
+    # torch's own partitioner at budget 1.0 keeps every saved tensor of this graph; at 0.0
+    # it keeps none (it recomputes everything from the inputs)
+    assert len(grid[0]["kept"]) == inst.n_tensors and grid[-1]["kept"] == []
+    for frac in (0.9, 0.6, 0.4):
+        budget = Budget.parse(frac)
+        rec = run(inst, budget, "torch-budget", seed=0)
+        # The oracle: walk the grid from the largest torch budget, first plan that fits.
+        want = None
+        for d in sorted(grid, key=lambda d: -d["activation_memory_budget"]):
+            plan = Plan(inst, actions_of(inst, d["kept"]))
+            if simulate(inst, plan, budget).feasible:
+                want = plan
+                break
+        assert (rec.plan is None) == (want is None)
+        if want is not None:
+            assert rec.plan is not None and list(rec.plan.actions) == list(want.actions)
+    check_solver("torch-budget", instances=[inst], fresh_process=False)
+
+
+def test_torch_budget_refuses_an_instance_without_torch_decisions() -> None:
+    from slackswap.solvers import run
+    from slackswap.testing import small_instances
+
+    rec = run(small_instances()[0], 0.5, "torch-budget", seed=0)
+    assert rec.status == "error" and rec.plan is None
+    assert "no torch partitioner decisions" in str(rec.error) and "\n" not in str(rec.error)

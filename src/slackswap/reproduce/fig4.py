@@ -97,7 +97,11 @@ def heuristic_solvers() -> list[str]:
     # lazy: would add numba + scipy (~1.4 s) to this module's import
     from slackswap.solvers.base import REGISTRY
 
-    return [e.name for e in REGISTRY if not e.tags.exact and not e.tags.uses_time_limit]
+    return [
+        e.name
+        for e in REGISTRY
+        if not e.tags.exact and not e.tags.uses_time_limit and not e.tags.needs_meta
+    ]
 
 
 def fig4_sweep(

@@ -47,6 +47,9 @@ class Tags:
     honours_time_limit: bool = True  # returns within time_limit (+10%)
     uses_time_limit: bool = False  # quality depends on the time limit (searches, exact solvers)
     static_plan: bool = True  # the plan alone decides (no run-time policy in the simulator)
+    #: ``Instance.meta`` entries the solver reads; it refuses (one line) an instance without
+    #: them, so the conformance suite runs it on instances that carry them, not the catalog's
+    needs_meta: tuple[str, ...] = ()
 
 
 @dataclass
