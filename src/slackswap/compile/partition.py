@@ -200,6 +200,7 @@ def partition_with_plan(
     *,
     actions: Mapping[str, str],
     token: str | None = None,
+    offload_stream: bool = False,
     **kwargs: Any,
 ) -> tuple[Any, Any]:
     """Partition joint graph ``gm`` under ``actions`` (saved-tensor key -> keep/swap/recomp)
@@ -209,7 +210,14 @@ def partition_with_plan(
     joint = prepare_joint(gm, n_out)
     mark(joint, actions)
     offload = any(a == "swap" for a in actions.values())
-    with partitioner_config(recompute_views=True, enable_activation_offloading=offload):
+    # offload_stream: copies on a CUDA side stream (``ao::offload`` / ``ao::reload``), with
+    # torch's own wait sinking and reload prefetch; the default is synchronous device_put.
+    stream = dict(
+        activation_offload_separate_stream=offload_stream,
+        activation_offload_sink_wait=offload_stream,
+        activation_reload_prefetch=offload_stream,
+    )
+    with partitioner_config(recompute_views=True, enable_activation_offloading=offload, **stream):
         fw, bw = min_cut_partition(gm, joint_inputs, **kwargs)
     if token is not None:
         REPORTS.setdefault(token, []).append(
@@ -222,16 +230,25 @@ class PlanPartitioner(CustomPartitionerFn):  # type: ignore[misc, valid-type]
     """Inductor's ``custom_partitioner_fn`` for a plan; its ``uuid`` (part of inductor's FX
     graph cache key) names the plan's content hash and this module's source."""
 
-    def __init__(self, actions: Mapping[str, str], token: str | None = None):
+    def __init__(
+        self, actions: Mapping[str, str], token: str | None = None, offload_stream: bool = False
+    ):
         self.actions = dict(actions)
         self.token = token
+        self.offload_stream = offload_stream
 
     def __call__(self, gm: Any, joint_inputs: Any, **kwargs: Any) -> tuple[Any, Any]:
         return partition_with_plan(
-            gm, joint_inputs, actions=self.actions, token=self.token, **kwargs
+            gm,
+            joint_inputs,
+            actions=self.actions,
+            token=self.token,
+            offload_stream=self.offload_stream,
+            **kwargs,
         )
 
     def uuid(self) -> Any:
         with open(__file__, "rb") as f:
             source = hashlib.sha256(f.read()).hexdigest()[:16]
-        return f"slackswap-plan-{plan_hash(self.actions)}-{source}"
+        stream = "-stream" if self.offload_stream else ""
+        return f"slackswap-plan-{plan_hash(self.actions)}{stream}-{source}"

@@ -51,13 +51,20 @@ def plan_actions(plan: Plan) -> dict[str, str]:
 
 
 def compile_planned(
-    model: torch.nn.Module, actions: Mapping[str, str], backend: str, token: str | None = None
+    model: torch.nn.Module,
+    actions: Mapping[str, str],
+    backend: str,
+    token: str | None = None,
+    offload_stream: bool = False,
 ) -> Any:
-    """``torch.compile(model)`` whose partitioner applies ``actions``."""
+    """``torch.compile(model)`` whose partitioner applies ``actions`` (swaps on a CUDA side
+    stream with ``offload_stream``)."""
     require_supported_torch()
     if backend == "inductor":
-        return compile_with(model, backend, PlanPartitioner(actions, token))
-    fn = functools.partial(partition_with_plan, actions=dict(actions), token=token)
+        return compile_with(model, backend, PlanPartitioner(actions, token, offload_stream))
+    fn = functools.partial(
+        partition_with_plan, actions=dict(actions), token=token, offload_stream=offload_stream
+    )
     return compile_with(model, backend, fn)
 
 
