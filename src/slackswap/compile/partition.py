@@ -23,7 +23,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from slackswap.compile.graph import JointGraph, analyse, base_of, is_kernel, tensor_bytes
+from slackswap.compile.graph import (
+    JointGraph,
+    analyse,
+    base_of,
+    is_getitem,
+    is_kernel,
+    tensor_bytes,
+)
 from slackswap.errors import UserError
 from slackswap.torchstep.compileapi import (
     CPU_OFFLOAD_PREFIX,
@@ -118,8 +125,18 @@ def measure(joint: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int) -> dict[s
     saved_groups: set[int] = set()
     offloaded: set[int] = set()
     others: list[str] = []
+    rng_bytes = 0
     for node in fw_out:
         if not hasattr(node, "op"):
+            continue
+        if (
+            is_getitem(node)
+            and op_packet_name(node.args[0].target) == "run_and_save_rng_state"
+            and node.args[1] == 0
+        ):
+            # The generator state torch saves to re-run a random operator (attention kernels
+            # are tagged random for their dropout argument): bookkeeping, not an activation.
+            rng_bytes += tensor_bytes(node.meta.get("val"))
             continue
         name = node.name
         is_moved = name.startswith(CPU_OFFLOAD_PREFIX)
@@ -160,6 +177,7 @@ def measure(joint: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int) -> dict[s
     return {
         "saved": sorted(joint.groups[g].key for g in saved_groups),
         "saved_bytes": sum(saved.values()),
+        "rng_state_bytes": rng_bytes,
         "unplanned_saved": others,
         "offloaded": sorted(joint.groups[g].key for g in offloaded),
         "offloaded_bytes": sum(moved.values()),

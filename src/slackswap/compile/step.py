@@ -229,6 +229,7 @@ def check_compiled(
         "saved_bytes_measured": measured_bytes,
         "saved_bytes_rel_diff": rel,
         "saved_outside_plan": got["unplanned_saved"][:5],
+        "rng_state_bytes": int(got["rng_state_bytes"]),
         "offloaded_bytes_planned": int(want["offloaded_bytes"]),
         "offloaded_bytes": int(got["offloaded_bytes"]),
         "loss_abs_diff": loss_diff,
