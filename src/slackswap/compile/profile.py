@@ -245,6 +245,16 @@ def build_compiled_instance(
         workspace.append(
             sum(tensor_bytes(n.meta.get("val")) for n in grp.chain if n is not grp.producer)
         )
+    # A tensor a later block's forward reads is that block's input (the checkpoint that block
+    # checkpointing keeps), as in the eager profile; its recompute cost stays as computed.
+    tblock = [records[p].block for p in producer]
+    for t in range(n_t):
+        enters = sorted(
+            {records[i].block for i in fwd_readers[t]} - {tblock[t], -1},
+        )
+        if enters and enters[0] > tblock[t]:
+            categories[t] = "block_input"
+            tblock[t] = enters[0]
     meta: dict[str, Any] = {
         "builder": "compile",
         "timing": "roofline",
@@ -278,7 +288,7 @@ def build_compiled_instance(
         tensor_last_bwd_reader=[max(r) for r in bwd_readers],
         tensor_recompute_s=recompute,
         tensor_rebuild_inputs=rebuild,
-        tensor_block=[records[p].block for p in producer],
+        tensor_block=tblock,
         tensor_category=categories,
         tensor_rebuild_workspace_bytes=workspace,
     )
