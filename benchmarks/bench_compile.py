@@ -90,8 +90,9 @@ def main() -> None:
         paths = {id(m): p for p, m in model.named_modules()}
         blocks = [paths[id(m)] for m in find_blocks(model)]
         insts = {
-            gpu: build_compiled_instance(cap, name=f"{name}@{gpu}", gpu=gpu, link=link,
-                                         block_paths=blocks)  # fmt: skip
+            gpu: build_compiled_instance(
+                cap, name=f"{name}@{gpu}", gpu=gpu, link=link, block_paths=blocks
+            )  # fmt: skip
             for gpu, link in GPUS
         }
         a100 = insts["a100"]
