@@ -190,3 +190,23 @@ def test_torch_budget_refuses_an_instance_without_torch_decisions() -> None:
     rec = run(small_instances()[0], 0.5, "torch-budget", seed=0)
     assert rec.status == "error" and rec.plan is None
     assert "no torch partitioner decisions" in str(rec.error) and "\n" not in str(rec.error)
+
+
+def breaks() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A factory for the CLI test: a model with a graph break."""
+    torch.manual_seed(0)
+    return _Breaks(), (torch.randn(2, 4),)
+
+
+def test_run_compile_refuses_a_break_and_an_untested_torch_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["run", "tests.compile.test_compile:breaks", "--compile", "--backend", "aot_eager",
+            "--budget", "50%", "--no-progress"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "graph break" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    monkeypatch.setattr(torch, "__version__", "2.0.1")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "torch 2.0.1" in err and len(err.splitlines()) == 1
