@@ -210,3 +210,22 @@ def test_run_compile_refuses_a_break_and_an_untested_torch_in_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "torch 2.0.1" in err and len(err.splitlines()) == 1
+
+
+def test_slackswap_compile_returns_the_compiled_model_under_the_plan() -> None:
+    import slackswap
+
+    model, inputs, loss_fn = gpt(**TINY_GPT)
+    compiled = slackswap.compile(model, inputs, loss_fn, budget="80%", backend="aot_eager")
+    plan = compiled.slackswap_plan
+    assert plan.instance.meta["compile"]["backend"] == "aot_eager"
+    loss = loss_fn(compiled(*inputs))
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    eager = loss_fn(model(*inputs))
+    eager.backward()
+    # against eager PyTorch: the same operators, so equal to rounding
+    assert torch.allclose(loss, eager, rtol=1e-5, atol=1e-6)
+    for g, p in zip(grads, model.parameters(), strict=True):
+        assert torch.allclose(g, p.grad, rtol=1e-4, atol=1e-6)
