@@ -172,7 +172,7 @@ def measure(joint: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int) -> dict[s
     }
     for n in bw.graph.nodes:
         if n.op == "call_function" and op_packet_name(n.target) == "run_with_rng_state":
-            call = (n.args[1], tuple(a.name for a in n.all_input_nodes[1:]))
+            call = (n.args[1], tuple(_origin_name(a) for a in n.all_input_nodes[1:]))
             recomputed.append(by_call.get(call, n.name))
     return {
         "saved": sorted(joint.groups[g].key for g in saved_groups),
@@ -183,6 +183,19 @@ def measure(joint: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int) -> dict[s
         "offloaded_bytes": sum(moved.values()),
         "recomputed_ops": sorted(joint.keys.get(n, n) for n in recomputed),
     }
+
+
+#: Operators torch's offload pass inserts to bring a saved tensor back.
+_RELOAD_OPS = {"device_put", "reload", "wait_tensor"}
+
+
+def _origin_name(node: Any) -> str:
+    """The joint-graph name of a backward graph's value: through a reload back to the saved
+    tensor it reloads (``cpu_offload_<name>``)."""
+    while node.op == "call_function" and op_packet_name(node.target) in _RELOAD_OPS:
+        node = node.all_input_nodes[0]
+    name = str(node.name)
+    return name[len(CPU_OFFLOAD_PREFIX) :] if name.startswith(CPU_OFFLOAD_PREFIX) else name
 
 
 def planned(joint: JointGraph, actions: Mapping[str, str]) -> dict[str, Any]:
