@@ -2,7 +2,7 @@
 scores.
 
 At profile time (`slackswap.compile.profile`) torch's min-cut partitioner ran on the compiled
-step's joint graph at a grid of ``torch._functorch.config.activation_memory_budget`` values
+step's joint graph at a grid of ``activation_memory_budget`` values (torch's functorch config)
 (its default knapsack), and which saved tensors it kept at each went to
 ``instance.meta["compile"]["torch_budget"]``. This solver turns each into a plan (kept: keep,
 the rest: recompute; a tensor torch re-made that the instance cannot rebuild is kept) and
