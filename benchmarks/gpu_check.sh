@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The first thing to run on a machine with a GPU: the `cuda` tests, then the GPU half of
 # benchmarks/bench_runtime.py (the training path's step time and max_memory_allocated beside the
-# simulator's prediction, against save_on_cpu and torch.utils.checkpoint). Under 5 minutes on
-# one GPU. Paste its output into benchmarks/README.md ("Runtime").
+# simulator's prediction, against save_on_cpu and torch.utils.checkpoint), then the compiled rows
+# (benchmarks/bench_compile_gpu.py: a plan inside torch.compile with inductor). Under 10 minutes
+# on one GPU. Paste its output into benchmarks/README.md ("Runtime").
 #
 #   benchmarks/gpu_check.sh            # on the GPU machine, from the repository root
 #   benchmarks/gpu_check.sh --dry-run  # its CPU half (what CI runs, under a minute):
@@ -20,6 +21,8 @@ case "${1:-}" in
     # nothing; that each case runs does). The `cuda` tests only skip here: the fast suite
     # already runs the rest of the runtime tests.
     timeout 300 "$PYTHON" benchmarks/bench_runtime.py --quick --cpu-only --repeat 1
+    # The compiled rows' CPU half: aot_eager, a one-layer GPT, the checks only.
+    timeout 300 "$PYTHON" benchmarks/bench_compile_gpu.py --dry-run --repeat 1
     ;;
 "")
     if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -34,6 +37,9 @@ case "${1:-}" in
         exit "$rc"
     fi
     timeout 120 "$PYTHON" benchmarks/bench_runtime.py --gpu-only --repeat 20
+    # Plans inside torch.compile (inductor): peak max_memory_allocated and step time of torch's
+    # default partitioner and of SlackSwap's plan, offloading synchronously and on a side stream.
+    timeout 300 "$PYTHON" benchmarks/bench_compile_gpu.py --repeat 10
     ;;
 *)
     echo "gpu_check: unknown option '$1' (expected --dry-run or nothing)" >&2

@@ -41,6 +41,7 @@ _LAZY = {
     "run": "slackswap.solvers:run",
     "RunRecord": "slackswap.solvers:RunRecord",
     "Status": "slackswap.solvers:Status",
+    "compile": "slackswap.compile:compile",
 }
 
 __all__ = ["__version__", *_LAZY]

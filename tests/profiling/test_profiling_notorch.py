@@ -31,7 +31,11 @@ def test_package_imports_without_torch() -> None:
                        "slackswap.torchstep.context", "slackswap.torchstep.loss", "slackswap.torchstep.state",
                        "slackswap.runtime.executor", "slackswap.runtime.memory",
                        "slackswap.runtime.measure", "slackswap.runtime.copies",
-                       "slackswap.runtime.rebuild", "slackswap.runtime.training"}
+                       "slackswap.runtime.rebuild", "slackswap.runtime.training",
+                       "slackswap.torchstep.compileapi", "slackswap.compile.graph",
+                       "slackswap.compile.partition", "slackswap.compile.capture",
+                       "slackswap.compile.profile", "slackswap.compile.step",
+                       "slackswap.commands.run_compiled"}
         import slackswap.runtime  # the entry point itself imports torch only when used
         for info in pkgutil.walk_packages(slackswap.__path__, "slackswap."):
             if info.name in needs_torch or info.name.startswith("slackswap.runtime.training."):

@@ -74,6 +74,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timing", choices=("roofline", "measured"), default="roofline", help="profile timing"
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the plan inside torch.compile: profile the compiled joint graph, apply the "
+        "plan through torch's min-cut partitioner, and check against torch's own partitioner",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("aot_eager", "inductor"),
+        default="inductor",
+        help="with --compile: the torch.compile backend (default inductor)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_progress_arguments(p)
     p.set_defaults(func=cmd_run)
@@ -81,6 +93,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     torch = require_torch()
+    if args.compile:
+        # function-level: the compile path imports torch, an optional dependency (checked above)
+        from slackswap.commands.run_compiled import cmd_run_compiled
+
+        return cmd_run_compiled(args)
     # function-level: runtime.measure imports torch, an optional dependency (checked just above)
     from slackswap.runtime.measure import (
         has_sparse_gradients,

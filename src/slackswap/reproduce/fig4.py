@@ -97,7 +97,11 @@ def titanx_fact() -> Fact:
 def heuristic_solvers() -> list[str]:
     """Every registered policy that is neither exact nor a time-limited search."""
 
-    return [e.name for e in REGISTRY if not e.tags.exact and not e.tags.uses_time_limit]
+    return [
+        e.name
+        for e in REGISTRY
+        if not e.tags.exact and not e.tags.uses_time_limit and not e.tags.needs_meta
+    ]
 
 
 def fig4_sweep(

@@ -50,6 +50,9 @@ class Tags:
     # whatever seeds it is given (and the conformance kit checks two seeds agree)
     uses_seed: bool = True
     static_plan: bool = True  # the plan alone decides (no run-time policy in the simulator)
+    #: ``Instance.meta`` entries the solver reads; it refuses (one line) an instance without
+    #: them, so the conformance suite runs it on instances that carry them, not the catalog's
+    needs_meta: tuple[str, ...] = ()
 
 
 @dataclass
