@@ -16,7 +16,8 @@ from slackswap.instances.catalog import build_model
 from slackswap.models.offload_calculator import MAX_GPUS, estimate
 from slackswap.models.transformer import transformer_config
 from slackswap.plan import MIN_BUDGET_FRACTION, Budget, Plan, PlanError
-from slackswap.solvers.base import REGISTRY, Solver
+from slackswap.solvers.base import Solver
+from slackswap.solvers.registry import REGISTRY
 from tests.support.userinput import refused
 
 HUGE = 10**400  # an int no float holds: float(HUGE) raises OverflowError
