@@ -38,6 +38,8 @@ RESULT_FIELDS = ("step_s", "throughput", "recompute_s", "fwd_stall_s", "bwd_stal
 def _solver_sets() -> tuple[list[str], list[str]]:
     quick, timed = [], []
     for entry in REGISTRY:
+        if entry.tags.needs_meta:  # plans only instances that carry that metadata (torch-budget)
+            continue
         (timed if entry.tags.uses_time_limit else quick).append(entry.name)
     return quick, timed
 
