@@ -335,13 +335,12 @@ class CopyEngine:
         it ran synchronously)."""
         host = e.host
         if not self._cuda:
+            if not dispatch_mode_active():  # a fast step: one clone, as a copy hook would do
+                return cpu_clone(host), None
             # Allocated as a step operator would (a `StorageTracker` counts it: device memory
             # on a CPU-only machine), filled with its modes off (the host copy is not).
             dst = torch.empty(host.nbytes(), dtype=torch.uint8).untyped_storage()
-            if dispatch_mode_active():
-                with disable_current_modes():
-                    cpu_copy(dst, host)
-            else:
+            with disable_current_modes():
                 cpu_copy(dst, host)
             return dst, None
         if self._h2d_stream is None:

@@ -209,8 +209,13 @@ class Entry:
 
     def free(self) -> None:
         """Let go of everything this runtime holds for it (the step is over); idempotent."""
-        if self.residency is not Residency.FREED:
+        if self.residency is Residency.FREED:
+            return
+        if self.checked:
             self.move(Residency.FREED, device=None, host=None, event=None)
+        else:  # what `move` does unchecked, without its keyword handling (a fast step's path)
+            self.device = self.host = self.event = None
+            self.residency = Residency.FREED
 
     def forget_event(self) -> None:
         """Nothing waits for the running copy's end any more (it stays where it is)."""
@@ -243,15 +248,17 @@ class Handle:
     __slots__ = ("entry", "tensor", "dtype", "offset", "size", "stride", "release")
 
     def __init__(
-        self, entry: Entry, t: torch.Tensor, *, keep: bool, release: Callable[[Entry], None]
+        self, entry: Entry, t: torch.Tensor, keep: bool, release: Callable[[Entry], None]
     ):
+        # Made once per saved tensor (the training path's hot path): torch already gives an
+        # int, an immutable ``torch.Size`` and a tuple, so they are stored as they come.
         self.release = release
         self.entry = entry
         self.tensor = t if keep else None
         self.dtype = t.dtype
-        self.offset = int(t.storage_offset())
-        self.size = tuple(t.shape)
-        self.stride = tuple(t.stride())
+        self.offset = t.storage_offset()
+        self.size = t.shape
+        self.stride = t.stride()
         entry.handles += 1
 
     def __del__(self) -> None:
