@@ -247,9 +247,7 @@ class Handle:
 
     __slots__ = ("entry", "tensor", "dtype", "offset", "size", "stride", "release")
 
-    def __init__(
-        self, entry: Entry, t: torch.Tensor, keep: bool, release: Callable[[Entry], None]
-    ):
+    def __init__(self, entry: Entry, t: torch.Tensor, keep: bool, release: Callable[[Entry], None]):
         # Made once per saved tensor (the training path's hot path): torch already gives an
         # int, an immutable ``torch.Size`` and a tuple, so they are stored as they come.
         self.release = release
