@@ -254,7 +254,7 @@ class Handle:
         self.entry = entry
         self.tensor = t if keep else None
         self.dtype = t.dtype
-        self.offset = t.storage_offset()
+        self.offset: Any = t.storage_offset()  # an int (a SymInt only when traced)
         self.size = t.shape
         self.stride = t.stride()
         entry.handles += 1

@@ -73,6 +73,9 @@ class FastStep:
         #: Check each state change of an entry (`CHECK_FAST_STATES`, a debug aid); off, the
         #: hot path sets the state itself.
         self._check_states = CHECK_FAST_STATES
+        # Bound once: each handle of a swapped or recomputed tensor takes it (no new bound
+        # method object per saved tensor).
+        self._release = self._release  # type: ignore[method-assign]
         self.copies = CopyEngine(
             self.inst,
             self.entries,
@@ -366,7 +369,11 @@ class FastStep:
         ``native_batch_norm`` updates in place without its schema saying so) are put back, so
         the model's state is that of one step."""
         assert self.rebuilder is not None and self.learned.replay is not None
-        with put_back(self.learned.replay.buffers):
+        buffers = self.learned.replay.buffers
+        if not buffers:  # no context to enter: this runs once per rebuild
+            self.rebuilder.rebuild(e)
+            return
+        with put_back(buffers):
             self.rebuilder.rebuild(e)
 
     def _done(self, v: int) -> None:
