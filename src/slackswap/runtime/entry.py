@@ -143,7 +143,8 @@ class Entry:
         self.action = action
         self.nbytes = nbytes
         self.device: Any = None  # the device storage while this runtime holds it
-        self.host: Any = None  # the host copy (swap)
+        # the host copy (swap): a storage, or from a CPU storage a flat tensor of words over one
+        self.host: Any = None
         self.handles = 0  # handles autograd still holds
         self.state = EntryState.NOT_SAVED
         self.residency = Residency.ABSENT
