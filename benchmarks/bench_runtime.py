@@ -295,16 +295,7 @@ def hook_us_per_saved_tensor(case: Case, step: Callable[[], Any], planned: Any,
     the thread's CPU clock (``time.thread_time``), so the machine's load (time the thread
     waits for a core) does not count, as it would in a wall-clock figure."""
     spent = [0.0, 0.0, 0.0]  # in the hooks; in copies; in replayed operators
-
-    def timed(f: Callable[..., Any], k: int) -> Callable[..., Any]:
-        def wrapper(*a: Any, **kw: Any) -> Any:
-            t0 = time.thread_time()
-            try:
-                return f(*a, **kw)
-            finally:
-                spent[k] += time.thread_time() - t0
-
-        return wrapper
+    timed = partial(_timed, spent=spent)
 
     learned = planned._learned
     records = learned.replay.records if learned is not None and learned.replay else {}
@@ -338,6 +329,40 @@ def hook_us_per_saved_tensor(case: Case, step: Callable[[], Any], planned: Any,
     n = max(len(learned.expected) if learned is not None else 0, 1)
     return (statistics.median(hooks) / n * 1e6, statistics.median(copies) / n * 1e6,
             statistics.median(python) / n * 1e6)  # fmt: skip
+
+
+def _timed(f: Callable[..., Any], k: int, spent: list[float]) -> Callable[..., Any]:
+    """``f``, adding the thread CPU time each call takes to ``spent[k]``."""
+
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return f(*a, **kw)
+        finally:
+            spent[k] += time.thread_time() - t0
+
+    return wrapper
+
+
+def timer_us_per_call(calls: int = 20000) -> float:
+    """What `hook_us_per_saved_tensor`'s timer adds to the time it measures per timed call, in
+    microseconds: its own clock readings and wrapper around a call that does nothing, on the
+    same thread CPU clock (the least of five tries: a warm cache, so at most what it adds in a
+    step). Printed beside the table: the "Python us/pack" column includes it (about two timed
+    calls per pack, a pack and an unpack, and one more per copy timed inside them)."""
+    spent = [0.0]
+
+    def nothing(h: Any) -> Any:
+        return h
+
+    wrapper = _timed(nothing, 0, spent)
+    best = float("inf")
+    for _ in range(5):
+        spent[0] = 0.0
+        for _ in range(calls):
+            wrapper(None)
+        best = min(best, spent[0] / calls * 1e6)
+    return best
 
 
 def copy_out_and_back() -> Any:
@@ -387,6 +412,8 @@ CPU_ROWS = (
 def cpu_half(repeat: int, quick: bool) -> None:
     print(f"CPU ({platform.processor() or platform.machine()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads), median of {repeat} interleaved rounds")  # fmt: skip
+    print(f"(the hook timer adds {timer_us_per_call():.2f} us per timed call to what it times, "
+          "measured now; the Python us/pack column includes it)")  # fmt: skip
     print()
     print("| model | ops | saved | case | median ms | ratio | vs | fast | us/op over unplanned | "
           "packs | us/pack in hooks | copy us/pack | Python us/pack |")  # fmt: skip

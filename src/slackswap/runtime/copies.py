@@ -335,15 +335,17 @@ class CopyEngine:
         it ran synchronously)."""
         host = e.host
         if not self._cuda:
+            # ``host``: the host copy as a flat tensor of words (`copy_to_host` on a CPU).
+            if not dispatch_mode_active():  # a fast step: one clone, as a copy hook would do
+                return host.clone().untyped_storage(), None
             # Allocated as a step operator would (a `StorageTracker` counts it: device memory
             # on a CPU-only machine), filled with its modes off (the host copy is not).
-            dst = torch.empty(host.nbytes(), dtype=torch.uint8).untyped_storage()
-            if dispatch_mode_active():
-                with disable_current_modes():
-                    cpu_copy(dst, host)
-            else:
-                cpu_copy(dst, host)
-            return dst, None
+            dst = torch.empty(host.untyped_storage().nbytes(), dtype=torch.uint8)
+            with disable_current_modes():
+                _words(dst.untyped_storage()).copy_(host)
+            return dst.untyped_storage(), None
+        if isinstance(host, torch.Tensor):  # a CPU tensor saved by a CUDA step: its words
+            host = host.untyped_storage()
         if self._h2d_stream is None:
             buf = torch.empty(host.nbytes(), dtype=torch.uint8, device="cuda")
             buf.untyped_storage().copy_(host)
@@ -387,7 +389,9 @@ class CopyEngine:
 def copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
     """Copy the device storage ``src`` to a new host storage: pinned and on ``copy_stream``
     after the work queued so far (CUDA with a side stream; the CUDA event returned marks the
-    copy's end), or at once (CPU, or CUDA without one; no event). Host memory is not the step's
+    copy's end), or at once (CPU, or CUDA without one; no event). From a CPU storage the copy
+    is a flat tensor of words over the new storage (`_words`, cloned): the copy back clones it as it
+    is, without making a tensor over a storage again. Host memory is not the step's
     device memory: made with any dispatch mode (a `StorageTracker` measuring the step) disabled.
     """
     if dispatch_mode_active():
@@ -398,7 +402,7 @@ def copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
 
 def _copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
     if src.device.type != "cuda":
-        return cpu_clone(src), None
+        return _words(src).clone(), None
     event = None
     host = torch.empty(src.nbytes(), dtype=torch.uint8, pin_memory=True)
     if copy_stream is not None:
@@ -426,13 +430,3 @@ def _words(storage: Any) -> Any:
     n = storage.nbytes()
     size = 8 if n % 8 == 0 else 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1
     return _WORDS[size].new().set_(storage, 0, (n // size,), (1,))
-
-
-def cpu_clone(src: Any) -> Any:
-    """A new CPU storage with the bytes of CPU storage ``src`` (copied bit for bit)."""
-    return _words(src).clone().untyped_storage()
-
-
-def cpu_copy(dst: Any, src: Any) -> None:
-    """Copy the bytes of CPU storage ``src`` into CPU storage ``dst`` of the same size."""
-    _words(dst).copy_(_words(src))

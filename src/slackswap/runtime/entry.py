@@ -143,7 +143,8 @@ class Entry:
         self.action = action
         self.nbytes = nbytes
         self.device: Any = None  # the device storage while this runtime holds it
-        self.host: Any = None  # the host copy (swap)
+        # the host copy (swap): a storage, or from a CPU storage a flat tensor of words over one
+        self.host: Any = None
         self.handles = 0  # handles autograd still holds
         self.state = EntryState.NOT_SAVED
         self.residency = Residency.ABSENT
@@ -209,8 +210,13 @@ class Entry:
 
     def free(self) -> None:
         """Let go of everything this runtime holds for it (the step is over); idempotent."""
-        if self.residency is not Residency.FREED:
+        if self.residency is Residency.FREED:
+            return
+        if self.checked:
             self.move(Residency.FREED, device=None, host=None, event=None)
+        else:  # what `move` does unchecked, without its keyword handling (a fast step's path)
+            self.device = self.host = self.event = None
+            self.residency = Residency.FREED
 
     def forget_event(self) -> None:
         """Nothing waits for the running copy's end any more (it stays where it is)."""
@@ -242,16 +248,16 @@ class Handle:
 
     __slots__ = ("entry", "tensor", "dtype", "offset", "size", "stride", "release")
 
-    def __init__(
-        self, entry: Entry, t: torch.Tensor, *, keep: bool, release: Callable[[Entry], None]
-    ):
+    def __init__(self, entry: Entry, t: torch.Tensor, keep: bool, release: Callable[[Entry], None]):
+        # Made once per saved tensor (the training path's hot path): torch already gives an
+        # int, an immutable ``torch.Size`` and a tuple, so they are stored as they come.
         self.release = release
         self.entry = entry
         self.tensor = t if keep else None
         self.dtype = t.dtype
-        self.offset = int(t.storage_offset())
-        self.size = tuple(t.shape)
-        self.stride = tuple(t.stride())
+        self.offset: Any = t.storage_offset()  # an int (a SymInt only when traced)
+        self.size = t.shape
+        self.stride = t.stride()
         entry.handles += 1
 
     def __del__(self) -> None:

@@ -178,22 +178,24 @@ class SavedBytesTracker:
         self.peak_bytes = 0
         self.peak_op = -1
         self._alive: dict[int, _StorageRef] = {}
+        self._on_gone = self._gone  # bound once: every storage counted gets it as a callback
 
     def add(self, storage: Any, nbytes: int, op: int) -> weakref.ref[Any]:
         """Count ``storage`` (``nbytes``) from now, at operator ``op``; a weak reference to it
         (dead once the storage is freed)."""
         key = id(storage)
-        ref = self._alive.get(key)
+        alive = self._alive
+        ref = alive.get(key)
         if ref is not None:
             return ref
-        ref = _StorageRef(storage, self._gone)
+        ref = alive[key] = _StorageRef(storage, self._on_gone)
         ref.key = key
         ref.nbytes = nbytes
-        self._alive[key] = ref
         live = self.live_bytes + nbytes
         self.live_bytes = live
-        if live + self.transient[op] > self.peak_bytes:
-            self.peak_bytes = live + self.transient[op]
+        live += self.transient[op]
+        if live > self.peak_bytes:
+            self.peak_bytes = live
             self.peak_op = op
         return ref
 

@@ -70,6 +70,12 @@ class FastStep:
         # Copies back are started ahead (the look-ahead rule, at the position of the tensor
         # being unpacked) only with side streams; without, each is copied when read.
         self._prefetch = self.cuda and self.policy.overlap and self.policy.prefetch
+        #: Check each state change of an entry (`CHECK_FAST_STATES`, a debug aid); off, the
+        #: hot path sets the state itself.
+        self._check_states = CHECK_FAST_STATES
+        # Bound once: each handle of a swapped or recomputed tensor takes it (no new bound
+        # method object per saved tensor).
+        self._release = self._release  # type: ignore[method-assign]
         self.copies = CopyEngine(
             self.inst,
             self.entries,
@@ -286,22 +292,24 @@ class FastStep:
             return t
         e = self.entries[i]
         if do == HANDLE:
-            return Handle(e, t, keep=False, release=self._release)
+            return Handle(e, t, False, self._release)
         if storage is not None:  # its first pack: counted until Python frees it
             self._origin.append((i, self.tracker.add(storage, nbytes, self._producer[i])))
         if do == KEEP_FIRST:
             return t
+        if self._check_states:
+            e.to(EntryState.SAVED)
+        else:
+            e.state = _SAVED
         if do == SWAP_FIRST:
-            e.to(EntryState.SAVED)
             self.copies.offload(e, storage)  # a rebuild that reads it fetches it back
-            return Handle(e, t, keep=False, release=self._release)
-        if do == RECOMP_FIRST:
-            e.to(EntryState.SAVED)
+        elif do == RECOMP_FIRST:
             self.stats.recomputed_bytes += e.nbytes
-            return Handle(e, t, keep=False, release=self._release)
-        # KEEP_READ_FIRST: kept, and a rebuild reads it: held until that rebuild is done
-        e.move(Residency.DEVICE, device=storage)
-        return t
+        else:
+            # KEEP_READ_FIRST: kept, and a rebuild reads it: held until that rebuild is done
+            e.move(Residency.DEVICE, device=storage)
+            return t
+        return Handle(e, t, False, self._release)
 
     def _mismatch(self, k: int, p: Pack, t: torch.Tensor) -> None:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
@@ -332,7 +340,9 @@ class FastStep:
             # The step is at this tensor's first backward reader: the copies back the
             # look-ahead admits from there start now.
             self.copies.admit(self._first_bwd_reader[e.index])
-        storage = e.device if e.device is not None else self._materialise(e)
+        storage = e.device
+        if storage is None:
+            storage = self._materialise(e)
         if e.event is not None:
             torch.cuda.current_stream().wait_event(e.event)
         return view(storage, h.dtype, h.offset, h.size, h.stride)
@@ -359,7 +369,11 @@ class FastStep:
         ``native_batch_norm`` updates in place without its schema saying so) are put back, so
         the model's state is that of one step."""
         assert self.rebuilder is not None and self.learned.replay is not None
-        with put_back(self.learned.replay.buffers):
+        buffers = self.learned.replay.buffers
+        if not buffers:  # no context to enter: this runs once per rebuild
+            self.rebuilder.rebuild(e)
+            return
+        with put_back(buffers):
             self.rebuilder.rebuild(e)
 
     def _done(self, v: int) -> None:
@@ -388,8 +402,14 @@ class FastStep:
             # read) and counts as released only once that rebuild is done.
             self._finished.add(e.index)
             return
-        e.to(EntryState.RELEASED)
+        if self._check_states:
+            e.to(EntryState.RELEASED)
+        else:
+            e.state = _RELEASED
         self.copies.let_go(e)  # a copy back's device storage goes now
+
+
+_SAVED, _RELEASED = EntryState.SAVED, EntryState.RELEASED
 
 
 def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
