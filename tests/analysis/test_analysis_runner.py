@@ -131,6 +131,7 @@ def test_dask_worker_processes_give_the_same_rows(sequential: pd.DataFrame) -> N
     pd.testing.assert_frame_equal(comparable(df), comparable(sequential))
 
 
+@pytest.mark.slow  # fresh loky workers load the simulator: about a minute beside xdist's workers
 def test_guard_stops_a_job_in_a_joblib_worker() -> None:
     inst = build_model("gpt2-xl", layers=1, seq=64, batch=1)
     sweep = Sweep(
