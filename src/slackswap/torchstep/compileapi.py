@@ -16,13 +16,13 @@ Imported only after torch has been found (`slackswap.torchstep.require_torch`).
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from slackswap.errors import UserError
+from slackswap.torchstep.torchapi import major_minor
 
 __all__ = [
     "CPU_OFFLOAD_PREFIX",
@@ -53,14 +53,9 @@ class UnsupportedTorchError(UserError):
     """The installed torch is outside the versions the compile path was tested with."""
 
 
-def _major_minor(version: str) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def unsupported_message(version: str) -> str | None:
     """None when torch ``version`` is within `TESTED_COMPILE_TORCH`, else the refusal line."""
-    got = _major_minor(version)
+    got = major_minor(version)
     lo, hi = TESTED_COMPILE_TORCH
     if got is not None and lo <= got <= hi:
         return None

@@ -47,14 +47,15 @@ class TorchVersionWarning(UserWarning):
     tested with."""
 
 
-def _major_minor(version: str) -> tuple[int, int] | None:
+def major_minor(version: str) -> tuple[int, int] | None:
+    """``(2, 13)`` from ``'2.13.0+cpu'``; None when the text names no version."""
     m = re.match(r"(\d+)\.(\d+)", version)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def check_torch_version(version: str) -> str | None:
     """None when torch ``version`` is within `TESTED_TORCH`, else the one-line warning text."""
-    got = _major_minor(version)
+    got = major_minor(version)
     lo, hi = TESTED_TORCH
     if got is not None and lo <= got <= hi:
         return None
