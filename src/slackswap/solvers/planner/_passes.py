@@ -64,6 +64,7 @@ from slackswap.solvers.planner._candidate_index import (
 )
 from slackswap.solvers.planner._chain_index import (
     CHAIN_TOL_S,
+    _range_add,
     add_after,
     chain_end_with,
     chain_index,
@@ -306,38 +307,9 @@ def _seg_build(values):  # type: ignore[no-untyped-def]
     return seg
 
 
-@njit(cache=True, nogil=True)
-def _pull(seg, leaf):  # type: ignore[no-untyped-def]
-    mx, ad = seg[0], seg[1]
-    k = leaf >> 1
-    while k >= 1:
-        a, b = mx[2 * k], mx[2 * k + 1]
-        mx[k] = (a if a > b else b) + ad[k]
-        k >>= 1
-
-
-@njit(cache=True, nogil=True)
-def _add(seg, lo, hi, s):  # type: ignore[no-untyped-def]
-    """Add ``s`` bytes to operators lo..hi (inclusive) in O(log n_ops)."""
-    if lo > hi:
-        return
-    mx, ad = seg[0], seg[1]
-    size = mx.shape[0] // 2
-    lo_leaf, hi_leaf = lo + size, hi + size
-    left, right = lo_leaf, hi_leaf + 1
-    while left < right:
-        if left & 1:
-            mx[left] += s
-            ad[left] += s
-            left += 1
-        if right & 1:
-            right -= 1
-            mx[right] += s
-            ad[right] += s
-        left >>= 1
-        right >>= 1
-    _pull(seg, lo_leaf)
-    _pull(seg, hi_leaf)
+#: Add ``s`` bytes to operators lo..hi (inclusive) in O(log n_ops): the same max / pending-add
+#: tree as the chain index's slots.
+_add = _range_add
 
 
 @njit(cache=True, nogil=True)
