@@ -61,6 +61,35 @@ def torch_encoder():
     return model, (x,), lambda logits: F.cross_entropy(logits, labels)
 
 
+class TorchDecoder(nn.Module):
+    """PyTorch's own nn.TransformerDecoderLayer (causal self-attention, cross-attention over a
+    memory input, dropout) over token embeddings, and a vocabulary head."""
+
+    def __init__(self, hidden: int = 32, heads: int = 2, mlp: int = 64, vocab: int = 64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, hidden)
+        layer = nn.TransformerDecoderLayer(hidden, heads, mlp, dropout=0.1, batch_first=True)
+        self.decoder = nn.TransformerDecoder(layer, 1)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1])
+        return self.head(self.decoder(self.emb(tokens), memory, tgt_mask=mask, tgt_is_causal=True))
+
+
+def torch_decoder():
+    """(model, (tokens, memory), loss_fn): nn.TransformerDecoder, next-token cross-entropy.
+    Its self-attention gets one tensor as query, key and value."""
+    torch.manual_seed(0)
+    model = TorchDecoder()
+    tokens = torch.randint(0, 64, (2, 8))
+    memory = torch.randn(2, 8, 32)
+    targets = torch.roll(tokens, -1, dims=1)
+    return model, (tokens, memory), lambda logits: F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+    )
+
+
 def tiny_cnn():
     """The CNN at batch 2 on 16x16 images (runtime tests)."""
     return cnn(batch=2, image=16)

@@ -158,6 +158,28 @@ def test_planned_training_is_bitwise_identical(name: str, plan_kind: str) -> Non
         assert made[0].fast, made[0].reason
 
 
+def test_a_block_given_one_tensor_twice_is_recomputed_as_it_ran() -> None:
+    # The decoder's self-attention block gets x as query, key and value; checkpoint saves its
+    # tensor arguments through the step's hooks, which would hand three distinct tensors to
+    # the recomputation (and nn.MultiheadAttention would project them separately, saving other
+    # tensors than the forward did: torch's CheckpointError). Each tensor is saved once.
+    m = _model("torch_decoder")
+    plan, budget = m.plan("blocks-recompute")
+    made: list[Any] = []
+
+    def planned(model: Any) -> Any:
+        made.append(prepare(model, plan, budget))
+        return made[0]
+
+    torch.manual_seed(1)
+    ref = _train(m, 3)
+    torch.manual_seed(1)
+    got = _train(m, 3, planned)
+    assert _differences(ref, got) == []
+    assert made[0].fast, made[0].reason
+    assert made[0].checkpointed_blocks == list(m.inst.meta["block_modules"])
+
+
 def test_fast_steps_update_batch_norm_statistics_once() -> None:
     # Step 1 (checked) is synchronised to the reference, so only the fast steps are compared.
     m = _model("plain_cnn")

@@ -24,10 +24,12 @@ def checkpoint_call(
     updates in place are put back after each recomputation (one update per step).
     ``saving_inputs[0]`` is True while checkpoint saves the inputs (before the body)."""
     calls = [0]
+    distinct, slot = _distinct_tensors(args)
 
-    def body(*a: Any, **k: Any) -> Any:
+    def body(*saved: Any, **k: Any) -> Any:
         saving_inputs[0] = False
         calls[0] += 1
+        a = tuple(saved[s] if s >= 0 else arg for arg, s in zip(args, slot, strict=True))
         if calls[0] == 1:
             return fn(*a, **k)
         with put_back(buffers):
@@ -35,9 +37,28 @@ def checkpoint_call(
 
     saving_inputs[0] = True
     try:
-        return checkpoint(body, *args, use_reentrant=False, **kwargs)
+        return checkpoint(body, *distinct, use_reentrant=False, **kwargs)
     finally:
         saving_inputs[0] = False
+
+
+def _distinct_tensors(args: tuple[Any, ...]) -> tuple[list[torch.Tensor], list[int]]:
+    """The distinct tensors among ``args`` and, per argument, its index among them (-1: not a
+    tensor). checkpoint saves each tensor argument through the step's saved-tensor hooks, and
+    a tensor unpacked through hooks is a new object: one tensor passed twice (self-attention's
+    ``query is key is value``) would come back as two, and the recomputation would take
+    another path (``nn.MultiheadAttention``'s separate in-projections) and save other tensors."""
+    distinct: list[torch.Tensor] = []
+    index: dict[int, int] = {}
+    slot = []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            slot.append(index.setdefault(id(arg), len(distinct)))
+            if slot[-1] == len(distinct):
+                distinct.append(arg)
+        else:
+            slot.append(-1)
+    return distinct, slot
 
 
 @contextmanager
