@@ -85,8 +85,10 @@ def torch_decoder():
     tokens = torch.randint(0, 64, (2, 8))
     memory = torch.randn(2, 8, 32)
     targets = torch.roll(tokens, -1, dims=1)
-    return model, (tokens, memory), lambda logits: F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+    return (
+        model,
+        (tokens, memory),
+        lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)),
     )
 
 
