@@ -103,3 +103,61 @@ def test_no_solver_declares_a_margin_for_run_to_apply() -> None:
     for cls in (Solver, Milp, CpSat):
         assert not hasattr(cls, "margin")
     assert 0.0 < milp.RESERVE_SHARE < milp.LP_SHARE and 0.0 < cpsat.RESERVE_SHARE < cpsat.LP_SHARE
+
+
+def test_the_evaluation_budget_rides_on_every_part_of_the_deadline() -> None:
+    clock = FakeClock()
+    d = Deadline.begin(10.0, max_evaluations=500, clock=clock)
+    assert [p.max_evaluations for p in (d.share(0.5), d.before(1.0), d.within(2.0))] == [500] * 3
+    assert d.with_evaluations(800).max_evaluations == 500  # the smaller budget wins
+    assert d.with_evaluations(200).max_evaluations == 200
+    assert d.with_evaluations(None) is d
+    assert Deadline.never().with_evaluations(300).max_evaluations == 300
+    inner = d.time_only()  # a hint's or a seed's solve: the same clock, its own evaluations
+    assert inner.max_evaluations is None and inner.at == d.at
+    assert d.lap().max_evaluations is None
+    assert (d.evaluations_left(120), d.evaluations_left(900)) == (380, 0)
+    assert not d.out_of_evaluations(499) and d.out_of_evaluations(500)
+    assert Deadline.never().evaluations_left(10**9) == math.inf
+    assert not Deadline.never().out_of_evaluations(10**9)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "10"])
+def test_a_bad_evaluation_budget_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="evaluation budget"):
+        Deadline.begin(None, max_evaluations=bad)  # type: ignore[arg-type]
+
+
+def test_the_plan_scorer_counts_against_the_deadlines_evaluation_budget() -> None:
+    from slackswap.solvers.exact._plans import Scorer
+
+    inst = build_model("gpt2-xl", layers=2, seq=128, batch=1)
+    scorer = Scorer(inst, inst.peak_bytes, Deadline.begin(None, max_evaluations=3))
+    steps = scorer.many(np.zeros((5, inst.n_tensors), dtype=np.int8))
+    assert np.isfinite(steps[:3]).all() and np.isinf(steps[3:]).all()
+    assert scorer.evaluations == 3 and scorer.exhausted
+
+
+def test_a_hint_solves_within_the_time_but_not_the_evaluation_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slackswap.solvers.exact import _plans
+
+    class Entry:
+        def make(self) -> Solver:
+            return _Records()
+
+    monkeypatch.setattr(_plans, "REGISTRY", {"t-records-deadline": Entry()})
+    inst = build_model("gpt2-xl", layers=2, seq=128, batch=1)
+    _Records.seen.clear()
+    parent = Deadline.begin(10.0, max_evaluations=40)
+    assert len(_plans.hint_plans(inst, Budget.parse(1.0), "t-records-deadline", parent)) == 1
+    (given,) = _Records.seen
+    assert given.max_evaluations is None and given.at <= parent.at
+
+
+def test_milp_says_its_evaluation_budget_ended_the_search() -> None:
+    inst = build_model("gpt2-xl", layers=6, seq=128, batch=2)
+    rec = run(inst, 0.4, "milp", time_limit=30.0, options={"hint": "none", "max_evaluations": 20})
+    assert rec.evaluations is not None and rec.evaluations <= 20
+    assert (rec.stopped_by, rec.info.get("stop")) == ("evaluations", "evaluations")

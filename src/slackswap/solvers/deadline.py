@@ -13,6 +13,15 @@ none too, and a solver ends by its own rule: a search by its evaluation or gener
 or its convergence, an exact solver when its loops converge or its proof closes. A finite
 default belongs to the driver that chose it (the command line and `slackswap.solve`:
 `slackswap.solvers.running.EXACT_TIME_LIMIT_S`), never to a solver's option.
+
+The deadline is the solve's one stopping rule, in the manner of pymoo's ``Termination``: beside
+the time limit it carries the evaluation budget (``max_evaluations``: plans scored in the
+simulator, None: none), which every part of it keeps (`share`, `before`, `within`). A search
+with a ``max_evaluations`` option (``ga``, ``milp``, ``cpsat``) joins it to the deadline it was
+given with `with_evaluations` (the smaller budget wins, so a caller may set one too with
+`begin`) and hands the result down: a phase, the plan scorer and the island rules read both
+rules from the one object (`out_of_evaluations`, `evaluations_left`). A solve started for
+another solver's plan (a hint, a seed) gets `time_only`: it counts its own evaluations.
 """
 
 from __future__ import annotations
@@ -31,18 +40,23 @@ class Deadline:
     limit_s: float | None
     start: float
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
+    #: Plans the solve may score in the simulator (None: no evaluation budget).
+    max_evaluations: int | None = None
 
     @classmethod
     def begin(
         cls,
         limit_s: float | None,
         *,
+        max_evaluations: int | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> Deadline:
-        """A deadline ``limit_s`` seconds (None: none) from now on ``clock``."""
+        """A deadline ``limit_s`` seconds (None: none) from now on ``clock``, with an evaluation
+        budget of ``max_evaluations`` plans (None: none)."""
         if limit_s is not None and not limit_s >= 0:
             raise ValueError(f"a time limit is a non-negative number of seconds, got {limit_s!r}")
-        return cls(None if limit_s is None else float(limit_s), clock(), clock)
+        _check_evaluations(max_evaluations)
+        return cls(None if limit_s is None else float(limit_s), clock(), clock, max_evaluations)
 
     @classmethod
     def never(cls) -> Deadline:
@@ -98,8 +112,9 @@ class Deadline:
         return self.limit_s is None or self.remaining() > seconds
 
     def lap(self) -> Deadline:
-        """A clock started now on this deadline's clock, with no time limit: what a phase or an
-        engine call took is its `elapsed` (the only clock the solvers read)."""
+        """A clock started now on this deadline's clock, with no time limit and no evaluation
+        budget: what a phase or an engine call took is its `elapsed` (the only clock the
+        solvers read)."""
         return Deadline(None, self.clock(), self.clock)
 
     def within(self, seconds: float) -> Deadline:
@@ -109,3 +124,40 @@ class Deadline:
         if math.isinf(end):
             return self
         return replace(self, limit_s=end)
+
+    def with_evaluations(self, max_evaluations: int | None) -> Deadline:
+        """This deadline with an evaluation budget of at most ``max_evaluations`` plans (None:
+        this one's): a solver's own budget joins the driver's, the smaller wins."""
+        _check_evaluations(max_evaluations)
+        if max_evaluations is None:
+            return self
+        mine = self.max_evaluations
+        return replace(
+            self, max_evaluations=max_evaluations if mine is None else min(mine, max_evaluations)
+        )
+
+    def time_only(self) -> Deadline:
+        """This deadline without its evaluation budget: for a solve started inside this one
+        (another solver's plan as a hint or a seed), which counts its own evaluations."""
+        return replace(self, max_evaluations=None)
+
+    def evaluations_left(self, done: int) -> float:
+        """Plans that may still be scored after ``done`` (inf without an evaluation budget)."""
+        if self.max_evaluations is None:
+            return math.inf
+        return max(0, self.max_evaluations - done)
+
+    def out_of_evaluations(self, done: int) -> bool:
+        """Whether ``done`` plans scored spend the evaluation budget (never without one)."""
+        return self.max_evaluations is not None and done >= self.max_evaluations
+
+
+def _check_evaluations(max_evaluations: int | None) -> None:
+    if max_evaluations is not None and (
+        isinstance(max_evaluations, bool)
+        or not isinstance(max_evaluations, int)
+        or max_evaluations < 0
+    ):
+        raise ValueError(
+            f"an evaluation budget is a non-negative whole number of plans, got {max_evaluations!r}"
+        )

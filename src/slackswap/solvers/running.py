@@ -53,7 +53,8 @@ STOPPED_BY = (
     "finished", "error", "wall-clock guard",
 )  # fmt: skip
 
-#: The genetic search's ``info["stop"]`` words as ``stopped_by`` values.
+#: A search's ``info["stop"]`` words as ``stopped_by`` values (the genetic search says each;
+#: the exact solvers say ``evaluations`` when their evaluation budget ended the search).
 _SEARCH_STOPS = {
     "time": "time limit",
     "evaluations": "evaluations",
@@ -288,9 +289,6 @@ def _stopped_by(sol: Solution, solver: Solver, timed_out: bool) -> str:
         return _SEARCH_STOPS[stop]
     if not solver.tags.uses_time_limit:
         return "finished"
-    cap = getattr(solver, "max_evaluations", None)
-    if isinstance(cap, int) and sol.evaluations is not None and sol.evaluations >= cap:
-        return "evaluations"
     return "converged"
 
 

@@ -189,11 +189,11 @@ def test_scorer_starts_no_batch_past_its_deadline(monkeypatch: pytest.MonkeyPatc
     free = plans.Scorer(inst, budget)
     expect = free.many(acts)
     assert np.all(np.isfinite(expect)) and free.evaluations == 5
-    late = plans.Scorer(inst, budget, deadline=Deadline.begin(0.0))
+    late = plans.Scorer(inst, budget, Deadline.begin(0.0))
     assert np.all(np.isinf(late.many(acts))) and late.evaluations == 0
     # a clock that passes the deadline after the first batch: two plans scored, three left
     clock = iter([0.0, 0.0, 10.0, 10.0, 10.0])
-    cut = plans.Scorer(inst, budget, deadline=Deadline.begin(5.0, clock=lambda: next(clock)))
+    cut = plans.Scorer(inst, budget, Deadline.begin(5.0, clock=lambda: next(clock)))
     got = cut.many(acts)
     np.testing.assert_array_equal(got[:2], expect[:2])
     assert np.all(np.isinf(got[2:])) and cut.evaluations == 2

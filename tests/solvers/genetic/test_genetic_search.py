@@ -44,9 +44,14 @@ class Placeholder:
         return over, np.where(over > 0, math.inf, step)
 
 
+def _evaluations(n: int | None) -> Deadline:
+    """No time limit, an evaluation budget of ``n`` plans: the search's one stopping rule."""
+    return Deadline.begin(None, max_evaluations=n)
+
+
 def test_search_improves_and_counts_every_plan_scored() -> None:
     fit = Placeholder()
-    res = search(N_GENES, fit, SearchConfig(pop_size=32, max_evaluations=3000), seed=1)
+    res = search(N_GENES, fit, SearchConfig(pop_size=32), seed=1, deadline=_evaluations(3000))
     assert res.evaluations == fit.plans >= 3000
     assert res.stop == "evaluations"
     assert res.feasible
@@ -70,11 +75,11 @@ def test_history_is_monotone_and_ends_at_the_best() -> None:
 def test_same_seed_same_result_and_global_random_untouched() -> None:
     random.seed(12345)
     before = random.getstate()
-    cfg = SearchConfig(pop_size=20, max_evaluations=1500)
-    a = search(N_GENES, Placeholder(), cfg, seed=5)
+    cfg, stop = SearchConfig(pop_size=20), _evaluations(1500)
+    a = search(N_GENES, Placeholder(), cfg, seed=5, deadline=stop)
     assert random.getstate() == before
-    b = search(N_GENES, Placeholder(), cfg, seed=5)
-    c = search(N_GENES, Placeholder(), cfg, seed=6)
+    b = search(N_GENES, Placeholder(), cfg, seed=5, deadline=stop)
+    c = search(N_GENES, Placeholder(), cfg, seed=6, deadline=stop)
     assert a.best is not None and b.best is not None and c.best is not None
     assert np.array_equal(a.best, b.best)
     assert [h[1:] for h in a.history] == [h[1:] for h in b.history]
@@ -328,9 +333,9 @@ class DrawsFromGlobalRandom(Placeholder):
 
 def test_other_draws_from_global_random_do_not_change_the_search() -> None:
     # Another consumer of Python's `random` (a Dask worker thread, say) must not move the search.
-    cfg = SearchConfig(pop_size=20, max_evaluations=1500)
-    plain = search(N_GENES, Placeholder(), cfg, seed=5)
-    noisy = search(N_GENES, DrawsFromGlobalRandom(), cfg, seed=5)
+    cfg, stop = SearchConfig(pop_size=20), _evaluations(1500)
+    plain = search(N_GENES, Placeholder(), cfg, seed=5, deadline=stop)
+    noisy = search(N_GENES, DrawsFromGlobalRandom(), cfg, seed=5, deadline=stop)
     assert plain.best is not None and noisy.best is not None
     assert np.array_equal(plain.best, noisy.best)
     assert [h[1:] for h in plain.history] == [h[1:] for h in noisy.history]
@@ -388,11 +393,14 @@ def test_islands_give_the_same_result_in_processes_threads_or_in_turn(
     # Earlier tests in the session may leave idle threads (executors) that would make the
     # search start fresh workers instead; this test is about forked ones, so it forks regardless.
     monkeypatch.setattr("slackswap.solvers.genetic._search.worker_start_method", lambda: "fork")
-    stop = {"max_generations": 23} if limit == "generations" else {"max_evaluations": 700}
-    cfg = SearchConfig(pop_size=16, islands=3, migration_interval=4, **stop)  # type: ignore[arg-type]
+    generations = 23 if limit == "generations" else None
+    stop = _evaluations(None if limit == "generations" else 700)
+    cfg = SearchConfig(pop_size=16, islands=3, migration_interval=4, max_generations=generations)
     logs = [tmp_path / f"run{k}.log" for k in range(4)]
     runs = [
-        search(N_GENES, PidLoggingPlaceholder(log), cfg, seed=6, n_jobs=j, processes=p)
+        search(
+            N_GENES, PidLoggingPlaceholder(log), cfg, seed=6, n_jobs=j, processes=p, deadline=stop
+        )
         for log, (j, p) in zip(logs, ((1, False), (2, False), (2, True), (3, True)), strict=True)
     ]
     pids = [set(log.read_text().split()) for log in logs]
@@ -611,8 +619,8 @@ def test_islands_migrate_their_best_in_a_ring_one_interval_late(
 
 def test_islands_search_more_than_one_and_still_improves() -> None:
     fit = Placeholder()
-    cfg = SearchConfig(pop_size=16, max_evaluations=3000, islands=3)
-    res = search(N_GENES, fit, cfg, seed=1)
+    cfg = SearchConfig(pop_size=16, islands=3)
+    res = search(N_GENES, fit, cfg, seed=1, deadline=_evaluations(3000))
     assert res.evaluations == fit.plans >= 3000 and res.feasible
     assert res.best_step_s < 1 + N_GENES / 3
 

@@ -35,31 +35,26 @@ _THRESHOLDS = (0.5, 0.3, 0.1, 0.7, 0.9, 1e-6)
 
 
 class Scorer:
-    """Scores plans in the simulator at one budget, counting evaluations against a work budget.
+    """Scores plans in the simulator at one budget, counting evaluations against the solve's
+    stopping rule ``stop`` (a `Deadline`; None: none).
 
-    ``max_evaluations`` (None: unlimited) makes a search deterministic: it stops after that many
-    plans whatever the clock says (the clock still stops it first on a slow machine).
-    ``deadline`` (None: none): once it has expired `many` starts no further batch
-    and scores the plans left inf (a whole neighbourhood of a 7,684-tensor instance is 15k plans,
-    about 7 s, which overran a 60 s limit by 2 s).
+    Its evaluation budget (``stop.max_evaluations``) makes a search deterministic: it stops
+    after that many plans whatever the clock says (the clock still stops it first on a slow
+    machine). Once its time is up `many` starts no further batch and scores the plans left inf
+    (a whole neighbourhood of a 7,684-tensor instance is 15k plans, about 7 s, which overran a
+    60 s limit by 2 s).
     """
 
-    def __init__(
-        self,
-        instance: Instance,
-        budget_bytes: int,
-        max_evaluations: int | None = None,
-        deadline: Deadline | None = None,
-    ):
+    def __init__(self, instance: Instance, budget_bytes: int, stop: Deadline | None = None):
         self.instance = instance
         self.budget = Budget.bytes(budget_bytes)
         self.evaluations = 0
-        self.max_evaluations = max_evaluations
-        self.deadline = deadline
+        self.stop = stop
 
     @property
     def exhausted(self) -> bool:
-        return self.max_evaluations is not None and self.evaluations >= self.max_evaluations
+        """Whether the evaluation budget is spent."""
+        return self.stop is not None and self.stop.out_of_evaluations(self.evaluations)
 
     def many(self, acts2d: np.ndarray) -> np.ndarray:
         """Simulated step of each plan, seconds (inf when it does not fit or over the budget)."""
@@ -67,13 +62,13 @@ class Scorer:
         if n == 0:
             return np.zeros(0)
         out = np.full(n, np.inf)
-        if self.max_evaluations is not None:
-            n = max(0, min(n, self.max_evaluations - self.evaluations))
+        if self.stop is not None:
+            n = int(min(n, self.stop.evaluations_left(self.evaluations)))
             if n == 0:
                 return out
         acts = np.ascontiguousarray(acts2d[:n], dtype=np.int8)
         for lo in range(0, n, BATCH):
-            if self.deadline is not None and self.deadline.expired():
+            if self.stop is not None and self.stop.expired():
                 break
             res = simulate_many(self.instance, acts[lo : lo + BATCH], self.budget)
             out[lo : min(n, lo + BATCH)] = np.where(res.feasible, res.step_s, np.inf)
@@ -397,14 +392,15 @@ def hint_plans(
     """Plans from another registered solver to start from (``hint="none"``: no hint).
 
     The hint solver runs only with enough time left (its first call may compile), and gets half
-    of it.
+    of it, and no part of this solve's evaluation budget (it counts its own).
     """
     left = deadline.remaining()
     if hint in ("", "none") or left < 2.0 or hint not in REGISTRY:
         return []
     entry = REGISTRY[hint]
     try:
-        out = entry.make().solve(instance, budget, deadline=deadline.within(left / 2), seed=0)
+        hint_deadline = deadline.time_only().within(left / 2)
+        out = entry.make().solve(instance, budget, deadline=hint_deadline, seed=0)
     except Exception:  # a failing hint is no plan, not a failed solve
         return []
     plan = out.plan if isinstance(out, Solution) else out

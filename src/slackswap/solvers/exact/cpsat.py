@@ -139,12 +139,13 @@ class CpSat(Solver):
         # (`Deadline.share_s`); without a time limit every share is none and each phase ends
         # by its own rule (the relaxation's rows, the no-good loop's proof, the neighbourhood
         # search's full pass without improvement, the polish's patience).
-        whole = deadline
+        # One stopping rule down to the engine calls: the time limit and the evaluation budget.
+        whole = deadline.with_evaluations(self.max_evaluations)
         # the end of the limit stays free for pricing the plan, writing the bound and the
         # runner's simulation of the plan
         deadline = whole.before(whole.share_s(RESERVE_SHARE))
         M = budget.bytes_for(instance)
-        scorer = Scorer(instance, M, self.max_evaluations)
+        scorer = Scorer(instance, M, deadline)
         # the relaxation: a bound, an infeasibility proof, and rounded plans to start from
         lp_model = BoundProgram(instance, M)
         # past a few thousand operators the full LP does not finish in time: the coarse one (as
@@ -203,6 +204,8 @@ class CpSat(Solver):
                 instance, M, scorer, acts, step, found_by, lp_bound, deadline, seed, whole
             )
         sol.info["lp_engine"] = "coarse" if coarse else "full"
+        if scorer.exhausted:
+            sol.info["stop"] = "evaluations"
         return sol
 
     # ----- small instances: the no-good loop --------------------------------------------------

@@ -118,7 +118,8 @@ class Milp(Solver):
         # (`Deadline.share_s`); without a time limit every share is none and each phase ends
         # by its own rule (the relaxation's rows, the searches' convergence, the guided
         # roundings' patience, HiGHS's proof).
-        whole = deadline
+        # One stopping rule down to the engine calls: the time limit and the evaluation budget.
+        whole = deadline.with_evaluations(self.max_evaluations)
         # the end of the limit stays free for pricing the plan, writing the bound and the
         # runner's simulation of the plan
         deadline = whole.before(whole.share_s(RESERVE_SHARE))
@@ -141,7 +142,7 @@ class Milp(Solver):
             return Solution(None, lower_bound_s=math.inf, proven_infeasible=True, info=info)
         bound = lp.bound_s if lp.bound_s is not None else instance.ideal_step_s
         timed_out = lp.status == "timeout"
-        scorer = Scorer(instance, M, self.max_evaluations, deadline=deadline)
+        scorer = Scorer(instance, M, deadline)
         starts = (
             labelled("lp-rounding", round_candidates(instance, lp.s, lp.r))
             if lp.bound_s is not None
@@ -175,7 +176,7 @@ class Milp(Solver):
         if acts is not None and deadline.has_left(whole.share_s(PRICE_SHARE)):
             claim, claimed_for = model.plan_value(acts, deadline), acts
         # the binary version is cut by the clock, so a run with a work budget skips it
-        run_milp = self.integral and self.max_evaluations is None and not coarse
+        run_milp = self.integral and whole.max_evaluations is None and not coarse
         # HiGHS checks its clock between phases, and the binary version's root relaxation (about
         # one LP round, measured above) runs to its end: a root that cannot finish in the time
         # left overran a 4 s limit by up to 20%, so the binary version runs only when two LP
@@ -197,6 +198,8 @@ class Milp(Solver):
                     if a2 is not None and st2 < step:
                         acts, step, found_by = a2, st2, by2
         info["evaluations"] = scorer.evaluations
+        if scorer.exhausted:
+            info["stop"] = "evaluations"
         info["found_by"] = found_by
         if acts is None:
             info["reason"] = "no rounded or hinted plan could be repaired to fit the budget"

@@ -106,7 +106,6 @@ class SearchConfig:
     mutation_window: int = 8
     elite: int = 2
     tournsize: int = 3
-    max_evaluations: int | None = None
     max_generations: int | None = None
     islands: int = 1
     migration_interval: int = 10
@@ -592,7 +591,7 @@ def search(
     t0, clock = deadline.start, deadline.clock
     if config.islands < 1:
         raise ValueError("islands must be at least 1")
-    limits = (config.max_evaluations, config.max_generations, deadline.limit_s)
+    limits = (deadline.max_evaluations, config.max_generations, deadline.limit_s)
     max_gen = config.max_generations
     if all(x is None for x in limits):
         max_gen = DEFAULT_GENERATIONS
@@ -632,8 +631,8 @@ def search(
         isl.populate([_clone(ind) for ind in unique], clock)
 
     share = None
-    if config.max_evaluations is not None:
-        share = -(-config.max_evaluations // config.islands)
+    if deadline.max_evaluations is not None:
+        share = -(-deadline.max_evaluations // config.islands)
     rules = Rules(max_gen, share, deadline, config.target_step_s)
     workers = max(1, min(n_jobs, len(islands)))
     reports, timed_out = run_islands(

@@ -56,8 +56,9 @@ counted; the Solution's ``history`` is (seconds since the solve began, evaluatio
 feasible step seconds) at every
 improvement and at the end, and ``info`` says how the run stopped and how each seed scored.
 
-Stops (between generations): ``max_evaluations`` (plans scored; each island stops once it has
-scored its share), ``max_generations``, and the time limit, which counts the seeding too; with
+Stops (between generations): ``max_evaluations`` (plans scored, joined to the deadline's own
+evaluation budget as one stopping rule; each island stops once it has scored its share),
+``max_generations``, and the time limit, which counts the seeding too; with
 none of them, `DEFAULT_GENERATIONS`; and an island stops as soon as its best plan reaches the
 ideal step, which no plan beats (``info["stop"]`` is then ``"target"``). Runs stopped by an evaluation or generation limit are
 exactly reproducible from the seed; a run stopped by the clock is reproducible up to the
@@ -170,13 +171,17 @@ def seed_plans(
     seed: int,
     names: tuple[str, ...] = DEFAULT_SEED_SOLVERS,
 ) -> list[tuple[str, np.ndarray]]:
-    """The plans of the solvers ``names``, in that order, each solved within ``deadline``; a
-    solver that raises or returns no plan is skipped (it costs the search one seed, nothing
-    more)."""
+    """The plans of the solvers ``names``, in that order, each solved within ``deadline`` (its
+    time; each counts its own evaluations); a solver that raises or returns no plan is skipped
+    (it costs the search one seed, nothing more)."""
     out: list[tuple[str, np.ndarray]] = []
     for name in names:
         try:
-            res = REGISTRY[name].make().solve(instance, budget, deadline=deadline, seed=seed)
+            res = (
+                REGISTRY[name]
+                .make()
+                .solve(instance, budget, deadline=deadline.time_only(), seed=seed)
+            )
         except Exception:  # a failing seed solver costs the search one seed, nothing more
             continue
         plan = res.plan if isinstance(res, Solution) else res
@@ -307,6 +312,8 @@ class GeneticSearch(Solver):
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
     ) -> Solution:
         self.check_options()
+        # One stopping rule for the search: the time limit and the evaluation budget.
+        deadline = deadline.with_evaluations(self.max_evaluations)
         n = instance.n_tensors
         seed_names = solver_names(self.seed_solvers)
         seeds = (
@@ -323,7 +330,6 @@ class GeneticSearch(Solver):
             mutation_window=self.mutation_window,
             elite=self.elite,
             tournsize=self.tournsize,
-            max_evaluations=self.max_evaluations,
             max_generations=self.max_generations,
             islands=self.islands,
             migration_interval=self.migration_interval,
