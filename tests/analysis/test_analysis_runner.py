@@ -56,6 +56,9 @@ def test_results_file_matches_returned_rows(sequential: pd.DataFrame, tmp_path) 
 
 
 def test_failures_become_rows_and_the_sweep_goes_on(tmp_path) -> None:
+    # The runner's warm-up of each solver is under the jobs' guard too: the sleeping solver's
+    # 30 s never run to their end, neither in the warm-up nor in its job.
+    ToySleep.finished = 0
     inst = build_model("gpt2-xl", layers=1, seq=64, batch=1)
     sweep = Sweep(
         [ref_from_instance(inst)],
@@ -76,6 +79,7 @@ def test_failures_become_rows_and_the_sweep_goes_on(tmp_path) -> None:
     assert by.loc["toy-sleep(seconds=30)", "wall_s"] < 5
     assert by.loc["toy-keep", "status"] == "feasible"
     assert len(read_results(tmp_path / "r.parquet")) == 3
+    assert ToySleep.finished == 0
 
 
 def test_guard_outside_the_main_thread_abandons_the_job() -> None:

@@ -75,12 +75,15 @@ class ToySleep(Solver):
     """Never returns in time: sleeps ``seconds`` (interrupted by the wall-clock guard)."""
 
     key = "toy-sleep"
+    #: Sleeps that ran to their end (in this process): none, when every call was guarded.
+    finished = 0
 
     def __init__(self, *, seconds: float = 60.0) -> None:
         self.seconds = seconds
 
     def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
         time.sleep(self.seconds)
+        type(self).finished += 1
         return Plan.keep_all(instance)
 
 

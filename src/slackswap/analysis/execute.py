@@ -24,15 +24,13 @@ warms its own process before handing out jobs, so workers find the cache filled.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from slackswap import __version__
+from slackswap.analysis.guard import JobTimeout, alarm, can_alarm
 from slackswap.analysis.jobs import InstanceRef, Job
 from slackswap.analysis.warmup import warm_up
 from slackswap.instance import Instance
@@ -42,10 +40,6 @@ from slackswap.solvers import RunRecord, run
 
 # Worker-local cache: a loky or Dask worker rebuilds each instance once, not once per job.
 _INSTANCES: dict[tuple[str, str], Instance] = {}
-
-
-class JobTimeout(BaseException):
-    """Raised by the wall-clock guard; a BaseException so `run`'s ``except Exception`` lets it by."""
 
 
 def worker_instance(ref: InstanceRef, obj: Instance | None = None) -> Instance:
@@ -64,24 +58,6 @@ def worker_instance(ref: InstanceRef, obj: Instance | None = None) -> Instance:
     return inst
 
 
-@contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise JobTimeout(f"wall-clock guard: the job ran past {seconds:g} s and was stopped")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _can_alarm() -> bool:
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-
-
 def execute_in_worker(job: Job, instance: Instance | None, parent_pid: int) -> dict[str, Any]:
     """`execute` in a worker process of ``parent_pid`` that must not outlive it (see
     `die_with_parent`)."""
@@ -98,12 +74,12 @@ def die_with_parent(parent_pid: int) -> None:
 def execute(job: Job, instance: Instance | None = None) -> dict[str, Any]:
     """Run ``job`` and return its results row (never raises for the job's own failure)."""
     t0 = time.perf_counter()
-    if job.job_timeout and not _can_alarm():
+    if job.job_timeout and not can_alarm():
         row = _in_thread(job, instance, job.job_timeout, t0)
     else:
         try:
             if job.job_timeout:
-                with _alarm(job.job_timeout):
+                with alarm(job.job_timeout):
                     row = _run_job(job, instance)
             else:
                 row = _run_job(job, instance)

@@ -82,7 +82,7 @@ def run_sweep(
 
     rows = dict(found)
     if pending:  # compile (or load) the kernels here, untimed, once for every worker
-        warm_up(_solvers(pending))
+        warm_up(_solvers(pending), guard_s=_warm_up_guard(pending))
     bar = JobProgress(len(all_jobs), desc=desc, mode=progress, done=len(found))
     bar.failures = sum(1 for r in found.values() if failed(r))
     dispatched: Iterator[dict[str, Any]] = iter(())
@@ -117,6 +117,13 @@ def _solvers(pending: list[Job]) -> list[Any]:
     for j in pending:
         out.setdefault(j.solver.label, j.solver.name if j.solver.obj is None else j.solver.obj)
     return list(out.values())
+
+
+def _warm_up_guard(pending: list[Job]) -> float | None:
+    """The wall-clock guard for the runner's warm-up: the longest of the jobs' guards (None
+    when a job has none)."""
+    guards = [j.job_timeout for j in pending]
+    return None if any(g is None for g in guards) else max(g for g in guards if g is not None)
 
 
 def _dispatch(

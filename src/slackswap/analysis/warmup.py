@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import slackswap
 from slackswap import interrupts, numbacache
+from slackswap.analysis import guard
 from slackswap.instances.catalog import build_model
 from slackswap.simulator import simulate
 from slackswap.solvers import REGISTRY, run
@@ -68,10 +69,18 @@ def _stderr(text: str) -> None:
 
 
 def warm_up(
-    solvers: Iterable[str | Solver], *, say: Callable[[str], None] | None = _stderr
+    solvers: Iterable[str | Solver],
+    *,
+    say: Callable[[str], None] | None = _stderr,
+    guard_s: float | None = None,
 ) -> None:
     """Compile or load every compiled function the given solvers (names or objects) and the
     simulator use, once per process; ``say`` gets the one-line compile notices (None: silent).
+
+    ``guard_s``: the wall-clock guard of the jobs the warm-up prepares (None: none). Each
+    solver's warm-up runs under it too (in the main thread, as `execute`'s guard does), so a
+    solver that never comes back stops the warm-up no later than it would stop its job: the
+    job then reports it. The simulator's own compile is never cut.
 
     Never raises: a solver that fails here fails again, and is reported, in its real run.
     """
@@ -90,9 +99,24 @@ def warm_up(
             if solver != "" and helper is not None:
                 _wait(helper)  # the planner is in the cache now: load it, do not compile it twice
                 helper = None
-            _warm_one(inst, solver, numba_calls)
+            with _guarded(guard_s if solver != "" else None):
+                _warm_one(inst, solver, numba_calls)
     if helper is not None:
         _wait(helper)
+
+
+@contextmanager
+def _guarded(seconds: float | None) -> Iterator[None]:
+    """The body under the wall-clock guard of ``seconds`` (None, or outside the main thread:
+    none); a body the guard stops just ends."""
+    if seconds is None or not guard.can_alarm():
+        yield
+        return
+    try:
+        with guard.alarm(seconds):
+            yield
+    except guard.JobTimeout:
+        pass
 
 
 def _wait(helper: subprocess.Popen[bytes]) -> None:
