@@ -17,7 +17,9 @@ def test_notebook_executes_and_renders_figures(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SLACKSWAP_RESULTS"}
     old = os.environ.copy()
     os.environ.clear()
-    os.environ.update({**env, "MPLBACKEND": "module://matplotlib_inline.backend_inline"})
+    # The notebook's knobs at a fraction of their defaults: what it draws, not its figures' values.
+    short = {"SLACKSWAP_TIME_LIMIT_S": "0.4", "SLACKSWAP_SEARCH_S": "1"}
+    os.environ.update({**env, **short, "MPLBACKEND": "module://matplotlib_inline.backend_inline"})
     try:
         client = nbclient.NotebookClient(
             nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}

@@ -225,8 +225,25 @@ def test_repair_properties_on_random_instances(inst, frac: float, seed: int) -> 
         if prof.max() > budget:  # it stopped only because nothing idle at the peak is kept
             at = int(np.argmax(prof))
             idle = (inst.tensor_last_fwd_reader < at) & (at < inst.tensor_first_bwd_reader)
-            assert not (idle & (row == 0)).any()
+            assert not (idle & (row == 0) & (inst.tensor_bytes > 0)).any()
     assert not ((acts == 2) & ~np.isfinite(inst.tensor_recompute_s)).any()
+
+
+def test_a_zero_byte_tensor_is_never_what_the_repair_picks() -> None:
+    # Found by the instance fuzz: a tensor of 0 bytes (a valid file) made the repair divide its
+    # recompute cost by the bytes it frees; recomputing or swapping it frees nothing.
+    from slackswap.instances.format import instance_from_dict, instance_to_dict
+    from slackswap.solvers import Status, run
+
+    doc = instance_to_dict(build_model("gpt2-xl", layers=1, seq=16, batch=1))
+    doc["tensors"][6]["bytes"] = 0
+    inst = instance_from_dict(doc)
+    acts = np.zeros((1, inst.n_tensors), dtype=np.int8)
+    assert Repair(inst, int(0.8 * inst.peak_bytes))(acts)[0] > 0  # it had work to do
+    assert acts[0, 6] == 0  # kept
+    for name in ("ga", "ga-random"):
+        rec = run(inst, 0.8, name, options={"max_evaluations": 200, "islands": 1})
+        assert rec.status is Status.FEASIBLE, (name, rec.error)
 
 
 def test_repair_rejects_a_wrong_array(gpt2_small) -> None:  # type: ignore[no-untyped-def]

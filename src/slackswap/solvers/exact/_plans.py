@@ -282,7 +282,8 @@ def _pair_exchange(
     rel = np.flatnonzero(a != KEEP)
     rel = rel[np.argsort(-np.where(a[rel] == RECOMP, cost[rel], 0.0), kind="stable")][:width]
     bur_r = np.flatnonzero((a == KEEP) & finite)
-    bur_r = bur_r[np.argsort(cost[bur_r] / size[bur_r], kind="stable")][:width]
+    # per byte freed; a zero-byte tensor (it frees nothing) as if it freed one, so it comes last
+    bur_r = bur_r[np.argsort(cost[bur_r] / np.maximum(size[bur_r], 1.0), kind="stable")][:width]
     bur_s = np.flatnonzero(a == KEEP)
     bur_s = bur_s[np.argsort(-size[bur_s], kind="stable")][:width]
     moves: list[tuple[int, int, int, int]] = []

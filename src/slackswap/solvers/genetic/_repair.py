@@ -71,6 +71,8 @@ def _repair_one(
         for t in range(n_t):
             if a[t] != KEEP or not (last_fwd[t] < at < first_bwd[t]):
                 continue
+            if size[t] <= 0:  # frees nothing (a zero-byte tensor): never a candidate
+                continue
             if np.isfinite(cost[t]):
                 score = cost[t] / min(size[t], excess)
                 if score < best_score:
