@@ -48,7 +48,8 @@ def test_options_round_trip(name: str) -> None:
     kit.check_options_round_trip(name, instance("gpt2"), 0.7)
 
 
-@pytest.mark.slow  # a wall-clock bound: run alone (the slow step, -n0), not beside xdist's other worker
+@pytest.mark.slow
+@pytest.mark.wallclock  # a wall-clock bound: run alone, in a process of its own (.ci/run)
 @pytest.mark.parametrize("name", SOLVERS)
 def test_time_limit_honoured(name: str) -> None:
     if not REGISTRY[name].tags.honours_time_limit:

@@ -55,7 +55,8 @@ def test_infeasible_budget_is_proven() -> None:
         assert rec.lower_bound_s == math.inf  # no plan at all: an infinite bound
 
 
-@pytest.mark.slow  # a wall-clock bound: run alone (the slow step, -n0), not beside xdist's other worker
+@pytest.mark.slow
+@pytest.mark.wallclock  # a wall-clock bound: run alone, in a process of its own (.ci/run)
 @pytest.mark.parametrize("name", ["milp", "cpsat"])
 def test_timeout_keeps_incumbent_and_bound(name: str) -> None:
     inst = load("gpt2-xl")

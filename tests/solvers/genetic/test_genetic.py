@@ -94,7 +94,8 @@ def test_no_feasible_plan_is_reported_not_raised(small) -> None:  # type: ignore
     assert rec.status is Status.INFEASIBLE and "no feasible plan" in rec.reason
 
 
-@pytest.mark.slow  # a wall-clock bound: run alone (the slow step, -n0), not beside xdist's other worker
+@pytest.mark.slow
+@pytest.mark.wallclock  # a wall-clock bound: run alone, in a process of its own (.ci/run)
 def test_time_limit_is_honoured(small) -> None:  # type: ignore[no-untyped-def]
     # Within 10% of the limit (the time-limit contract). 3 s rather than 1: the 10% must absorb one stall of the
     # VM (up to ~0.25 s measured here under load), which failed a 1 s run about once in 35.

@@ -154,7 +154,8 @@ def test_seeds_are_not_repaired_but_mutants_are() -> None:
     assert res.best[0] == 2 or np.array_equal(res.best, seed)
 
 
-@pytest.mark.slow  # a wall-clock bound: run alone (the slow step, -n0), not beside xdist's other worker
+@pytest.mark.slow
+@pytest.mark.wallclock  # a wall-clock bound: run alone, in a process of its own (.ci/run)
 def test_time_limit_is_honoured() -> None:
     fit = Placeholder(delay_s=0.01)
     t0 = time.perf_counter()
@@ -432,7 +433,8 @@ def test_islands_give_the_same_result_in_processes_threads_or_in_turn(
         assert 700 <= first.evaluations < 700 + 3 * 16
 
 
-@pytest.mark.slow  # a wall-clock bound: run alone (the slow step, -n0), not beside xdist's other worker
+@pytest.mark.slow
+@pytest.mark.wallclock  # a wall-clock bound: run alone, in a process of its own (.ci/run)
 @fork_only
 def test_a_run_stopped_by_the_clock_ends_every_island_at_one_generation_and_replays(
     monkeypatch: pytest.MonkeyPatch,
@@ -566,7 +568,8 @@ def test_islands_that_do_not_pickle_take_turns_instead_of_fresh_workers(
     assert res.best is not None and ref.best is not None and np.array_equal(res.best, ref.best)
 
 
-@pytest.mark.slow  # a wall-clock bound: run alone (the slow step, -n0), not beside xdist's other worker
+@pytest.mark.slow
+@pytest.mark.wallclock  # a wall-clock bound: run alone, in a process of its own (.ci/run)
 def test_a_short_run_takes_turns_rather_than_wait_for_fresh_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
