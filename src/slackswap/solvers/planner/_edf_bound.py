@@ -63,7 +63,9 @@ def free_time_bound(table, release_cum, release_end_s, s):  # type: ignore[no-un
     if s <= 1:
         k = 0
     else:
-        k = int(math.ceil(math.log2(s) * CLASSES_PER_DOUBLING))
+        # np.log2, not math.log2: numba 0.59 (the declared floor) has no math.log2; both are
+        # C's log2
+        k = int(math.ceil(np.log2(np.float64(s)) * CLASSES_PER_DOUBLING))
     if k >= table.shape[0]:
         k = table.shape[0] - 1
     upper = np.int64(math.ceil(2.0 ** (k / CLASSES_PER_DOUBLING))) + 1
