@@ -437,7 +437,7 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
             if s.empty:
                 continue
             ax.plot(
-                scale * s[by].astype(float), 100 * s["throughput"], label=solver,
+                scale * s[by].astype(float), 100 * s["throughput"].astype(float), label=solver,
                 **styles[solver],
             )  # fmt: skip
         ax.set_xscale(xscale)
@@ -454,15 +454,23 @@ def sensitivity(df: pd.DataFrame, by: str = "link_bw_Bps", focus: str = "slacksw
         f = best[best["solver"].str.split("(").str[0] == focus].sort_values(by)
         x = scale * f[by].astype(float)
         if by == "link_bw_Bps":
-            ax2.plot(x, f["swap_bytes"] / 1e9, marker="o", color="#1f77b4", label="swapped")
-            ax2.plot(x, f["recompute_bytes"] / 1e9, marker="s", color="#fd8d3c", label="recomputed")
+            ax2.plot(
+                x, f["swap_bytes"].astype(float) / 1e9, marker="o", color="#1f77b4", label="swapped"
+            )
+            ax2.plot(
+                x,
+                f["recompute_bytes"].astype(float) / 1e9,
+                marker="s",
+                color="#fd8d3c",
+                label="recomputed",
+            )
             ax2.set_ylabel(f"{focus} plan (GB)")
             if f.empty:
                 ax2.text(0.5, 0.5, f"no {focus} plan", ha="center", va="center",
                          transform=ax2.transAxes)  # fmt: skip
         else:
             fr = grp.drop_duplicates(by).sort_values(by)
-            ax2.plot(scale * fr[by].astype(float), 100 * fr["hideable_fraction"], marker="o",
+            ax2.plot(scale * fr[by].astype(float), 100 * fr["hideable_fraction"].astype(float), marker="o",
                      color="#2ca02c", label="hideable fraction f (Eq. 1)")  # fmt: skip
             ax2.set_ylabel("f (% of saved bytes)")
         ax2.set_xscale(xscale)
