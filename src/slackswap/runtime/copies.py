@@ -153,12 +153,19 @@ class CopyEngine:
             self._h2d_stream = torch.cuda.Stream()
 
     # ----- offload -----------------------------------------------------------------------------
-    def offload(self, e: Entry, storage: Any) -> None:
+    def offload(self, e: Entry, storage: Any, whole: Any = None) -> None:
         """D2H copy of ``storage``, the whole device storage of swapped entry ``e`` as the step
         saves it: on the copy stream after the producer (CUDA), or at once (CPU). The runtime
         keeps no device reference: the buffer is freed when the copy and the step's last
-        reference (its last forward reader) are done."""
+        reference (its last forward reader) are done. ``whole``: the saved tensor, when it is
+        that whole storage as one contiguous tensor (a fast step's pack order says so): on a
+        CPU it is cloned as it is, and so is its copy back (`Entry.tensor`), with no tensor
+        made over a storage either way."""
         self.swapped_bytes += e.nbytes
+        if whole is not None and not self._cuda:
+            e.whole_host = True
+            e.move(Residency.HOST, device=None, host=copy_to_host(storage, None, whole)[0])
+            return
         host, event = copy_to_host(storage, self._copy_stream)
         if (event is None or self.current_op is None) and (
             self._schedule is None or e.index not in self._hold_until
@@ -321,12 +328,19 @@ class CopyEngine:
         """H2D copy of a swapped tensor into a new device buffer (on the H2D stream on CUDA)."""
         if e.checked:
             e.check(Residency.TO_DEVICE)
-        if self.quiet is None:
+        if e.whole_host and not self._cuda:
+            # A fast step's CPU copy of a whole saved tensor: its clone is the tensor
+            # the step's unpacks return (`Entry.tensor`).
+            tensor = e.host.clone()
+            e.move(Residency.TO_DEVICE, device=tensor.untyped_storage(), event=None)
+            e.tensor = tensor
+        elif self.quiet is None:
             buf, event = self._copy_back(e)
+            e.move(Residency.TO_DEVICE, device=buf, event=event)
         else:
             with self.quiet():
                 buf, event = self._copy_back(e)
-        e.move(Residency.TO_DEVICE, device=buf, event=event)
+            e.move(Residency.TO_DEVICE, device=buf, event=event)
         self.admitted_bytes += e.nbytes
         self.h2d_bytes += e.nbytes
 
@@ -386,14 +400,21 @@ class CopyEngine:
             e.free()
 
 
-def copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
+def copy_to_host(src: Any, copy_stream: Any, whole: Any = None) -> tuple[Any, Any]:
     """Copy the device storage ``src`` to a new host storage: pinned and on ``copy_stream``
     after the work queued so far (CUDA with a side stream; the CUDA event returned marks the
     copy's end), or at once (CPU, or CUDA without one; no event). From a CPU storage the copy
     is a flat tensor of words over the new storage (`_words`, cloned): the copy back clones it as it
     is, without making a tensor over a storage again. Host memory is not the step's
     device memory: made with any dispatch mode (a `StorageTracker` measuring the step) disabled.
+    ``whole``: on a CPU, a tensor that is all of ``src`` (contiguous, from its start): the copy
+    is its clone (a fast step's; no tensor is made over the storage).
     """
+    if whole is not None:
+        if dispatch_mode_active():
+            with disable_current_modes():
+                return whole.clone(), None
+        return whole.clone(), None
     if dispatch_mode_active():
         with disable_current_modes():
             return _copy_to_host(src, copy_stream)

@@ -124,7 +124,7 @@ class Entry:
     """One saved tensor of the instance during the step."""
 
     __slots__ = ("index", "name", "action", "nbytes", "device", "host", "handles", "state",
-                 "residency", "event", "checked")  # fmt: skip
+                 "residency", "event", "checked", "tensor", "whole_host")  # fmt: skip
 
     def __init__(
         self,
@@ -145,6 +145,13 @@ class Entry:
         self.device: Any = None  # the device storage while this runtime holds it
         # the host copy (swap): a storage, or from a CPU storage a flat tensor of words over one
         self.host: Any = None
+        #: The device storage as one tensor of its first pack's shape and dtype, contiguous
+        #: (a fast step's copy back or rebuild, when it made one): its unpacks return it as it
+        #: is instead of making a tensor over the storage. None whenever ``device`` changes.
+        self.tensor: Any = None
+        #: The host copy is such a tensor (a CPU copy of a saved tensor that was its whole
+        #: storage): its copy back is one.
+        self.whole_host = False
         self.handles = 0  # handles autograd still holds
         self.state = EntryState.NOT_SAVED
         self.residency = Residency.ABSENT
@@ -171,6 +178,8 @@ class Entry:
         device storage where it has none, none where it has one; the same for the host copy),
         is a `StateError` naming the tensor and both states; the entry is left as it was.
         Unchecked (``checked`` False), the storages and state are set as given."""
+        if device is not _SAME:
+            self.tensor = None
         if not self.checked:
             if device is not _SAME:
                 self.device = device
@@ -215,7 +224,7 @@ class Entry:
         if self.checked:
             self.move(Residency.FREED, device=None, host=None, event=None)
         else:  # what `move` does unchecked, without its keyword handling (a fast step's path)
-            self.device = self.host = self.event = None
+            self.device = self.host = self.event = self.tensor = None
             self.residency = Residency.FREED
 
     def forget_event(self) -> None:
@@ -244,20 +253,38 @@ class Handle:
 
     ``keep``: hold the tensor itself (a kept tensor). ``release``: called with the entry when
     autograd drops its last handle, i.e. when the tensor's last backward reader is done.
+    ``whole``: the view (dtype, offset, size, stride), known to be the entry's whole storage as
+    its first pack's contiguous tensor (a fast step's pack order says so): ``t`` is not read,
+    and ``direct`` says the entry's `Entry.tensor`, when it has one, is this view.
     """
 
-    __slots__ = ("entry", "tensor", "dtype", "offset", "size", "stride", "release")
+    __slots__ = ("entry", "tensor", "dtype", "offset", "size", "stride", "release", "direct")
 
-    def __init__(self, entry: Entry, t: torch.Tensor, keep: bool, release: Callable[[Entry], None]):
+    def __init__(
+        self,
+        entry: Entry,
+        t: torch.Tensor | None,
+        keep: bool,
+        release: Callable[[Entry], None],
+        whole: tuple[Any, int, Any, Any] | None = None,
+    ):
         # Made once per saved tensor (the training path's hot path): torch already gives an
         # int, an immutable ``torch.Size`` and a tuple, so they are stored as they come.
         self.release = release
         self.entry = entry
-        self.tensor = t if keep else None
-        self.dtype = t.dtype
-        self.offset: Any = t.storage_offset()  # an int (a SymInt only when traced)
-        self.size = t.shape
-        self.stride = t.stride()
+        self.offset: Any  # an int (a SymInt only when traced)
+        if whole is not None:
+            self.tensor = None
+            self.dtype, self.offset, self.size, self.stride = whole
+            self.direct = True
+        else:
+            assert t is not None
+            self.tensor = t if keep else None
+            self.dtype = t.dtype
+            self.offset = t.storage_offset()
+            self.size = t.shape
+            self.stride = t.stride()
+            self.direct = False
         entry.handles += 1
 
     def __del__(self) -> None:

@@ -17,8 +17,8 @@ copy, so the model's state is that of one step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import torch
@@ -29,6 +29,7 @@ from slackswap.runtime.entry import Entry, Residency
 from slackswap.torchstep.torchapi import (
     below_autograd,
     disable_current_modes,
+    dispatch_mode_active,
     set_grad_mode,
     tree_flatten,
     tree_unflatten,
@@ -311,9 +312,10 @@ class Rebuilder:
                 self.allocs[v] = (int(t.untyped_storage().nbytes()), t.device)
 
     # ----- rebuilding --------------------------------------------------------------------------
-    def rebuild(self, e: Entry) -> None:
+    def rebuild(self, e: Entry) -> Any:
         """Re-run the operator chain that produced entry ``e``'s value, its recomputed inputs
-        rebuilt first, with each random operator's original RNG state."""
+        rebuilt first, with each random operator's original RNG state; the tensor that wrote
+        it (an output of the last operator, or an argument it updated), over ``e.device``."""
         if self._values is None:
             self._values = [int(v) for v in self.instance.meta["runtime_signature"]["values"]]
         value = self._values[e.index]
@@ -322,9 +324,10 @@ class Rebuilder:
         cache = _Cache(value, reads) if n_ops > 1 else {}
         e.move(Residency.REBUILDING)
         with self.quiet():
-            storage = self._compute(value, cache)
-        e.move(Residency.DEVICE, device=storage)
+            tensor = self._compute(value, cache)
+        e.move(Residency.DEVICE, device=_storage_of(tensor))
         self.rebuilds += 1
+        return tensor
 
     def _is_input(self, value: int) -> bool:
         """``value`` is a saved tensor a rebuild takes as it is (resident, fetched back or
@@ -374,8 +377,10 @@ class Rebuilder:
         return reads, len(ops)
 
     def _resolve(self, value: int, cache: dict[int, Any]) -> Any:
-        """The storage holding ``value`` now: a resident or fetched/rebuilt saved tensor, a
-        model input, a fresh buffer for an allocation, or its producer run again."""
+        """What holds ``value`` now: a resident or fetched/rebuilt saved tensor (its
+        `Entry.tensor` when it has one, else its storage), a model input, a fresh buffer for an
+        allocation, or what its producer, run again, wrote it with (tensors: some view of the
+        value's storage)."""
         i = self.entry_of_value.get(value)
         if i is not None and self._is_input(value):
             e = self.entries[i]
@@ -384,19 +389,19 @@ class Rebuilder:
             storage = self.materialise(e)
             if e.event is not None:
                 torch.cuda.current_stream().wait_event(e.event)
-            return storage
+            return storage if e.tensor is None else e.tensor
         return self._compute(value, cache)
 
     def _compute(self, value: int, cache: dict[int, Any]) -> Any:
         if value in cache:
             return cache[value]
         if value in self.externals:
-            return self.externals[value].untyped_storage()
+            return self.externals[value]
         if value in self.allocs:
             nbytes, device = self.allocs[value]
-            storage = torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
-            cache[value] = storage
-            return storage
+            buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            cache[value] = buffer
+            return buffer
         p = self.numbering.producer(value)
         rec = self.records.get(p) if p != EXTERNAL else None
         if rec is None:
@@ -410,21 +415,27 @@ class Rebuilder:
         real: dict[int, Any] = {}
         for i, x, written in call.inputs:
             if x is not None:
-                storage = self._resolve(x.value, cache)
+                held = self._resolve(x.value, cache)
                 if written and x.value not in cache:
                     # Write only into what this rebuild made: a resident saved tensor or a
                     # tensor of the caller's (running statistics that are no buffer) gets a
                     # scratch copy.
-                    storage = storage.clone()
-                real[i] = view(storage, x.dtype, x.offset, x.size, x.stride)
+                    real[i] = view(_storage_of(held).clone(), x.dtype, x.offset, x.size, x.stride)
+                elif held.__class__ is torch.Tensor and _is_view(held, x):
+                    real[i] = held  # the tensor itself: no tensor made over its storage
+                else:
+                    real[i] = view(_storage_of(held), x.dtype, x.offset, x.size, x.stride)
             else:
                 real[i] = flat[i].clone()  # a buffer the operator updates (batch-norm statistics)
         args, kwargs = call.fill(flat, real)
         if rec.rng is None:
             out = _replay(rec, args, kwargs)
         else:
-            with _rng_restored(rec.rng):
+            saved = _set_rng(rec.rng)
+            try:
                 out = _replay(rec, args, kwargs)
+            finally:
+                _set_rng(saved)
         outs = [out] if isinstance(out, torch.Tensor) else tensors_of(out)
         for v, where in rec.writes.items():
             if where is None:
@@ -435,10 +446,24 @@ class Rebuilder:
                     f"rebuilding {rec.func}: it returned {len(outs)} tensors, its recorded "
                     f"call {k + 1} or more"
                 )
-            t = outs[k] if kind == "out" else real.get(k, flat[k])
-            cache[v] = t.untyped_storage()
+            cache[v] = outs[k] if kind == "out" else real.get(k, flat[k])
         if isinstance(cache, _Cache):
             cache.done_reading(call.refs, rec.writes)
+
+
+def _storage_of(held: Any) -> Any:
+    """The storage of ``held``, a tensor or a storage (`Rebuilder._resolve`)."""
+    return held.untyped_storage() if isinstance(held, torch.Tensor) else held
+
+
+def _is_view(t: torch.Tensor, x: _Ref) -> bool:
+    """``t`` is the view ``x`` recorded (its dtype, shape, strides and offset)."""
+    return (
+        t.dtype == x.dtype
+        and t.shape == x.size
+        and t.stride() == x.stride
+        and t.storage_offset() == x.offset
+    )
 
 
 def _replay(rec: _OpRecord, args: Any, kwargs: Any) -> Any:
@@ -487,23 +512,16 @@ def _rng_state(tensors: list[torch.Tensor]) -> Any:
     return cpu, cuda
 
 
-@contextmanager
-def _rng_restored(rng: Any) -> Iterator[None]:
-    """Run with the generators in state ``rng`` (`_rng_state`), then as they were."""
-    if rng is None:
-        yield
-        return
-    cpu, cuda = rng
-    with disable_current_modes():
-        saved_cpu = torch.get_rng_state()
-        saved_cuda = [(d, torch.cuda.get_rng_state(d)) for d, _ in cuda]
-        torch.set_rng_state(cpu)
-        for d, s in cuda:
-            torch.cuda.set_rng_state(s, d)
-    try:
-        yield
-    finally:
+def _set_rng(rng: Any) -> Any:
+    """Put the generators in state ``rng`` (`_rng_state`); the state they were in (of the
+    same devices). Plain calls, no context objects: this runs once per replayed random
+    operator; the dispatch modes are disabled only when one is active."""
+    if dispatch_mode_active():
         with disable_current_modes():
-            torch.set_rng_state(saved_cpu)
-            for d, s in saved_cuda:
-                torch.cuda.set_rng_state(s, d)
+            return _set_rng(rng)
+    cpu, cuda = rng
+    saved = torch.get_rng_state(), [(d, torch.cuda.get_rng_state(d)) for d, _ in cuda]
+    torch.set_rng_state(cpu)
+    for d, s in cuda:
+        torch.cuda.set_rng_state(s, d)
+    return saved

@@ -109,13 +109,13 @@ def test_a_replay_of_an_operator_that_draws_no_random_numbers_leaves_the_generat
     monkeypatch,  # type: ignore[no-untyped-def]
 ) -> None:
     entered: list[Any] = []
-    real = rebuild._rng_restored
+    real = rebuild._set_rng
 
     def spy(rng: Any) -> Any:
         entered.append(rng)
         return real(rng)
 
-    monkeypatch.setattr(rebuild, "_rng_restored", spy)
+    monkeypatch.setattr(rebuild, "_set_rng", spy)
     numbering = _Chain()
     entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]
     rb = _rebuilder(numbering, entries)
@@ -124,6 +124,7 @@ def test_a_replay_of_an_operator_that_draws_no_random_numbers_leaves_the_generat
     entries[0].to(EntryState.SAVED)
     entries[0].to(EntryState.RELEASED)
     cache = rebuild._Cache(2, rb._chain_reads(2)[0])
-    storage = rb._compute(2, cache)
+    storage = rebuild._storage_of(rb._compute(2, cache))
     assert torch.equal(rebuild.view(storage, torch.float32, 0, (3,), (1,)), torch.ones(3))
-    assert len(entered) == 1 and entered[0] is rb.records[1].rng  # operator 1 alone
+    # Operator 1 alone: its recorded state put in, then the generators' own put back.
+    assert len(entered) == 2 and entered[0] is rb.records[1].rng

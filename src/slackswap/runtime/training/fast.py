@@ -58,6 +58,10 @@ class FastStep:
         if learned.program is None:
             learned.program = pack_program(learned)
         self._program = learned.program
+        #: Per entry, the view its copy back or rebuild is made in (`whole_views`), or None.
+        if learned.whole is None:
+            learned.whole = whole_views(learned)
+        self._whole = learned.whole
         self.error: BaseException | None = None
         self.stats = RunStats(
             budget_bytes=owner._stats.budget_bytes,
@@ -273,7 +277,7 @@ class FastStep:
         k = self.pos
         self.pos = k + 1
         try:
-            shape, dtype, nbytes, i, do = self._program[k]
+            shape, dtype, nbytes, i, do, whole = self._program[k]
         except IndexError:
             self._fail(
                 StepMismatchError(
@@ -291,8 +295,12 @@ class FastStep:
         if do == PASS:
             return t
         e = self.entries[i]
+        # The first step saw the entry's whole storage as one contiguous tensor here; with the
+        # shape, dtype and storage size checked, contiguous from the start means it still is.
+        if whole is not None and not (t.is_contiguous() and t.storage_offset() == 0):
+            whole = None
         if do == HANDLE:
-            return Handle(e, t, False, self._release)
+            return Handle(e, t, False, self._release, whole)
         if storage is not None:  # its first pack: counted until Python frees it
             self._origin.append((i, self.tracker.add(storage, nbytes, self._producer[i])))
         if do == KEEP_FIRST:
@@ -302,14 +310,17 @@ class FastStep:
         else:
             e.state = _SAVED
         if do == SWAP_FIRST:
-            self.copies.offload(e, storage)  # a rebuild that reads it fetches it back
+            # A rebuild that reads it fetches it back.
+            self.copies.offload(e, storage, None if whole is None else t)
         elif do == RECOMP_FIRST:
             self.stats.recomputed_bytes += e.nbytes
         else:
             # KEEP_READ_FIRST: kept, and a rebuild reads it: held until that rebuild is done
             e.move(Residency.DEVICE, device=storage)
+            if whole is not None:
+                e.tensor = t.detach()  # a rebuild reads it as it is (no graph of its own)
             return t
-        return Handle(e, t, False, self._release)
+        return Handle(e, t, False, self._release, whole)
 
     def _mismatch(self, k: int, p: Pack, t: torch.Tensor) -> None:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
@@ -345,6 +356,10 @@ class FastStep:
             storage = self._materialise(e)
         if e.event is not None:
             torch.cuda.current_stream().wait_event(e.event)
+        if h.direct:
+            t = e.tensor
+            if t is not None:
+                return t  # type: ignore[no-any-return]
         return view(storage, h.dtype, h.offset, h.size, h.stride)
 
     def _materialise(self, e: Entry) -> Any:
@@ -371,10 +386,13 @@ class FastStep:
         assert self.rebuilder is not None and self.learned.replay is not None
         buffers = self.learned.replay.buffers
         if not buffers:  # no context to enter: this runs once per rebuild
-            self.rebuilder.rebuild(e)
-            return
-        with put_back(buffers):
-            self.rebuilder.rebuild(e)
+            t = self.rebuilder.rebuild(e)
+        else:
+            with put_back(buffers):
+                t = self.rebuilder.rebuild(e)
+        whole = self._whole[e.index]
+        if whole is not None and _is_whole(t, whole):
+            e.tensor = t  # the unpacks of its whole view return it as it is
 
     def _done(self, v: int) -> None:
         """Recomputed tensor ``v`` is rebuilt (or gone): its inputs need not wait for it."""
@@ -424,10 +442,47 @@ def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
 PASS, HANDLE, SWAP_FIRST, RECOMP_FIRST, KEEP_READ_FIRST, KEEP_FIRST = range(6)
 
 
+def _is_whole(t: torch.Tensor, whole: tuple[Any, int, Any, Any]) -> bool:
+    """``t`` is the view ``whole`` (dtype, 0, shape, contiguous strides) names."""
+    return (
+        t.__class__ is torch.Tensor
+        and t.dtype == whole[0]
+        and t.shape == whole[2]
+        and t.storage_offset() == 0
+        and t.is_contiguous()
+    )
+
+
+def whole_views(learned: Learned) -> list[tuple[Any, int, Any, Any] | None]:
+    """Per plan entry, the view (dtype, offset 0, shape, contiguous strides) of its first pack
+    when the first step saw that pack as its whole storage in one contiguous tensor, else None:
+    the view a fast step's copy back or rebuild of the entry is made in (`Entry.tensor`)."""
+    out: list[tuple[Any, int, Any, Any] | None] = [None] * len(learned.actions)
+    seen: set[int] = set()
+    for p in learned.expected:
+        if p.entry < 0 or p.entry in seen:
+            continue
+        seen.add(p.entry)
+        if p.whole:
+            shape = torch.Size(p.shape)
+            out[p.entry] = (p.dtype, 0, shape, _contiguous_strides(shape))
+    return out
+
+
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
     """Per pack of a fast step, in order: (shape, dtype, storage bytes or -1 for a tensor with
-    no storage to check, plan entry, what to do), from what the first step learned."""
+    no storage to check, plan entry, what to do, the entry's whole view (`whole_views`) when
+    this pack was that view in the first step, else None), from what the first step learned."""
     read = set(learned.replay.consumers) if learned.replay is not None else set()
+    whole = whole_views(learned)
     seen: set[int] = set()
     out: list[tuple[Any, ...]] = []
     for p in learned.expected:
@@ -442,5 +497,13 @@ def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
             do = HANDLE
         else:
             do = SWAP_FIRST if learned.actions[i] == SWAP else RECOMP_FIRST
-        out.append((torch.Size(p.shape), p.dtype, p.nbytes, i, do))
+        view_of = whole[i] if i >= 0 else None
+        same = (
+            view_of is not None
+            and do not in (PASS, KEEP_FIRST)
+            and p.whole
+            and p.dtype == view_of[0]
+            and torch.Size(p.shape) == view_of[2]
+        )
+        out.append((torch.Size(p.shape), p.dtype, p.nbytes, i, do, view_of if same else None))
     return out

@@ -21,13 +21,16 @@ from slackswap.runtime.training.replay import FirstStepRecords, Replay, replay_o
 @dataclass(frozen=True)
 class Pack:
     """One pack of the first step: the plan entry (-1: not a planned tensor), what is checked,
-    and the block whose forward packed it (-1: outside every block)."""
+    the block whose forward packed it (-1: outside every block), and whether the tensor was
+    contiguous from the start of its storage (``whole``: then, with its shape, dtype and
+    storage size, it is the whole storage as one dense tensor)."""
 
     entry: int
     shape: tuple[int, ...]
     dtype: torch.dtype
     nbytes: int
     block: int
+    whole: bool = False
 
 
 def storage_nbytes(t: torch.Tensor) -> int:
@@ -35,6 +38,17 @@ def storage_nbytes(t: torch.Tensor) -> int:
         return int(t.untyped_storage().nbytes())
     except (RuntimeError, NotImplementedError):
         return -1  # sparse or other storage-less tensors: checked by shape and dtype only
+
+
+def _whole(t: torch.Tensor, nbytes: int) -> bool:
+    """``t`` is its whole storage (``nbytes``) as one contiguous tensor."""
+    return (
+        nbytes >= 0
+        and t.layout == torch.strided
+        and t.is_contiguous()
+        and t.storage_offset() == 0
+        and t.numel() * t.element_size() == nbytes
+    )
 
 
 def _module_of(op_name: str) -> str:
@@ -68,6 +82,8 @@ class Learned:
     shared: frozenset[int] = frozenset()
     #: What a fast step does per pack (`fast.pack_program`): made by the first fast step.
     program: list[tuple[Any, ...]] | None = None
+    #: Per plan entry, the view its copy back or rebuild is made in (`fast.whole_views`).
+    whole: list[Any] | None = None
 
 
 class FirstStepObserver(StepObserver):
@@ -107,8 +123,9 @@ class FirstStepObserver(StepObserver):
                 self.rng_at[index] = (path, call)
 
     def packed(self, t: Any, entry: int) -> None:
+        nbytes = storage_nbytes(t)
         self.packs.append(
-            Pack(entry, tuple(t.shape), t.dtype, storage_nbytes(t), self.block_now[0])
+            Pack(entry, tuple(t.shape), t.dtype, nbytes, self.block_now[0], _whole(t, nbytes))
         )
 
     def closing(self, executor: Any) -> None:
