@@ -16,11 +16,11 @@ training path's hooks see per step (autograd's saves, one per saved tensor a nod
 clock (copies of swapped tensors and replayed operators included); "copy us/pack": the part
 inside the copies to the host and back; "Python us/pack": the time in the hooks less the copies
 and the torch operators a replay runs (each recorded operator's call), the Python the hooks run
-per saved tensor (the timer's own cost, about 1.3 us per hook call on the machine of the figures
-in benchmarks/README.md, included). A recomputation under ``torch.utils.checkpoint`` runs in
-checkpoint's own hooks, in none of these columns: the step time holds it. GPU half (only with
-CUDA):
-the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and
+per saved tensor (the timer's own cost included); "net": that less the timer's floor, the same
+timer around saved-tensor hooks that do nothing, in the same step (3-6 us per pack on the
+machine of the figures in benchmarks/README.md, where a warm loop gives 0.8 us a timed call).
+A recomputation under ``torch.utils.checkpoint`` runs in checkpoint's own hooks, in none of
+these columns: the step time holds it. GPU half (only with CUDA): the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and
 30% of P, offload-sync, offload-overlap, ``save_on_cpu`` and ``torch.utils.checkpoint`` on the
 same blocks: measured step time and ``torch.cuda.max_memory_allocated`` above the step's start
 beside the simulator's prediction.
@@ -344,6 +344,36 @@ def _timed(f: Callable[..., Any], k: int, spent: list[float]) -> Callable[..., A
     return wrapper
 
 
+def timer_floor_us_per_pack(case: Case, repeat: int) -> float:
+    """What the timer costs inside a step, per pack: the median over ``repeat`` steps of the
+    time `hook_us_per_saved_tensor`'s timer measures in saved-tensor hooks that do nothing
+    (pack and unpack hand the tensor back), per pack. Measured in the step itself, between the
+    model's operators (cold caches), where `timer_us_per_call`'s warm loop measures less; the
+    "Python us/pack" column includes it, the "net" column does not."""
+    spent = [0.0]
+
+    def same(t: Any) -> Any:
+        return t
+
+    pack, unpack = _timed(same, 0, spent), _timed(same, 0, spent)
+    packs = [0]
+
+    def counted(t: Any) -> Any:
+        packs[0] += 1
+        return pack(t)
+
+    per_pack = []
+    for _ in range(repeat):
+        spent[0], packs[0] = 0.0, 0
+        for q in case.model.parameters():
+            q.grad = None
+        gc.collect()
+        with torch.autograd.graph.saved_tensors_hooks(counted, unpack):
+            case.loss_fn(case.model(*case.inputs)).backward()
+        per_pack.append(spent[0] / max(packs[0], 1) * 1e6)
+    return statistics.median(per_pack)
+
+
 def timer_us_per_call(calls: int = 20000) -> float:
     """What `hook_us_per_saved_tensor`'s timer adds to the time it measures per timed call, in
     microseconds: its own clock readings and wrapper around a call that does nothing, on the
@@ -416,12 +446,14 @@ def cpu_half(repeat: int, quick: bool) -> None:
           "measured now; the Python us/pack column includes it)")  # fmt: skip
     print()
     print("| model | ops | saved | case | median ms | ratio | vs | fast | us/op over unplanned | "
-          "packs | us/pack in hooks | copy us/pack | Python us/pack |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "packs | us/pack in hooks | copy us/pack | Python us/pack | Python us/pack, net |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    floors: dict[str, float] = {}
     for case in cpu_cases(quick):
         inst = case.inst
         fast: dict[str, str] = {}
-        cols: dict[str, tuple[str, str, str]] = {}
+        cols: dict[str, tuple[str, str, str, str, str]] = {}
+        floor = floors[case.label] = timer_floor_us_per_pack(case, repeat)
         runs: list[tuple[str, Callable[[], Any], Any]] = [("unplanned", nullcontext, None)]
         plans = [("keep-all, training path", uniform(inst, "keep"), 1.0),
                  ("all-swap, training path", uniform(inst, "swap"), 1.0),
@@ -435,7 +467,8 @@ def cpu_half(repeat: int, quick: bool) -> None:
             fast[label] = str(p.fast)
             packs = len(p._learned.expected) if p._learned is not None else 0
             us = hook_us_per_saved_tensor(case, step, p, repeat)
-            cols[label] = (str(packs), f"{us[0]:.2f}", f"{us[1]:.2f}", f"{us[2]:.2f}")
+            cols[label] = (str(packs), f"{us[0]:.2f}", f"{us[1]:.2f}", f"{us[2]:.2f}",
+                           f"{us[2] - floor:.2f}")  # fmt: skip
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
         runs.append((COPY_HOOKS, copy_out_and_back, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))
@@ -452,15 +485,19 @@ def cpu_half(repeat: int, quick: bool) -> None:
             if SPANS in (label, vs) and SPANS not in got:
                 continue
             if label not in got:
-                print(f"{head} {label}: no plan | | | | | | | | | |")
+                print(f"{head} {label}: no plan | | | | | | | | | | |")
                 continue
             t = got[label][0]
             ratio = f"{t / got[vs][0]:.3f}" if vs else "1"
             per_op = f"{(t - plain) / inst.n_ops * 1e6:.1f}" if vs else "0"
-            packs, in_hooks, copy_us, py = cols.get(label, ("-", "-", "-", "-"))
+            packs, in_hooks, copy_us, py, net = cols.get(label, ("-",) * 5)
             print(f"{head} {label} | {t * 1e3:.2f} | {ratio} | {vs or '-'} | "
                   f"{fast.get(label, '-')} | {per_op} | {packs} | {in_hooks} | {copy_us} | "
-                  f"{py} |")  # fmt: skip
+                  f"{py} | {net} |")  # fmt: skip
+    print()
+    print("The timer's floor (`timer_floor_us_per_pack`: hooks that do nothing, timed in the "
+          "step; the net column is the Python column less it): "
+          + ", ".join(f"{k} {v:.2f} us/pack" for k, v in floors.items()))  # fmt: skip
 
 
 def gpu_half(repeat: int, quick: bool) -> None:

@@ -71,6 +71,17 @@ def test_python_per_saved_tensor_leaves_out_the_replayed_operators_and_the_copie
     assert copies == 0 and 0 < python < hooks
 
 
+def test_the_timer_floor_is_what_the_timer_measures_around_hooks_that_do_nothing(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a clock that moves one unit per reading each timed hook call measures exactly 1 s:
+    # autograd unpacks each of the CNN's saved tensors once, so the floor is one pack and one
+    # unpack per pack, 2 s (2e6 us).
+    ticks = itertools.count()
+    monkeypatch.setattr(bench, "time", SimpleNamespace(thread_time=lambda: float(next(ticks))))
+    assert bench.timer_floor_us_per_pack(_cnn_case(bench), 2) == pytest.approx(2e6)
+
+
 def test_the_checkpoint_baseline_takes_each_block_with_the_batch_norm_after_it(
     bench: ModuleType,
 ) -> None:
