@@ -436,7 +436,12 @@ class Rebuilder:
                 out = _replay(rec, args, kwargs)
             finally:
                 _set_rng(saved)
-        outs = [out] if isinstance(out, torch.Tensor) else tensors_of(out)
+        if isinstance(out, torch.Tensor):
+            outs = [out]
+        elif out.__class__ is tuple and all(isinstance(t, torch.Tensor) for t in out):
+            outs = list(out)  # as tensors_of gives them, without flattening a pytree
+        else:
+            outs = tensors_of(out)
         for v, where in rec.writes.items():
             if where is None:
                 continue

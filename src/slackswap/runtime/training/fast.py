@@ -48,11 +48,16 @@ class FastStep:
         self.actions = learned.actions
         self.inst = owner.plan.instance
         self.pos = 0
+        if learned.entry_fields is None:  # plain Python values, read once per plan
+            learned.entry_fields = [
+                (int(a), int(n), str(name))
+                for a, n, name in zip(
+                    learned.actions, self.inst.tensor_bytes, self.inst.tensor_name, strict=True
+                )
+            ]
         self.entries = [
-            Entry(i, int(a), int(n), name, checked=CHECK_FAST_STATES)
-            for i, (a, n, name) in enumerate(
-                zip(learned.actions, self.inst.tensor_bytes, self.inst.tensor_name, strict=True)
-            )
+            Entry(i, a, n, name, checked=CHECK_FAST_STATES)
+            for i, (a, n, name) in enumerate(learned.entry_fields)
         ]
         # Per pack, in order: what is checked and what is done (`pack_program`), once per plan.
         if learned.program is None:

@@ -84,6 +84,8 @@ class Learned:
     program: list[tuple[Any, ...]] | None = None
     #: Per plan entry, the view its copy back or rebuild is made in (`fast.whole_views`).
     whole: list[Any] | None = None
+    #: Per plan entry, (action, bytes, name) as Python values, for a fast step's entries.
+    entry_fields: list[tuple[int, int, str]] | None = None
 
 
 class FirstStepObserver(StepObserver):
