@@ -328,19 +328,19 @@ class CopyEngine:
         """H2D copy of a swapped tensor into a new device buffer (on the H2D stream on CUDA)."""
         if e.checked:
             e.check(Residency.TO_DEVICE)
+        tensor = None
         if e.whole_host and not self._cuda:
             # A fast step's CPU copy of a whole saved tensor: its clone is the tensor
             # the step's unpacks return (`Entry.tensor`).
             tensor = e.host.clone()
-            e.move(Residency.TO_DEVICE, device=tensor.untyped_storage(), event=None)
-            e.tensor = tensor
+            buf, event = tensor.untyped_storage(), None
         elif self.quiet is None:
             buf, event = self._copy_back(e)
-            e.move(Residency.TO_DEVICE, device=buf, event=event)
         else:
             with self.quiet():
                 buf, event = self._copy_back(e)
-            e.move(Residency.TO_DEVICE, device=buf, event=event)
+        e.move(Residency.TO_DEVICE, device=buf, event=event)
+        e.tensor = tensor
         self.admitted_bytes += e.nbytes
         self.h2d_bytes += e.nbytes
 
@@ -410,18 +410,15 @@ def copy_to_host(src: Any, copy_stream: Any, whole: Any = None) -> tuple[Any, An
     ``whole``: on a CPU, a tensor that is all of ``src`` (contiguous, from its start): the copy
     is its clone (a fast step's; no tensor is made over the storage).
     """
-    if whole is not None:
-        if dispatch_mode_active():
-            with disable_current_modes():
-                return whole.clone(), None
-        return whole.clone(), None
     if dispatch_mode_active():
         with disable_current_modes():
-            return _copy_to_host(src, copy_stream)
-    return _copy_to_host(src, copy_stream)
+            return _copy_to_host(src, copy_stream, whole)
+    return _copy_to_host(src, copy_stream, whole)
 
 
-def _copy_to_host(src: Any, copy_stream: Any) -> tuple[Any, Any]:
+def _copy_to_host(src: Any, copy_stream: Any, whole: Any) -> tuple[Any, Any]:
+    if whole is not None:
+        return whole.clone(), None
     if src.device.type != "cuda":
         return _words(src).clone(), None
     event = None
