@@ -59,14 +59,14 @@ class FastStep:
             Entry(i, a, n, name, checked=CHECK_FAST_STATES)
             for i, (a, n, name) in enumerate(learned.entry_fields)
         ]
-        # Per pack, in order: what is checked and what is done (`pack_program`), once per plan.
-        if learned.program is None:
-            learned.program = pack_program(learned)
-        self._program = learned.program
         #: Per entry, the view its copy back or rebuild is made in (`whole_views`), or None.
         if learned.whole is None:
             learned.whole = whole_views(learned)
         self._whole = learned.whole
+        # Per pack, in order: what is checked and what is done (`pack_program`), once per plan.
+        if learned.program is None:
+            learned.program = pack_program(learned)
+        self._program = learned.program
         self.error: BaseException | None = None
         self.stats = RunStats(
             budget_bytes=owner._stats.budget_bytes,
@@ -487,7 +487,7 @@ def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
     no storage to check, plan entry, what to do, the entry's whole view (`whole_views`) when
     this pack was that view in the first step, else None), from what the first step learned."""
     read = set(learned.replay.consumers) if learned.replay is not None else set()
-    whole = whole_views(learned)
+    whole = learned.whole if learned.whole is not None else whole_views(learned)
     seen: set[int] = set()
     out: list[tuple[Any, ...]] = []
     for p in learned.expected:
