@@ -37,7 +37,7 @@ import torch
 
 from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
-from slackswap.runtime.entry import Entry, EntryState, Residency
+from slackswap.runtime.entry import Entry, EntryState, EntryTable, Residency
 from slackswap.runtime.schedule import base_resident, rebuild_points
 from slackswap.torchstep.torchapi import disable_current_modes, dispatch_mode_active
 
@@ -98,7 +98,7 @@ class CopyEngine:
     def __init__(
         self,
         instance: Instance,
-        entries: list[Entry],
+        entries: EntryTable,
         budget_bytes: int,
         model: CopyModel,
         *,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -35,6 +35,7 @@ __all__ = [
     "CHECK_FAST_STATES",
     "Entry",
     "EntryState",
+    "EntryTable",
     "Handle",
     "RESIDENCY_TRANSITIONS",
     "Residency",
@@ -291,3 +292,10 @@ class Handle:
         self.entry.handles -= 1
         if self.entry.handles == 0:
             self.release(self.entry)
+
+
+class EntryTable(Protocol):
+    """A step's entries by instance index: the checked path's list, a fast step's table of
+    the entries it made (`slackswap.runtime.training.fast`)."""
+
+    def __getitem__(self, index: int, /) -> Entry: ...

@@ -25,7 +25,7 @@ import torch
 
 from slackswap.instance import Instance
 from slackswap.plan import KEEP
-from slackswap.runtime.entry import Entry, Residency
+from slackswap.runtime.entry import Entry, EntryTable, Residency
 from slackswap.torchstep.torchapi import (
     below_autograd,
     disable_current_modes,
@@ -214,7 +214,7 @@ class Rebuilder:
         self,
         numbering: Numbering,
         instance: Instance,
-        entries: list[Entry],
+        entries: EntryTable,
         entry_of_value: dict[int, int],
         *,
         materialise: Callable[[Entry], Any],

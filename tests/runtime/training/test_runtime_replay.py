@@ -14,7 +14,7 @@ else:
 
 from slackswap.plan import KEEP, RECOMP  # noqa: E402
 from slackswap.runtime import rebuild  # noqa: E402
-from slackswap.runtime.entry import Entry, EntryState  # noqa: E402
+from slackswap.runtime.entry import Entry, EntryState, Residency  # noqa: E402
 from slackswap.runtime.rebuild import Rebuilder, _OpRecord, _Ref  # noqa: E402
 from slackswap.torchstep.torchapi import tree_flatten  # noqa: E402
 
@@ -128,3 +128,42 @@ def test_a_replay_of_an_operator_that_draws_no_random_numbers_leaves_the_generat
     assert torch.equal(rebuild.view(storage, torch.float32, 0, (3,), (1,)), torch.ones(3))
     # Operator 1 alone: its recorded state put in, then the generators' own put back.
     assert len(entered) == 2 and entered[0] is rb.records[1].rng
+
+
+def test_a_compiled_rebuild_takes_the_walks_steps_and_is_made_again_when_an_input_changes() -> None:
+    """`compile_rebuild` takes the steps the generic walk takes: with saved tensor 0 a rebuild
+    input, one operator from it; once it is released and let go, both operators from the model
+    input, the intermediate dropped after its last reader. The program says when it no longer
+    holds, and each run gives what the generic walk computes."""
+    from slackswap.runtime.rebuild_program import (
+        EXTERNAL_INPUT,
+        INPUT,
+        OP,
+        compile_rebuild,
+    )
+
+    numbering = _Chain()
+    entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]
+    rb = _rebuilder(numbering, entries)
+    rb.chains = {}
+    x = rb.externals[0]
+    flat, spec = tree_flatten(((_Ref(1, x), _Ref(1, x)), {}))  # value 1 times itself
+    square = torch.ops.aten.mul.Tensor
+    rb.records[2] = _OpRecord(square, (spec, flat), frozenset(), None, True, {2: ("out", 0)})
+    resident = torch.full((3,), 2.0)
+    entries[0].to(EntryState.SAVED)
+    entries[0].move(Residency.DEVICE, device=resident.untyped_storage())
+    one = compile_rebuild(rb, 2)
+    assert [s[0] for s in one.steps] == [INPUT, OP]
+    assert one.holds(entries)
+    assert torch.equal(one.run(rb), torch.full((3,), 4.0))  # 2 * 2, from the resident input
+    entries[0].to(EntryState.RELEASED)
+    entries[0].free()
+    assert not one.holds(entries)
+    two = compile_rebuild(rb, 2)
+    assert [s[0] for s in two.steps] == [EXTERNAL_INPUT, OP, OP]
+    (_, _, _, _, writes, _), (_, _, _, _, _, drops) = two.steps[1], two.steps[2]
+    assert drops == (writes[0][0],)  # value 1 goes after its last reader; the target stays
+    got = two.run(rb)
+    generic = rb._compute(2, rebuild._Cache(2, rb._chain_reads(2)[0]))
+    assert torch.equal(got, torch.ones(3)) and torch.equal(got, generic)

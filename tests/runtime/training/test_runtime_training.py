@@ -670,7 +670,7 @@ def _fast_step_paths(
     unpack = FastStep._unpack
 
     def counting(self: FastStep, h: Any) -> Any:
-        back = sum(e.nbytes for e in self.entries if e.residency is Residency.TO_DEVICE)
+        back = sum(e.nbytes for e in self.entries.values() if e.residency is Residency.TO_DEVICE)
         counted.append((self.copies.admitted_bytes, back))
         return unpack(self, h)
 
@@ -698,7 +698,7 @@ def test_a_fast_step_moves_each_saved_tensor_through_its_residencies(monkeypatch
     R = Residency
     m = _model("plain_cnn")
     paths, step, counted = _fast_step_paths(m, _cnn_swap_and_recompute(m.inst), 1.0, monkeypatch)
-    entries = step.entries
+    entries = list(step.entries.values())  # the entries the step made (`_Entries`)
     assert counted and all(n == back for n, back in counted), counted
     assert any(back for _, back in counted)
     by_action: dict[int, set[tuple[Any, ...]]] = {KEEP: set(), SWAP: set(), RECOMP: set()}
@@ -706,7 +706,9 @@ def test_a_fast_step_moves_each_saved_tensor_through_its_residencies(monkeypatch
         by_action[e.action].add(tuple(paths.get(e.index, ())))
     assert by_action[SWAP] == {(R.HOST, R.TO_DEVICE, R.FREED)}  # copied out as it is saved
     assert by_action[RECOMP] == {(R.REBUILDING, R.DEVICE, R.FREED)}
-    assert by_action[KEEP] == {(R.FREED,)}  # the rebuilds read swapped inputs alone
+    # The rebuilds read swapped inputs alone: the step made no entry for a kept tensor.
+    assert by_action[KEEP] == set()
+    assert {e.index for e in entries} == {i for i, a in enumerate(step.actions) if a != KEEP}
     assert {e.residency for e in entries} == {R.FREED}
     assert all(e.device is None and e.host is None and e.event is None for e in entries)
     assert {e.state for e in entries if e.action != KEEP} == {EntryState.RELEASED}
@@ -721,12 +723,13 @@ def test_a_fast_step_holds_a_kept_rebuild_input_until_its_last_rebuild(monkeypat
     m = _model("plain_cnn")
     plan, budget = m.plan("all-recompute")
     paths, step, _ = _fast_step_paths(m, plan, budget, monkeypatch)
-    entries = step.entries
+    entries = list(step.entries.values())  # the entries the step made (`_Entries`)
     kept_paths = {e.index: tuple(paths.get(e.index, ())) for e in entries if e.action == KEEP}
     held = {i for i, path in kept_paths.items() if path == (R.DEVICE, R.FREED)}
-    assert set(kept_paths.values()) == {(R.FREED,), (R.DEVICE, R.FREED)}
+    # A kept tensor no rebuild reads gets no entry; each one a rebuild reads is held.
+    assert set(kept_paths.values()) == {(R.DEVICE, R.FREED)}
     read = set().union(*step.learned.replay.deps.values())  # what the rebuilds read
-    assert held == {i for i in read if entries[i].action == KEEP}
+    assert held == {i for i in read if step.actions[i] == KEEP}
     assert {tuple(paths[e.index]) for e in entries if e.action == RECOMP} == {
         (R.REBUILDING, R.DEVICE, R.FREED)
     }
@@ -739,7 +742,8 @@ def test_a_fast_step_of_an_all_swap_plan_frees_every_entry(monkeypatch) -> None:
     m = _model("gpt_dropout")
     plan, budget = m.plan("all-swap")
     paths, step, _ = _fast_step_paths(m, plan, budget, monkeypatch)
-    entries = step.entries
+    entries = list(step.entries.values())
+    assert len(entries) == len(step.actions)
     assert {tuple(paths[e.index]) for e in entries} == {(R.HOST, R.TO_DEVICE, R.FREED)}
     assert {e.residency for e in entries} == {R.FREED}
 

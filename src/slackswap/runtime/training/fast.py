@@ -24,6 +24,7 @@ from slackswap.runtime.executor import StepMismatchError
 from slackswap.runtime.memory import SavedBytesTracker
 from slackswap.runtime.policy import RuntimePolicy
 from slackswap.runtime.rebuild import Rebuilder, view
+from slackswap.runtime.rebuild_program import CompiledRebuilder
 from slackswap.runtime.stats import RunStats, forward_hooked_modules
 from slackswap.runtime.training.checkpointing import checkpointed_block
 from slackswap.runtime.training.learning import Learned, Pack, input_signature, storage_nbytes
@@ -55,10 +56,8 @@ class FastStep:
                     learned.actions, self.inst.tensor_bytes, self.inst.tensor_name, strict=True
                 )
             ]
-        self.entries = [
-            Entry(i, a, n, name, checked=CHECK_FAST_STATES)
-            for i, (a, n, name) in enumerate(learned.entry_fields)
-        ]
+        #: This step's entries, each made when first used (`_Entries`).
+        self.entries = _Entries(learned.entry_fields)
         #: Per entry, the view its copy back or rebuild is made in (`whole_views`), or None.
         if learned.whole is None:
             learned.whole = whole_views(learned)
@@ -100,7 +99,10 @@ class FastStep:
         # The step's memory, measured in its own hooks (`SavedBytesTracker`): every saved
         # tensor's storage, and the storage key of each entry's first pack (held or not).
         self.tracker = SavedBytesTracker(owner._transients())
-        self._origin: list[tuple[int, Any]] = []  # entry, weak reference to its storage
+        # Per first pack, (entry, weak reference to its storage): swapped or recomputed ones
+        # (`_moved`), kept ones (`_kept`).
+        self._moved: list[tuple[int, Any]] = []
+        self._kept: list[tuple[int, Any]] = []
         self._backward = False
         self._held: set[int] = set()
         self._cuda_start = 0
@@ -116,13 +118,14 @@ class FastStep:
         self._finished: set[int] = set()  # autograd is done with these; a rebuild is not
         rp = learned.replay
         if rp is not None:
-            self.rebuilder = Rebuilder(
+            self.rebuilder = CompiledRebuilder(
                 rp.trace,
                 self.inst,
                 self.entries,
                 rp.entry_of_value,
                 materialise=self._materialise,
                 quiet=nullcontext,
+                programs=rp.programs,
             )
             self.rebuilder.records = dict(rp.records)  # random ones get today's RNG state
             self.rebuilder.allocs = rp.allocs
@@ -188,15 +191,14 @@ class FastStep:
             self._backward_begins()
         tr = self.tracker
         held = set(self._held)
-        kept_alive = []
-        for i, ref in self._origin:
-            if ref() is None or i in self.learned.shared:
-                continue
-            if self.entries[i].action != KEEP:
-                held.add(i)
-            elif not self._external[i]:
-                kept_alive.append(i)
-        handles = [e for e in self.entries if e.handles > 0]
+        shared = self.learned.shared
+        held.update(i for i, ref in self._moved if ref() is not None and i not in shared)
+        kept_alive = [
+            i
+            for i, ref in self._kept
+            if ref() is not None and i not in shared and not self._external[i]
+        ]
+        handles = [e for e in self.entries.values() if e.handles > 0]
         hooked = forward_hooked_modules(self.owner.model) if held or kept_alive else []
         retained = [e.index for e in handles]
         if handles:
@@ -205,16 +207,18 @@ class FastStep:
             held.update(kept_alive)
         # else a variable of the caller's (the model's output, say) keeps a kept tensor: the
         # caller's own memory, named only when a forward hook may be the holder.
-        held_swap = sum(self.entries[i].nbytes for i in held if self.actions[i] == SWAP)
-        held_recomp = sum(self.entries[i].nbytes for i in held if self.actions[i] == RECOMP)
+        fields = self.learned.entry_fields
+        assert fields is not None
+        held_swap = sum(fields[i][1] for i in held if self.actions[i] == SWAP)
+        held_recomp = sum(fields[i][1] for i in held if self.actions[i] == RECOMP)
         st.swapped_bytes = self.copies.swapped_bytes - held_swap
         st.h2d_bytes = self.copies.h2d_bytes
         st.recomputed_bytes -= held_recomp
         st.held_tensors = [str(inst.tensor_name[i]) for i in sorted(held)]
-        st.held_bytes = sum(self.entries[i].nbytes for i in held)
+        st.held_bytes = sum(fields[i][1] for i in held)
         st.hooked_modules = hooked if held else []
         st.retained_tensors = len(set(retained))
-        st.retained_bytes = sum(self.entries[i].nbytes for i in set(retained))
+        st.retained_bytes = sum(fields[i][1] for i in set(retained))
         st.measured = "saved tensors, with modelled transients"
         st.measured_peak_bytes = tr.peak_bytes
         st.over_budget_bytes = max(0, tr.peak_bytes - st.budget_bytes)
@@ -227,12 +231,12 @@ class FastStep:
         recomputed tensor's storage still alive is held outside autograd."""
         self._backward = True
         shared = self.learned.shared
-        for i, ref in self._origin:
-            if self.actions[i] != KEEP and ref() is not None and i not in shared:
+        for i, ref in self._moved:
+            if ref() is not None and i not in shared:
                 self._held.add(i)
 
     def _drop_all(self) -> None:
-        for e in self.entries:
+        for e in self.entries.values():
             e.free()
         if self.rebuilder is not None:
             self.rebuilder.externals = {}
@@ -292,12 +296,17 @@ class FastStep:
             )
         if t.shape != shape or t.dtype != dtype:
             self._mismatch(k, self.expected[k], t)
-        storage = None
         if nbytes >= 0:
             storage = t.untyped_storage()
             if storage.nbytes() != nbytes:
                 self._mismatch(k, self.expected[k], t)
+        else:
+            storage = None
         if do == PASS:
+            return t
+        if do == KEEP_FIRST:
+            if storage is not None:  # counted until Python frees it
+                self._kept.append((i, self.tracker.add(storage, nbytes, self._producer[i])))
             return t
         e = self.entries[i]
         # The first step saw the entry's whole storage as one contiguous tensor here; with the
@@ -307,9 +316,11 @@ class FastStep:
         if do == HANDLE:
             return Handle(e, t, False, self._release, whole)
         if storage is not None:  # its first pack: counted until Python frees it
-            self._origin.append((i, self.tracker.add(storage, nbytes, self._producer[i])))
-        if do == KEEP_FIRST:
-            return t
+            ref = self.tracker.add(storage, nbytes, self._producer[i])
+            if do == KEEP_READ_FIRST:
+                self._kept.append((i, ref))
+            else:
+                self._moved.append((i, ref))
         if self._check_states:
             e.to(EntryState.SAVED)
         else:
@@ -433,6 +444,21 @@ class FastStep:
 
 
 _SAVED, _RELEASED = EntryState.SAVED, EntryState.RELEASED
+
+
+class _Entries(dict[int, Entry]):
+    """A fast step's entries by index, each made when first used: a kept tensor no rebuild
+    reads never is (its pack hands the tensor back), so a step makes only the entries it
+    moves. ``fields``: per entry, (action, bytes, name) (`Learned.entry_fields`)."""
+
+    def __init__(self, fields: list[tuple[int, int, str]]):
+        super().__init__()
+        self.fields = fields
+
+    def __missing__(self, i: int) -> Entry:
+        a, n, name = self.fields[i]
+        e = self[i] = Entry(i, a, n, name, checked=CHECK_FAST_STATES)
+        return e
 
 
 def _fmt(sig: list[tuple[Any, ...]] | None) -> str:

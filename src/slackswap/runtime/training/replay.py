@@ -55,6 +55,8 @@ class Replay:
     random: dict[int, tuple[str, int]]  # random operator -> (module, call) it starts with
     #: The rebuilds' chains, walked once for all steps (`Rebuilder.chains`).
     chains: dict[int, Any] = field(default_factory=dict)
+    #: The rebuilds compiled, once for all steps (`CompiledRebuilder.programs`).
+    programs: dict[int, Any] = field(default_factory=dict)
 
 
 class _TraceOf:
