@@ -1,4 +1,4 @@
-"""A recorded call's arguments as a rebuild fills them in (`rebuild._Call`)."""
+"""A recorded call's arguments as a rebuild fills them in (`records.Call`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ if os.environ.get("CI") or os.environ.get("SLACKSWAP_REQUIRE_TORCH"):
 else:
     torch = pytest.importorskip("torch")
 
-from slackswap.runtime.rebuild import _Call, _Ref  # noqa: E402
+from slackswap.runtime.records import Call, Ref  # noqa: E402
 from slackswap.torchstep.torchapi import tree_flatten  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.torch
 
 def _template(args: Any, kwargs: Any, activations: list[int]) -> tuple[Any, list[Any]]:
     flat, spec = tree_flatten((args, kwargs))
-    return spec, [_Ref(k, x) if k in activations else x for k, x in enumerate(flat)]
+    return spec, [Ref(k, x) if k in activations else x for k, x in enumerate(flat)]
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_a_call_is_filled_in_as_the_pytree_would_be(
     args: Any, kwargs: Any, activations: list[int], mutated: set[int], fast: bool
 ) -> None:
     spec, flat = _template(args, kwargs, activations)
-    call = _Call(spec, flat, frozenset(mutated))
+    call = Call(spec, flat, frozenset(mutated))
     assert (call.places is not None) is fast
     assert call.varying == sorted({*activations, *mutated})
     real = {i: torch.full((1,), float(i)) for i in call.varying}

@@ -17,7 +17,7 @@ else:
 from slackswap.cli import main  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, Budget, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
-from slackswap.runtime import rebuild  # noqa: E402
+from slackswap.runtime import records  # noqa: E402
 from slackswap.runtime.measure import (  # noqa: E402
     has_sparse_gradients,
     run_step,
@@ -62,11 +62,11 @@ def test_batch_norm_statistics_are_protected_as_written() -> None:
     f = torch.ops.aten.native_batch_norm.default
     x, w, b, mean, var = (torch.zeros(2, 3, 4), None, None, torch.zeros(3), torch.ones(3))
     bound = {"input": x, "weight": w, "bias": b, "running_mean": mean, "running_var": var}
-    written = rebuild.written_arguments(f._schema, {**bound, "training": True})
+    written = records.written_arguments(f._schema, {**bound, "training": True})
     assert [id(t) for t in written] == [id(mean), id(var)]
-    assert rebuild.written_arguments(f._schema, {**bound, "training": False}) == []
+    assert records.written_arguments(f._schema, {**bound, "training": False}) == []
     add_ = torch.ops.aten.add_.Tensor
-    assert [id(t) for t in rebuild.written_arguments(add_._schema, {"self": x, "other": x})] == [
+    assert [id(t) for t in records.written_arguments(add_._schema, {"self": x, "other": x})] == [
         id(x)
     ]
 
@@ -98,7 +98,7 @@ def test_check_fails_on_the_double_update(capsys, tmp_path, resnet, monkeypatch)
     runtime as it was), it exits 1 naming a running statistic; with it, it passes."""
     *_, inst = resnet
     acts = _all_recompute(inst)
-    monkeypatch.setattr(rebuild, "UNMARKED_WRITES", frozenset())
+    monkeypatch.setattr(records, "UNMARKED_WRITES", frozenset())
     rc, out = _check(capsys, tmp_path, inst, acts, "--json")
     r = json.loads(out.out)
     assert rc == 1, out.err

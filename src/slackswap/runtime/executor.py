@@ -35,7 +35,8 @@ from slackswap.plan import KEEP, RECOMP, SWAP
 from slackswap.runtime.copies import CopyEngine, copy_model
 from slackswap.runtime.entry import Entry, EntryState, Handle, Residency, StateError
 from slackswap.runtime.observer import StepObserver
-from slackswap.runtime.rebuild import Rebuilder, view
+from slackswap.runtime.rebuild import Rebuilder
+from slackswap.runtime.records import view
 from slackswap.torchstep.context import ModuleContext
 from slackswap.torchstep.torchapi import StorageWeakRef, TorchDispatchMode, storage_key
 from slackswap.torchstep.trace import EXTERNAL, Value

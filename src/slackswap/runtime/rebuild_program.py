@@ -1,15 +1,14 @@
-"""A rebuild's operator chain made once into a flat list of steps (`RebuildProgram`), which a
-fast step of the training path runs at each of its rebuilds instead of walking the records.
+"""A rebuild's operator chain walked into a flat list of steps (`RebuildProgram`), then run.
 
-`Rebuilder.rebuild` walks the recorded operators that produced a recomputed tensor, recursively,
-at every rebuild: which values are rebuild inputs, which are computed, in what order, which
-intermediate goes when. For a fast step all of that is the same at every step (the same plan,
-the same step), so `compile_rebuild` does that walk once, in the same order and with the same
-rules, and writes down what it did: materialise a rebuild input, take a model input, allocate a
-buffer, run a recorded operator with its varying arguments filled in from earlier steps, drop
-an intermediate after its last reader. `RebuildProgram.run` then does only those steps. The
-walk's one assumption, which saved tensors are rebuild inputs (`Rebuilder._is_input`), is
-checked at each run (`RebuildProgram.holds`); where it changed, the rebuild walks again.
+To rebuild a recomputed tensor, `compile_rebuild` walks the recorded operators that produced
+it, in the order the rebuild needs them, and writes down what to do: materialise a saved tensor
+that is a rebuild input (fetched back, rebuilt on its own, or resident), take a model input,
+allocate a buffer, run a recorded operator with its varying arguments filled in from earlier
+steps, drop an intermediate after its last reader (as the simulator's workspace assumes).
+`RebuildProgram.run` then does only those steps. A fast step of the training path keeps each
+program for the plan's later steps (the same plan, the same step): the walk's one assumption,
+which saved tensors are rebuild inputs (`Rebuilder._is_input`), is checked at each run
+(`RebuildProgram.holds`), and where it changed the chain is walked again.
 """
 
 from __future__ import annotations
@@ -19,15 +18,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from slackswap.plan import KEEP
-from slackswap.runtime.entry import EntryState, Residency
-from slackswap.runtime.rebuild import Rebuilder, _set_rng, _storage_of, tensors_of, view
+from slackswap.runtime.entry import EntryState
+from slackswap.runtime.records import is_view, set_rng, storage_of, tensors_of, view
 from slackswap.torchstep.torchapi import below_autograd, set_grad_mode
 from slackswap.torchstep.trace import EXTERNAL
 
 if TYPE_CHECKING:
-    from slackswap.runtime.entry import Entry, EntryTable
+    from slackswap.runtime.entry import EntryTable
+    from slackswap.runtime.rebuild import Rebuilder
 
-__all__ = ["CompiledRebuilder", "RebuildProgram", "compile_rebuild"]
+__all__ = ["RebuildProgram", "compile_rebuild"]
 
 #: Step kinds: materialise a rebuild input (its `Entry.tensor`, else its storage); a model
 #: input; a fresh buffer for a bare allocation; a recorded operator.
@@ -105,25 +105,19 @@ def _run_op(step: tuple[Any, ...], rec: Any, slots: list[Any], grad_now: bool) -
     for i, slot, ref, how in fills:
         if how == AS_VIEW:
             held = slots[slot]
-            if (
-                held.__class__ is torch.Tensor
-                and held.dtype == ref.dtype
-                and held.shape == ref.size
-                and held.stride() == ref.stride
-                and held.storage_offset() == ref.offset
-            ):
+            if held.__class__ is torch.Tensor and is_view(held, ref):
                 real[i] = held  # the tensor itself: no tensor made over its storage
             else:
-                real[i] = view(_storage_of(held), ref.dtype, ref.offset, ref.size, ref.stride)
+                real[i] = view(storage_of(held), ref.dtype, ref.offset, ref.size, ref.stride)
         elif how == SCRATCH:
             held = slots[slot]
-            real[i] = view(_storage_of(held).clone(), ref.dtype, ref.offset, ref.size, ref.stride)
+            real[i] = view(storage_of(held).clone(), ref.dtype, ref.offset, ref.size, ref.stride)
         else:
             real[i] = flat[i].clone()
     args, kwargs = call.fill(flat, real)
     rng = rec.rng
     if rng is not None:
-        saved = _set_rng(rng)
+        saved = set_rng(rng)
     if rec.grad != grad_now:
         set_grad_mode(rec.grad)
     try:
@@ -132,7 +126,7 @@ def _run_op(step: tuple[Any, ...], rec: Any, slots: list[Any], grad_now: bool) -
         if rec.grad != grad_now:
             set_grad_mode(grad_now)
         if rng is not None:
-            _set_rng(saved)
+            set_rng(saved)
     if isinstance(out, torch.Tensor):
         outs: Any = (out,)
     elif out.__class__ is tuple and all(isinstance(t, torch.Tensor) for t in out):
@@ -243,27 +237,3 @@ def compile_rebuild(rb: Rebuilder, value: int) -> RebuildProgram:
 
     target = compute(value)
     return RebuildProgram(steps, n[0], target, list(assumed.values()))
-
-
-class CompiledRebuilder(Rebuilder):
-    """A fast step's `Rebuilder`: each recomputed value's rebuild is compiled once
-    (`compile_rebuild`) into ``programs``, which the plan's fast steps share, and run from
-    there; compiled again where a rebuild input changed (`RebuildProgram.holds`). It has no
-    quiet section: a fast step has no dispatch mode to keep the rebuild from."""
-
-    def __init__(self, *args: Any, programs: dict[int, RebuildProgram], **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.programs = programs
-
-    def rebuild(self, e: Entry) -> Any:
-        if self._values is None:
-            self._values = [int(v) for v in self.instance.meta["runtime_signature"]["values"]]
-        value = self._values[e.index]
-        program = self.programs.get(value)
-        if program is None or not program.holds(self.entries):
-            program = self.programs[value] = compile_rebuild(self, value)
-        e.move(Residency.REBUILDING)
-        tensor = program.run(self)
-        e.move(Residency.DEVICE, device=_storage_of(tensor))
-        self.rebuilds += 1
-        return tensor

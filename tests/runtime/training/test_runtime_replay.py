@@ -1,4 +1,5 @@
-"""What a rebuild's replay does per operator, and what it does once (`rebuild.Rebuilder`)."""
+"""What a rebuild's replay does per operator, and what it does once (`rebuild.Rebuilder`,
+`rebuild_program`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ else:
     torch = pytest.importorskip("torch")
 
 from slackswap.plan import KEEP, RECOMP  # noqa: E402
-from slackswap.runtime import rebuild  # noqa: E402
+from slackswap.runtime import rebuild_program  # noqa: E402
 from slackswap.runtime.entry import Entry, EntryState, Residency  # noqa: E402
-from slackswap.runtime.rebuild import Rebuilder, _OpRecord, _Ref  # noqa: E402
+from slackswap.runtime.rebuild import Rebuilder  # noqa: E402
+from slackswap.runtime.rebuild_program import compile_rebuild  # noqa: E402
+from slackswap.runtime.records import OpRecord, Ref, rng_state  # noqa: E402
 from slackswap.torchstep.torchapi import tree_flatten  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -37,10 +40,10 @@ class _Chain:
         return v
 
 
-def _record(value_in: int, value_out: int, x: torch.Tensor, grad: bool = True) -> _OpRecord:
+def _record(value_in: int, value_out: int, x: torch.Tensor, grad: bool = True) -> OpRecord:
     flat, spec = tree_flatten(((x,), {}))
-    return _OpRecord(
-        torch.ops.aten.relu.default, (spec, [_Ref(value_in, x)]), frozenset(), None, grad,
+    return OpRecord(
+        torch.ops.aten.relu.default, (spec, [Ref(value_in, x)]), frozenset(), None, grad,
         {value_out: ("out", 0)},
     )  # fmt: skip
 
@@ -57,33 +60,51 @@ def _rebuilder(numbering: Any, entries: list[Entry]) -> Rebuilder:
     return rb
 
 
-def test_a_chain_is_walked_again_only_when_a_rebuild_input_changes() -> None:
+def test_a_rebuild_is_walked_again_only_when_a_rebuild_input_changes() -> None:
+    """With ``programs`` (a fast step's), a later step's rebuild runs the program the first one
+    walked; once saved tensor 0 is released and let go, the chain is walked again and runs
+    operator 1 too, from the model input."""
     numbering = _Chain()
-    entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]
-    rb = _rebuilder(numbering, entries)
-    rb.chains = {}
-    assert rb._chain_reads(2) == ({2: 0, 1: 1}, 1)  # saved tensor 0 is a rebuild input
+    rb = _rebuilder(numbering, [])
+    rb.programs = {}
+    rb._values = [1, 2]  # saved tensor -> its value
+    resident = torch.full((3,), -2.0)
+
+    def rebuilt(released: bool) -> torch.Tensor:
+        entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]  # each step has its own
+        entries[0].to(EntryState.SAVED)
+        if released:
+            entries[0].to(EntryState.RELEASED)
+        else:
+            entries[0].move(Residency.DEVICE, device=resident.untyped_storage())
+        rb.entries = entries
+        out = rb.rebuild(entries[1])
+        assert entries[1].residency is Residency.DEVICE
+        return out  # type: ignore[no-any-return]
+
+    assert torch.equal(rebuilt(False), torch.zeros(3))  # relu of the resident input
     walked = numbering.asked
-    counts, _ = rb._chain_reads(2)
-    counts[1] = 0  # a rebuild's _Cache counts down its own copy
-    assert rb._chain_reads(2) == ({2: 0, 1: 1}, 1)
-    assert numbering.asked == walked  # the memo, not a second walk
-    # Released and let go: the chain runs operator 1 too, from the model input.
-    entries[0].to(EntryState.SAVED)
-    entries[0].to(EntryState.RELEASED)
-    assert rb._chain_reads(2) == ({2: 0, 1: 1, 0: 1}, 2)
+    assert walked > 0
+    assert torch.equal(rebuilt(False), torch.zeros(3))
+    assert numbering.asked == walked  # the program, not a second walk
+    assert torch.equal(rebuilt(True), torch.ones(3))  # relu(relu(the model input))
     assert numbering.asked > walked
+    assert [s[0] for s in rb.programs[2].steps] == [
+        rebuild_program.EXTERNAL_INPUT,
+        rebuild_program.OP,
+        rebuild_program.OP,
+    ]
 
 
 def test_a_replay_sets_the_grad_mode_only_where_the_record_differs(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     set_to: list[bool] = []
-    real = rebuild.set_grad_mode
+    real = rebuild_program.set_grad_mode
 
     def spy(mode: bool) -> None:
         set_to.append(mode)
         real(mode)
 
-    monkeypatch.setattr(rebuild, "set_grad_mode", spy)
+    monkeypatch.setattr(rebuild_program, "set_grad_mode", spy)
     seen: list[bool] = []
 
     def op(t: torch.Tensor) -> torch.Tensor:
@@ -91,14 +112,17 @@ def test_a_replay_sets_the_grad_mode_only_where_the_record_differs(monkeypatch) 
         return t + 1
 
     x = torch.ones(2)
+    flat, spec = tree_flatten(((x,), {}))
     for grad in (False, True):
-        rec = _OpRecord(op, None, frozenset(), None, grad, {})
+        rec = OpRecord(op, (spec, flat), frozenset(), None, grad, {})
+        slots: list[Any] = [None]
+        step = (rebuild_program.OP, 0, rec.call(), (), ((0, True, 0),), ())
         with torch.no_grad():
             set_to.clear()
-            out = rebuild._replay(rec, (x,), {})
+            rebuild_program._run_op(step, rec, slots, torch.is_grad_enabled())
             assert not torch.is_grad_enabled()
             calls = list(set_to)
-        assert torch.equal(out, x + 1)
+        assert torch.equal(slots[0], x + 1)
         # The first ran in the mode it recorded (off, as the backward pass runs); the second
         # was recorded with grad on: on for the call, off again after.
         assert calls == ([] if grad is False else [True, False])
@@ -109,47 +133,40 @@ def test_a_replay_of_an_operator_that_draws_no_random_numbers_leaves_the_generat
     monkeypatch,  # type: ignore[no-untyped-def]
 ) -> None:
     entered: list[Any] = []
-    real = rebuild._set_rng
+    real = rebuild_program.set_rng
 
     def spy(rng: Any) -> Any:
         entered.append(rng)
         return real(rng)
 
-    monkeypatch.setattr(rebuild, "_set_rng", spy)
+    monkeypatch.setattr(rebuild_program, "set_rng", spy)
     numbering = _Chain()
     entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]
     rb = _rebuilder(numbering, entries)
     x = rb.externals[0]
-    rb.records[1] = rb.records[1].with_rng(rebuild._rng_state([x]))
+    rb.records[1] = rb.records[1].with_rng(rng_state([x]))
     entries[0].to(EntryState.SAVED)
     entries[0].to(EntryState.RELEASED)
-    cache = rebuild._Cache(2, rb._chain_reads(2)[0])
-    storage = rebuild._storage_of(rb._compute(2, cache))
-    assert torch.equal(rebuild.view(storage, torch.float32, 0, (3,), (1,)), torch.ones(3))
+    assert torch.equal(compile_rebuild(rb, 2).run(rb), torch.ones(3))
     # Operator 1 alone: its recorded state put in, then the generators' own put back.
     assert len(entered) == 2 and entered[0] is rb.records[1].rng
 
 
 def test_a_compiled_rebuild_takes_the_walks_steps_and_is_made_again_when_an_input_changes() -> None:
-    """`compile_rebuild` takes the steps the generic walk takes: with saved tensor 0 a rebuild
-    input, one operator from it; once it is released and let go, both operators from the model
-    input, the intermediate dropped after its last reader. The program says when it no longer
-    holds, and each run gives what the generic walk computes."""
-    from slackswap.runtime.rebuild_program import (
-        EXTERNAL_INPUT,
-        INPUT,
-        OP,
-        compile_rebuild,
-    )
+    """`compile_rebuild` walks the chain into its steps: with saved tensor 0 a rebuild input,
+    one operator from it; once it is released and let go, both operators from the model input,
+    the intermediate dropped after its last reader. The program says when it no longer holds,
+    and each run gives the value worked out by hand."""
+    from slackswap.runtime.rebuild_program import EXTERNAL_INPUT, INPUT, OP
 
     numbering = _Chain()
     entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]
     rb = _rebuilder(numbering, entries)
     rb.chains = {}
     x = rb.externals[0]
-    flat, spec = tree_flatten(((_Ref(1, x), _Ref(1, x)), {}))  # value 1 times itself
+    flat, spec = tree_flatten(((Ref(1, x), Ref(1, x)), {}))  # value 1 times itself
     square = torch.ops.aten.mul.Tensor
-    rb.records[2] = _OpRecord(square, (spec, flat), frozenset(), None, True, {2: ("out", 0)})
+    rb.records[2] = OpRecord(square, (spec, flat), frozenset(), None, True, {2: ("out", 0)})
     resident = torch.full((3,), 2.0)
     entries[0].to(EntryState.SAVED)
     entries[0].move(Residency.DEVICE, device=resident.untyped_storage())
@@ -164,6 +181,4 @@ def test_a_compiled_rebuild_takes_the_walks_steps_and_is_made_again_when_an_inpu
     assert [s[0] for s in two.steps] == [EXTERNAL_INPUT, OP, OP]
     (_, _, _, _, writes, _), (_, _, _, _, _, drops) = two.steps[1], two.steps[2]
     assert drops == (writes[0][0],)  # value 1 goes after its last reader; the target stays
-    got = two.run(rb)
-    generic = rb._compute(2, rebuild._Cache(2, rb._chain_reads(2)[0]))
-    assert torch.equal(got, torch.ones(3)) and torch.equal(got, generic)
+    assert torch.equal(two.run(rb), torch.ones(3))  # 1 * 1, from the model input

@@ -792,13 +792,13 @@ def test_a_fast_step_hands_back_whole_saved_tensors_as_copied_back_or_rebuilt(mo
     # clone copied back, the convolution's own output, or the kept input itself, and make no
     # tensor over a storage (the view each costs 4-5 us of Python on a CPU); the training stays
     # bitwise.
-    from slackswap.runtime import rebuild as rebuild_module
+    from slackswap.runtime import rebuild_program
     from slackswap.runtime.training import fast as fast_module
 
     m = _model("plain_cnn")
     plan = _cnn_swap_and_recompute(m.inst)
     views: list[Any] = []
-    real = rebuild_module.view
+    real = rebuild_program.view
 
     def counting(*args: Any) -> Any:
         views.append(args[1:])
@@ -810,7 +810,7 @@ def test_a_fast_step_hands_back_whole_saved_tensors_as_copied_back_or_rebuilt(mo
         made.append(prepare(model, plan, 1.0))
         return made[0]
 
-    monkeypatch.setattr(rebuild_module, "view", counting)
+    monkeypatch.setattr(rebuild_program, "view", counting)
     monkeypatch.setattr(fast_module, "view", counting)
     torch.manual_seed(1)
     ref = _train(m, STEPS)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,8 +23,8 @@ from slackswap.runtime.entry import (
 from slackswap.runtime.executor import StepMismatchError
 from slackswap.runtime.memory import SavedBytesTracker
 from slackswap.runtime.policy import RuntimePolicy
-from slackswap.runtime.rebuild import Rebuilder, view
-from slackswap.runtime.rebuild_program import CompiledRebuilder
+from slackswap.runtime.rebuild import Rebuilder
+from slackswap.runtime.records import view
 from slackswap.runtime.stats import RunStats, forward_hooked_modules
 from slackswap.runtime.training.checkpointing import checkpointed_block
 from slackswap.runtime.training.learning import Learned, Pack, input_signature, storage_nbytes
@@ -118,18 +118,17 @@ class FastStep:
         self._finished: set[int] = set()  # autograd is done with these; a rebuild is not
         rp = learned.replay
         if rp is not None:
-            self.rebuilder = CompiledRebuilder(
+            self.rebuilder = Rebuilder(
                 rp.trace,
                 self.inst,
                 self.entries,
                 rp.entry_of_value,
                 materialise=self._materialise,
-                quiet=nullcontext,
+                quiet=None,
                 programs=rp.programs,
             )
             self.rebuilder.records = dict(rp.records)  # random ones get today's RNG state
             self.rebuilder.allocs = rp.allocs
-            self.rebuilder.chains = rp.chains
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
     @contextmanager

@@ -14,7 +14,7 @@ import torch
 
 from slackswap.plan import KEEP, RECOMP, Plan
 from slackswap.runtime.observer import StepObserver
-from slackswap.runtime.rebuild import _rng_state, tensors_of
+from slackswap.runtime.records import rng_state, tensors_of
 from slackswap.runtime.training.replay import FirstStepRecords, Replay, replay_of
 
 
@@ -109,12 +109,12 @@ class FirstStepObserver(StepObserver):
         # replayed without its RNG state: noted when its generators' state did not move.
         if torch.Tag.nondeterministic_seeded not in func.tags:
             return None
-        return _rng_state(tensors_of((args, kwargs)))
+        return rng_state(tensors_of((args, kwargs)))
 
     def after_forward_op(self, token: Any, index: int, func: Any, args: Any, kwargs: Any) -> None:
         if token is None:
             return
-        after = _rng_state(tensors_of((args, kwargs)))
+        after = rng_state(tensors_of((args, kwargs)))
         if _same_rng(token, after):
             self.rng_free.add(index)
         elif self.calls.stack:
@@ -154,7 +154,7 @@ class FirstStepObserver(StepObserver):
 
 
 def _same_rng(a: Any, b: Any) -> bool:
-    """Whether RNG states ``a`` and ``b`` (`_rng_state`) agree on the CPU and on every device
+    """Whether RNG states ``a`` and ``b`` (`rng_state`) agree on the CPU and on every device
     ``a`` holds."""
     if not torch.equal(a[0], b[0]):
         return False
@@ -180,7 +180,7 @@ class ModuleCalls:
             def pre(m: Any, args: Any, path: str = path) -> None:
                 k = self.counts.get(path, 0)
                 self.counts[path] = k + 1
-                self.stack.append((path, k, _rng_state(devices)))
+                self.stack.append((path, k, rng_state(devices)))
 
             def post(m: Any, args: Any, out: Any, path: str = path) -> None:
                 if self.stack and self.stack[-1][0] == path:

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from slackswap.runtime.rebuild import Rebuilder, _rng_state
+from slackswap.runtime.rebuild import Rebuilder
+from slackswap.runtime.records import rng_state
 
 
 def storage_ptr(t: torch.Tensor) -> int:
@@ -53,9 +54,7 @@ class Replay:
     consumers: dict[int, set[int]]
     buffers: list[torch.Tensor]
     random: dict[int, tuple[str, int]]  # random operator -> (module, call) it starts with
-    #: The rebuilds' chains, walked once for all steps (`Rebuilder.chains`).
-    chains: dict[int, Any] = field(default_factory=dict)
-    #: The rebuilds compiled, once for all steps (`CompiledRebuilder.programs`).
+    #: Each rebuild's program, walked once for all steps (`Rebuilder.programs`).
     programs: dict[int, Any] = field(default_factory=dict)
 
 
@@ -191,7 +190,7 @@ def capturing_rng(model: torch.nn.Module, rp: Replay, rb: Rebuilder) -> Iterator
             counts[path] = k + 1
             for p in wanted.get((path, k), ()):
                 old = rp.records[p]
-                rb.records[p] = old.with_rng(_rng_state(devices))
+                rb.records[p] = old.with_rng(rng_state(devices))
 
         handles.append(mod.register_forward_pre_hook(pre))
     try:
