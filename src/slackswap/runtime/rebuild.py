@@ -189,38 +189,3 @@ class Rebuilder:
         e.move(Residency.DEVICE, device=storage_of(tensor))
         self.rebuilds += 1
         return tensor
-
-    def _is_input(self, value: int) -> bool:
-        """``value`` is a saved tensor a rebuild takes as it is (resident, fetched back or
-        rebuilt on its own), not one it computes again."""
-        i = self.entry_of_value.get(value)
-        # A released entry still holding its storage is an input kept for this rebuild.
-        return i is not None and (
-            not self.entries[i].released or self.entries[i].device is not None
-        )
-
-    def _chain_reads(self, value: int) -> tuple[dict[int, int], int]:
-        """How many times the operators that rebuilding ``value`` runs read each value (an
-        intermediate is dropped after its last reader, as the simulator's workspace assumes),
-        and how many operators it runs."""
-        reads: dict[int, int] = {}
-        ops: set[int] = set()
-        stack = [value]
-        while stack:
-            v = stack.pop()
-            if v != value and v in self.entry_of_value and self._is_input(v):
-                continue
-            if v in self.externals or v in self.allocs:
-                continue
-            p = self.numbering.producer(v)
-            rec = self.records.get(p) if p != EXTERNAL else None
-            if rec is None or p in ops:
-                continue
-            ops.add(p)
-            for w in rec.writes:
-                reads.setdefault(w, 0)
-            for x in rec.args[1]:
-                if isinstance(x, Ref):
-                    reads[x.value] = reads.get(x.value, 0) + 1
-                    stack.append(x.value)
-        return reads, len(ops)

@@ -7,27 +7,100 @@ allocate a buffer, run a recorded operator with its varying arguments filled in 
 steps, drop an intermediate after its last reader (as the simulator's workspace assumes).
 `RebuildProgram.run` then does only those steps. A fast step of the training path keeps each
 program for the plan's later steps (the same plan, the same step): the walk's one assumption,
-which saved tensors are rebuild inputs (`Rebuilder._is_input`), is checked at each run
+which saved tensors are rebuild inputs (`is_rebuild_input`), is checked at each run
 (`RebuildProgram.holds`), and where it changed the chain is walked again.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
 from slackswap.plan import KEEP
-from slackswap.runtime.entry import EntryState
-from slackswap.runtime.records import is_view, set_rng, storage_of, tensors_of, view
+from slackswap.runtime.entry import Entry, EntryState, EntryTable
+from slackswap.runtime.records import (
+    OpRecord,
+    Ref,
+    is_view,
+    set_rng,
+    storage_of,
+    tensors_of,
+    view,
+)
 from slackswap.torchstep.torchapi import below_autograd, set_grad_mode
 from slackswap.torchstep.trace import EXTERNAL
 
-if TYPE_CHECKING:
-    from slackswap.runtime.entry import EntryTable
-    from slackswap.runtime.rebuild import Rebuilder
+__all__ = [
+    "ProducerOf",
+    "RebuildProgram",
+    "RecordedStep",
+    "chain_reads",
+    "compile_rebuild",
+    "is_rebuild_input",
+]
 
-__all__ = ["RebuildProgram", "compile_rebuild"]
+
+class ProducerOf(Protocol):
+    """The operator that produced a value (`EXTERNAL`: none of the step's)."""
+
+    def producer(self, v: int) -> int: ...
+
+
+class RecordedStep(Protocol):
+    """What a rebuild reads of its step (`slackswap.runtime.rebuild.Rebuilder` is one)."""
+
+    @property
+    def numbering(self) -> ProducerOf: ...
+    @property
+    def entries(self) -> EntryTable: ...
+    @property
+    def entry_of_value(self) -> dict[int, int]: ...
+    @property
+    def records(self) -> dict[int, OpRecord]: ...
+    @property
+    def externals(self) -> dict[int, torch.Tensor]: ...
+    @property
+    def allocs(self) -> dict[int, tuple[int, torch.device]]: ...
+    @property
+    def materialise(self) -> Callable[[Entry], Any]: ...
+
+
+def is_rebuild_input(rb: RecordedStep, value: int) -> bool:
+    """``value`` is a saved tensor a rebuild takes as it is (resident, fetched back or rebuilt
+    on its own), not one it computes again."""
+    i = rb.entry_of_value.get(value)
+    # A released entry still holding its storage is an input kept for this rebuild.
+    return i is not None and (not rb.entries[i].released or rb.entries[i].device is not None)
+
+
+def chain_reads(rb: RecordedStep, value: int) -> tuple[dict[int, int], int]:
+    """How many times the operators that rebuilding ``value`` runs read each value (an
+    intermediate is dropped after its last reader, as the simulator's workspace assumes), and
+    how many operators it runs."""
+    reads: dict[int, int] = {}
+    ops: set[int] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v != value and v in rb.entry_of_value and is_rebuild_input(rb, v):
+            continue
+        if v in rb.externals or v in rb.allocs:
+            continue
+        p = rb.numbering.producer(v)
+        rec = rb.records.get(p) if p != EXTERNAL else None
+        if rec is None or p in ops:
+            continue
+        ops.add(p)
+        for w in rec.writes:
+            reads.setdefault(w, 0)
+        for x in rec.args[1]:
+            if isinstance(x, Ref):
+                reads[x.value] = reads.get(x.value, 0) + 1
+                stack.append(x.value)
+    return reads, len(ops)
+
 
 #: Step kinds: materialise a rebuild input (its `Entry.tensor`, else its storage); a model
 #: input; a fresh buffer for a bare allocation; a recorded operator.
@@ -66,7 +139,7 @@ class RebuildProgram:
                 return False
         return True
 
-    def run(self, rb: Rebuilder) -> Any:
+    def run(self, rb: RecordedStep) -> Any:
         """Run the steps (operators below autograd, each in its recorded grad mode and, when
         random, from today's RNG state of its record); the rebuilt tensor."""
         slots: list[Any] = [None] * self.n_slots
@@ -147,12 +220,12 @@ def _run_op(step: tuple[Any, ...], rec: Any, slots: list[Any], grad_now: bool) -
         slots[slot] = None
 
 
-def compile_rebuild(rb: Rebuilder, value: int) -> RebuildProgram:
+def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
     """The steps `Rebuilder.rebuild` takes to rebuild ``value`` now, in its order and by its
     rules: a saved tensor that is a rebuild input is materialised (once), a model input taken,
     an allocation made afresh, a recorded operator run after the values it reads; an
     intermediate is dropped after the chain's last reader of it (`_Cache`), the target kept."""
-    reads, n_ops = rb._chain_reads(value)
+    reads, n_ops = chain_reads(rb, value)
     counting = n_ops > 1  # one operator leaves no intermediate to drop early (as `rebuild`)
     steps: list[tuple[Any, ...]] = []
     slot_of: dict[int, int] = {}  # value -> its slot
@@ -170,7 +243,7 @@ def compile_rebuild(rb: Rebuilder, value: int) -> RebuildProgram:
         i = rb.entry_of_value.get(v)
         if i is None:
             return False
-        was = rb._is_input(v)
+        was = is_rebuild_input(rb, v)
         assumed.setdefault(v, (i, was))
         return was
 
