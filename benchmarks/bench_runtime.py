@@ -17,8 +17,8 @@ clock (copies of swapped tensors and replayed operators included); "copy us/pack
 inside the copies to the host and back; "Python us/pack": the time in the hooks less the copies
 and the torch operators a replay runs (each recorded operator's call), the Python the hooks run
 per saved tensor (the timer's own cost included); "net": that less the timer's floor, the same
-timer around saved-tensor hooks that do nothing, in the same step (3-6 us per pack on the
-machine of the figures in benchmarks/README.md, where a warm loop gives 0.8 us a timed call).
+timer around saved-tensor hooks that do nothing, in the same step (2-6 us per pack on the
+machines of the figures in benchmarks/README.md, where a warm loop gives 0.7-0.8 us a timed call).
 A recomputation under ``torch.utils.checkpoint`` runs in checkpoint's own hooks, in none of
 these columns: the step time holds it. GPU half (only with CUDA): the tests' default GPT profiled with ``--timing measured``, then keep-all, SlackSwap at 50% and
 30% of P, offload-sync, offload-overlap, ``save_on_cpu`` and ``torch.utils.checkpoint`` on the
