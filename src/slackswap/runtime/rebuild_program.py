@@ -224,12 +224,13 @@ def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
     """The steps `Rebuilder.rebuild` takes to rebuild ``value`` now, in its order and by its
     rules: a saved tensor that is a rebuild input is materialised (once), a model input taken,
     an allocation made afresh, a recorded operator run after the values it reads; an
-    intermediate is dropped after the chain's last reader of it (`_Cache`), the target kept."""
+    intermediate is dropped after the chain's last reader of it (`chain_reads` counts the
+    reads), the target kept."""
     reads, n_ops = chain_reads(rb, value)
-    counting = n_ops > 1  # one operator leaves no intermediate to drop early (as `rebuild`)
+    counting = n_ops > 1  # one operator leaves no intermediate to drop early
     steps: list[tuple[Any, ...]] = []
     slot_of: dict[int, int] = {}  # value -> its slot
-    cached: set[int] = set()  # the values the generic walk's cache holds at this point
+    cached: set[int] = set()  # the values computed so far and not dropped yet
     inputs: dict[int, int] = {}  # rebuild input value -> its slot
     externals: dict[int, int] = {}
     assumed: dict[int, tuple[int, bool]] = {}
