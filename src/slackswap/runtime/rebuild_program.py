@@ -71,8 +71,13 @@ def is_rebuild_input(rb: RecordedStep, value: int) -> bool:
     """``value`` is a saved tensor a rebuild takes as it is (resident, fetched back or rebuilt
     on its own), not one it computes again."""
     i = rb.entry_of_value.get(value)
-    # A released entry still holding its storage is an input kept for this rebuild.
-    return i is not None and (not rb.entries[i].released or rb.entries[i].device is not None)
+    return i is not None and _takes_as_it_is(rb.entries[i])
+
+
+def _takes_as_it_is(e: Entry) -> bool:
+    """A rebuild takes saved tensor ``e`` as it is: not released, or released but still
+    holding its storage (kept for a rebuild that reads it)."""
+    return e.state is not _RELEASED or e.device is not None
 
 
 def chain_reads(rb: RecordedStep, value: int) -> tuple[dict[int, int], int]:
@@ -133,11 +138,7 @@ class RebuildProgram:
     def holds(self, entries: EntryTable) -> bool:
         """Every saved tensor the walk met is a rebuild input now exactly when it was then
         (``entries``: this step's)."""
-        for i, was in self.assumed:
-            e = entries[i]
-            if (e.state is not _RELEASED or e.device is not None) is not was:
-                return False
-        return True
+        return all(_takes_as_it_is(entries[i]) is was for i, was in self.assumed)
 
     def run(self, rb: RecordedStep) -> Any:
         """Run the steps (operators below autograd, each in its recorded grad mode and, when

@@ -206,8 +206,7 @@ class FastStep:
             held.update(kept_alive)
         # else a variable of the caller's (the model's output, say) keeps a kept tensor: the
         # caller's own memory, named only when a forward hook may be the holder.
-        fields = self.learned.entry_fields
-        assert fields is not None
+        fields = self.entries.fields
         held_swap = sum(fields[i][1] for i in held if self.actions[i] == SWAP)
         held_recomp = sum(fields[i][1] for i in held if self.actions[i] == RECOMP)
         st.swapped_bytes = self.copies.swapped_bytes - held_swap
