@@ -62,6 +62,8 @@ class Rebuilder:
     `RebuildProgram` is kept for the next (a fast step's, shared by the plan's steps, whose
     records, externals and allocations stay those of the step that filled it); None: each
     rebuild walks its chain (the checked path, whose records are each step's own).
+    ``values``: per entry, the value its saved tensor is (None: read from the instance at the
+    first rebuild; a fast step passes the plan's, read once for all its steps).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class Rebuilder:
         materialise: Callable[[Entry], Any],
         quiet: Callable[[], AbstractContextManager[None]] | None,
         programs: dict[int, RebuildProgram] | None = None,
+        values: list[int] | None = None,
     ):
         self.numbering = numbering
         self.instance = instance
@@ -89,7 +92,7 @@ class Rebuilder:
         #: Values of bare allocations -> (bytes, device): a rebuild makes a fresh buffer.
         self.allocs: dict[int, tuple[int, torch.device]] = {}
         self.programs = programs
-        self._values: Any = None
+        self._values = values
 
     def clear(self) -> None:
         """Drop every reference to the step's tensors."""

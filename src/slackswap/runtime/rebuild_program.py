@@ -138,7 +138,10 @@ class RebuildProgram:
     def holds(self, entries: EntryTable) -> bool:
         """Every saved tensor the walk met is a rebuild input now exactly when it was then
         (``entries``: this step's)."""
-        return all(_takes_as_it_is(entries[i]) is was for i, was in self.assumed)
+        for i, was in self.assumed:  # a loop, not all(...): this runs once per rebuild
+            if _takes_as_it_is(entries[i]) is not was:
+                return False
+        return True
 
     def run(self, rb: RecordedStep) -> Any:
         """Run the steps (operators below autograd, each in its recorded grad mode and, when

@@ -662,8 +662,8 @@ def _fast_step_paths(
         move(e, r, **kw)
         paths.setdefault(e.index, []).append(r)
 
-    def keeping(self: FastStep, *args: Any) -> None:
-        init(self, *args)
+    def keeping(self: FastStep, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
         steps.append(self)
 
     counted: list[tuple[int, int]] = []
@@ -772,7 +772,7 @@ def test_a_copy_back_a_rebuild_still_reads_counts_until_that_rebuild_is_done(mon
 
     m = _model("plain_cnn")
     _, done, _ = _fast_step_paths(m, _cnn_swap_and_recompute(m.inst), 1.0, monkeypatch)
-    step = FastStep(done.owner, done.learned)
+    step = FastStep(done.model, done.facts, done.learned)
     u = next(i for i in step._pending if step.entries[i].action == SWAP)
     e = step.entries[u]
     e.to(EntryState.SAVED)

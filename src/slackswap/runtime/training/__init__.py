@@ -39,8 +39,9 @@ forward hook keeping activations) and retained ones (``retain_graph=True``) name
 goes over its budget warns and makes the next step a checked one.
 
 Where each part lives: `planned` (`prepare`, `PlannedStep`), `learning` (the first step, and
-what it decides for later ones), `fast` (a later step's hooks), `checkpointing` (blocks under
-``torch.utils.checkpoint``), `replay` (rebuilds from the first step's records).
+what it decides for later ones), `facts` (what every later step reads of its plan, made once),
+`fast` (a later step's hooks), `checkpointing` (blocks under ``torch.utils.checkpoint``),
+`replay` (rebuilds from the first step's records).
 """
 
 from slackswap.runtime.training.fast import ShapeChangeError

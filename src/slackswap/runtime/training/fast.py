@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -27,12 +27,14 @@ from slackswap.runtime.rebuild import Rebuilder
 from slackswap.runtime.records import view
 from slackswap.runtime.stats import RunStats, forward_hooked_modules
 from slackswap.runtime.training.checkpointing import checkpointed_block
+from slackswap.runtime.training.facts import PlanFacts
 from slackswap.runtime.training.learning import Learned, Pack, input_signature, storage_nbytes
 from slackswap.runtime.training.replay import capturing_rng
 from slackswap.torchstep.state import put_back
 
-if TYPE_CHECKING:
-    from slackswap.runtime.training.planned import PlannedStep
+#: Profile and solve the step again on the model's new inputs (args, kwargs), then start the
+#: new plan's checked first step: its context (to close when the step ends) and its stats.
+Replan = Callable[[Sequence[Any], dict[str, Any]], tuple[ExitStack, RunStats]]
 
 
 class ShapeChangeError(UserError):
@@ -40,14 +42,26 @@ class ShapeChangeError(UserError):
 
 
 class FastStep:
-    """One step with saved-tensor hooks alone (see `slackswap.runtime.training`)."""
+    """One step with saved-tensor hooks alone (see `slackswap.runtime.training`).
 
-    def __init__(self, owner: PlannedStep, learned: Learned):
-        self.owner = owner
+    ``facts``: what the plan's steps read (`PlanFacts`, made once per plan); ``learned``: what
+    its first step learned. ``replan``: what to do when the model's inputs change shape (None:
+    a `ShapeChangeError`)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        facts: PlanFacts,
+        learned: Learned,
+        replan: Replan | None = None,
+    ):
+        self.model = model
+        self.facts = facts
         self.learned = learned
+        self.replan = replan
         self.expected = learned.expected
         self.actions = learned.actions
-        self.inst = owner.plan.instance
+        self.inst = facts.instance
         self.pos = 0
         if learned.entry_fields is None:  # plain Python values, read once per plan
             learned.entry_fields = [
@@ -67,14 +81,9 @@ class FastStep:
             learned.program = pack_program(learned)
         self._program = learned.program
         self.error: BaseException | None = None
-        self.stats = RunStats(
-            budget_bytes=owner._stats.budget_bytes,
-            simulated_peak_bytes=owner._stats.simulated_peak_bytes,
-            simulated_step_s=owner._stats.simulated_step_s,
-            runtime=owner._stats.runtime,
-        )
-        self.cuda = owner._on_cuda()
-        self.policy: RuntimePolicy = owner._policy(self.cuda)
+        self.stats = facts.new_stats()
+        self.cuda = facts.cuda
+        self.policy: RuntimePolicy = facts.policy
         # Copies back are started ahead (the look-ahead rule, at the position of the tensor
         # being unpacked) only with side streams; without, each is copied when read.
         self._prefetch = self.cuda and self.policy.overlap and self.policy.prefetch
@@ -88,17 +97,17 @@ class FastStep:
             self.inst,
             self.entries,
             self.stats.budget_bytes,
-            owner._copy_model(),
+            facts.copies,
             lookahead_ops=self.policy.lookahead_ops,
             overlap=self.policy.overlap,
             prefetch=self._prefetch,
         )
         self.copies.use_device(self.cuda)
-        self._first_bwd_reader = owner._first_bwd_reader()
-        self._producer, self._external = owner._producers()
+        self._first_bwd_reader = facts.first_bwd_reader
+        self._producer, self._external = facts.producer, facts.external
         # The step's memory, measured in its own hooks (`SavedBytesTracker`): every saved
         # tensor's storage, and the storage key of each entry's first pack (held or not).
-        self.tracker = SavedBytesTracker(owner._transients())
+        self.tracker = SavedBytesTracker(facts.transient)
         # Per first pack, (entry, weak reference to its storage): swapped or recomputed ones
         # (`_moved`), kept ones (`_kept`).
         self._moved: list[tuple[int, Any]] = []
@@ -126,6 +135,7 @@ class FastStep:
                 materialise=self._materialise,
                 quiet=None,
                 programs=rp.programs,
+                values=rp.values,
             )
             self.rebuilder.records = dict(rp.records)  # random ones get today's RNG state
             self.rebuilder.allocs = rp.allocs
@@ -133,17 +143,17 @@ class FastStep:
 
     @contextmanager
     def running(self) -> Iterator[RunStats]:
-        owner = self.owner
+        model = self.model
         with ExitStack() as stack:
             for b in self.learned.checkpointed:
                 stack.enter_context(
-                    checkpointed_block(owner.model, owner._blocks()[b], self._saving_inputs)
+                    checkpointed_block(model, self.facts.blocks[b], self._saving_inputs)
                 )
-            h = owner.model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
+            h = model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
             stack.callback(h.remove)
             if self.learned.replay is not None and self.learned.replay.random:
                 assert self.rebuilder is not None
-                stack.enter_context(capturing_rng(owner.model, self.learned.replay, self.rebuilder))
+                stack.enter_context(capturing_rng(model, self.learned.replay, self.rebuilder))
             # Always, also for a plan that keeps everything: the hooks measure the step.
             stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
             self._stack = stack
@@ -198,7 +208,7 @@ class FastStep:
             if ref() is not None and i not in shared and not self._external[i]
         ]
         handles = [e for e in self.entries.values() if e.handles > 0]
-        hooked = forward_hooked_modules(self.owner.model) if held or kept_alive else []
+        hooked = forward_hooked_modules(self.model) if held or kept_alive else []
         retained = [e.index for e in handles]
         if handles:
             retained += kept_alive
@@ -254,7 +264,7 @@ class FastStep:
         got = input_signature(args, kwargs)
         if got == want:
             return
-        if not self.owner.replan:
+        if self.replan is None:
             self.error = ShapeChangeError(
                 f"the model's inputs are {_fmt(got)}, the plan was made for {_fmt(want)} "
                 "(another batch size or sequence length): prepare a plan for these shapes, "
@@ -266,13 +276,10 @@ class FastStep:
     def _switch_to_new_plan(self, args: Any, kwargs: Any) -> None:
         """Profile and solve the step again, then run the rest of it as the checked first step
         of the new plan (its dispatch mode and hooks sit above this step's hooks)."""
-        owner = self.owner
+        assert self.replan is not None
         self._stack.close()  # this step's checkpoint wrappers and hooks go first
-        owner._use(owner._replan(args, kwargs))
+        self._inner, self._inner_stats = self.replan(args, kwargs)
         self.replanned = True
-        inner = ExitStack()
-        self._inner_stats = inner.enter_context(owner._checked_step((args, kwargs)))
-        self._inner = inner
 
     # ----- saved-tensor hooks -----------------------------------------------------------------
     def _pack(self, t: torch.Tensor) -> Any:

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-import numpy as np
 import torch
 
 from slackswap.console import format_bytes
@@ -17,9 +16,8 @@ from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
 from slackswap.profiling import profile_step
 from slackswap.runtime.checked import apply, check_plan
-from slackswap.runtime.copies import CopyModel, copy_model
-from slackswap.runtime.policy import RuntimePolicy, runtime_policy
 from slackswap.runtime.stats import RunStats, warn_about
+from slackswap.runtime.training.facts import PlanFacts, plan_facts
 from slackswap.runtime.training.fast import FastStep, ShapeChangeError
 from slackswap.runtime.training.learning import (
     FirstStepObserver,
@@ -92,53 +90,15 @@ class PlannedStep:
         self.plan = plan
         self._stats = check_plan(plan, self.budget, runtime=self.runtime)  # refused here, early
         self._learned: Learned | None = None
-        self._policies: dict[bool, RuntimePolicy] = {}
-        self._copies: CopyModel | None = None
-        self._fbr: list[int] | None = None
-        self._made: tuple[list[int], list[bool]] | None = None
-        self._transient: list[int] | None = None
-        self._cuda: bool | None = None
+        self._facts: PlanFacts | None = None
 
-    def _on_cuda(self) -> bool:
-        """Whether the model lives on CUDA (looked at once per plan: a module does not move
-        between the steps of a training loop; the first step of another plan looks again)."""
-        if self._cuda is None:
-            self._cuda = any(p.is_cuda for p in self.model.parameters())
-        return self._cuda
-
-    def _policy(self, live: bool) -> RuntimePolicy:
-        if live not in self._policies:
-            self._policies[live] = runtime_policy(self._stats.runtime, live=live)
-        return self._policies[live]
-
-    def _copy_model(self) -> CopyModel:
-        """What the copy engine reads of the plan (`copies.CopyModel`), made once per plan."""
-        if self._copies is None:
-            self._copies = copy_model(self.plan.instance, np.asarray(self.plan.actions))
-        return self._copies
-
-    def _producers(self) -> tuple[list[int], list[bool]]:
-        """Per saved tensor, the operator that makes it (where a fast step is when it packs
-        the tensor) and whether it is made outside the step (the caller's input)."""
-        if self._made is None:
-            inst = self.plan.instance
-            shift = int(inst.meta.get("runtime_signature", {}).get("op_shift", 0))
-            made = [int(x) for x in inst.tensor_producer]
-            self._made = (made, [p < shift for p in made])
-        return self._made
-
-    def _transients(self) -> list[int]:
-        """Per operator, the transient bytes the instance models for it."""
-        if self._transient is None:
-            self._transient = [int(x) for x in self.plan.instance.op_transient_bytes]
-        return self._transient
-
-    def _first_bwd_reader(self) -> list[int]:
-        """Per saved tensor, its first backward reader: where a fast step is when it unpacks
-        the tensor (the position the copy engine's look-ahead reads)."""
-        if self._fbr is None:
-            self._fbr = [int(x) for x in self.plan.instance.tensor_first_bwd_reader]
-        return self._fbr
+    def _plan_facts(self) -> PlanFacts:
+        """What the plan's fast steps read (`PlanFacts`), made at the first of them: the model
+        is looked at once per plan (a module does not move between the steps of a training
+        loop; the first step of another plan looks again)."""
+        if self._facts is None:
+            self._facts = plan_facts(self.plan, self._stats, self.model)
+        return self._facts
 
     # ----- what the first step learned --------------------------------------------------------
     @property
@@ -196,7 +156,13 @@ class PlannedStep:
                 with self._checked_step() as stats:
                     yield stats
             else:
-                fast = FastStep(self, self._learned)  # type: ignore[arg-type]
+                assert self._learned is not None
+                fast = FastStep(
+                    self.model,
+                    self._plan_facts(),
+                    self._learned,
+                    replan=self._switch_plan if self.replan else None,
+                )
                 with fast.running() as stats:
                     yield stats
                 if not fast.replanned:
@@ -255,6 +221,17 @@ class PlannedStep:
                 tensors[0] if tensors else [],
                 shared=observer.shared,
             )
+
+    def _switch_plan(
+        self, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> tuple[ExitStack, RunStats]:
+        """A fast step's inputs changed shape (``replan=True``): profile and solve the step
+        again, and start the new plan's checked first step inside the model's call (the fast
+        step closes it when the step ends)."""
+        self._use(self._replan(args, kwargs))
+        inner = ExitStack()
+        stats = inner.enter_context(self._checked_step((args, kwargs)))
+        return inner, stats
 
     def _replan(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
         """Profile the step again on the new inputs and solve it with the same solver."""

@@ -56,6 +56,8 @@ class Replay:
     random: dict[int, tuple[str, int]]  # random operator -> (module, call) it starts with
     #: Each rebuild's program, walked once for all steps (`Rebuilder.programs`).
     programs: dict[int, Any] = field(default_factory=dict)
+    #: Per plan entry, the value its saved tensor is (`Rebuilder.values`), read once per plan.
+    values: list[int] = field(default_factory=list)
 
 
 class _TraceOf:
@@ -169,7 +171,8 @@ def replay_of(
             del externals[v]
     records = {p: records[p] for p in used}
     return Replay(_TraceOf(trace), records, allocs, entry_of_value, ext_pos, deps,
-                   consumers, list(touched.values()), random), ""  # fmt: skip
+                  consumers, list(touched.values()), random,
+                  values=[int(v) for v in values]), ""  # fmt: skip
 
 
 @contextmanager
