@@ -182,3 +182,169 @@ def test_a_compiled_rebuild_takes_the_walks_steps_and_is_made_again_when_an_inpu
     (_, _, _, _, writes, _), (_, _, _, _, _, drops) = two.steps[1], two.steps[2]
     assert drops == (writes[0][0],)  # value 1 goes after its last reader; the target stays
     assert torch.equal(two.run(rb), torch.ones(3))  # 1 * 1, from the model input
+
+
+class _EmptyCache(torch.nn.Module):
+    """A key-value cache's first step as Hugging Face decoders take it: an empty tensor made
+    outside the step's operators (``torch.tensor([])``, the cache's start) concatenated with an
+    activation, whose result a later operator saves. ``filled``: the tensor holds data instead
+    (made each call, so a rebuild in a later step would read the first step's stale one)."""
+
+    def __init__(self, filled: bool = False) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+        self.filled = filled
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.a(x))
+        if self.filled:
+            c = torch.cat([torch.tensor([[0.5] * 8]), h], dim=0)
+        else:
+            c = torch.cat([torch.tensor([]), h], dim=-1)  # the empty 1-D tensor is skipped
+        return self.b(torch.sigmoid(c) * c)
+
+
+def _cat_recomputed(model: torch.nn.Module, x: torch.Tensor) -> Any:
+    from slackswap.plan import Plan
+    from slackswap.profiling import profile_step
+
+    inst = profile_step(model, (x,), lambda out: out.square().sum())
+    acts = [KEEP] * inst.n_tensors
+    cats = [i for i, n in enumerate(inst.tensor_name) if "/cat" in str(n)]
+    assert len(cats) == 1, list(inst.tensor_name)
+    acts[cats[0]] = RECOMP
+    return Plan(inst, acts)
+
+
+def test_an_empty_tensor_made_outside_the_operators_is_taken_as_it_is_by_a_fast_rebuild() -> None:
+    """The cache's empty start holds no data: a fast step's rebuild of the concatenation takes
+    the first step's, so the plan runs fast (Hugging Face's GPT-2 and Llama under plans that
+    recompute an attention's concatenation ran the checked path at every step), bitwise."""
+    import copy
+
+    from slackswap.runtime import prepare
+
+    torch.manual_seed(0)
+    model = _EmptyCache()
+    xs = [torch.randn(4, 8) for _ in range(4)]
+    plan = _cat_recomputed(model, xs[0])
+
+    def train(planned_model: torch.nn.Module, planned: Any) -> tuple[list[Any], list[int]]:
+        opt = torch.optim.AdamW(planned_model.parameters(), lr=1e-2)
+        rebuilds = []
+        for x in xs:
+            opt.zero_grad(set_to_none=True)
+            if planned is None:
+                planned_model(x).square().sum().backward()
+            else:
+                with planned.step() as stats:
+                    planned_model(x).square().sum().backward()
+                rebuilds.append(stats.rebuilds)
+            opt.step()
+        return [p.detach().clone() for p in planned_model.parameters()], rebuilds
+
+    ref, _ = train(copy.deepcopy(model), None)
+    mine = copy.deepcopy(model)
+    planned = prepare(mine, plan, 1.0)
+    got, rebuilds = train(mine, planned)
+    assert planned.fast, planned.reason
+    assert rebuilds == [1, 1, 1, 1]  # the checked first step, then three fast ones
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+def test_a_tensor_with_data_made_outside_the_operators_is_named_when_a_rebuild_reads_it() -> None:
+    from slackswap.runtime import prepare
+
+    torch.manual_seed(0)
+    model = _EmptyCache(filled=True)
+    x = torch.randn(4, 8)
+    planned = prepare(model, _cat_recomputed(model, x), 1.0)
+    with planned.step():
+        model(x).square().sum().backward()
+    assert not planned.fast
+    assert "a float32 tensor of shape [1, 8] the model makes outside its operators" in (
+        planned.reason
+    )
+
+
+class _TwoDropouts(torch.nn.Module):
+    """Dropout called twice in one module call, as Hugging Face's OPT and BART layers call
+    ``nn.functional.dropout``: the second draws from the RNG state the first left, not from the
+    state at the start of the call; ``between``: a random operator draws in between, with no
+    saved tensor after it."""
+
+    def __init__(self, between: bool = False) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+        self.between = between
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.dropout(torch.tanh(self.a(x)), 0.3, self.training)
+        g = torch.sigmoid(self.b(h))
+        if self.between:
+            g = g + torch.rand(8).sum()
+        return torch.nn.functional.dropout(g, 0.3, self.training) * h
+
+
+def _second_dropout_recomputed(model: torch.nn.Module, x: torch.Tensor) -> Any:
+    from slackswap.plan import Plan
+    from slackswap.profiling import profile_step
+
+    inst = profile_step(model, (x,), lambda out: out.square().sum())
+    masks = [i for i, n in enumerate(inst.tensor_name) if "/div_" in str(n)]
+    assert len(masks) == 2, list(inst.tensor_name)
+    acts = [KEEP] * inst.n_tensors
+    acts[masks[1]] = RECOMP
+    return Plan(inst, acts)
+
+
+def test_a_second_dropout_in_one_module_call_is_replayed_from_the_state_at_the_last_pack() -> None:
+    """A fast step notes the RNG state where it packs the last tensor before the second
+    dropout (the sigmoid's output), so the rebuilt mask is this step's: the training is bitwise,
+    with every step after the first fast."""
+    import copy
+
+    from slackswap.runtime import prepare
+
+    torch.manual_seed(0)
+    model = _TwoDropouts()
+    xs = [torch.randn(4, 8) for _ in range(4)]
+    plan = _second_dropout_recomputed(model, xs[0])
+
+    def train(m: torch.nn.Module, planned: Any) -> tuple[list[Any], list[int]]:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        rebuilds = []
+        for k, x in enumerate(xs):
+            opt.zero_grad(set_to_none=True)
+            torch.manual_seed(10 + k)  # each step's masks differ
+            if planned is None:
+                m(x).square().sum().backward()
+            else:
+                with planned.step() as stats:
+                    m(x).square().sum().backward()
+                rebuilds.append(stats.rebuilds)
+            opt.step()
+        return [p.detach().clone() for p in m.parameters()], rebuilds
+
+    ref, _ = train(copy.deepcopy(model), None)
+    mine = copy.deepcopy(model)
+    planned = prepare(mine, plan, 1.0)
+    got, rebuilds = train(mine, planned)
+    assert planned.fast, planned.reason
+    assert rebuilds == [1, 1, 1, 1]
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+def test_a_random_operator_drawing_after_another_with_no_pack_between_is_named() -> None:
+    from slackswap.runtime import prepare
+
+    torch.manual_seed(0)
+    model = _TwoDropouts(between=True)
+    x = torch.randn(4, 8)
+    planned = prepare(model, _second_dropout_recomputed(model, x), 1.0)
+    with planned.step():
+        model(x).square().sum().backward()
+    assert not planned.fast
+    assert "after another random operator drew, with no saved tensor in between" in (planned.reason)

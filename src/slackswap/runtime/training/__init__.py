@@ -29,8 +29,9 @@ and nothing else, no dispatch mode:
   and buffers it updates (batch-norm statistics) are restored after the recomputation, so the
   model's state is that of one step. Other recomputed tensors (a convolution's output, which
   the batch-norm after the block saves) are replayed from the first step's operator records,
-  only the operators that make them (random ones from the RNG state at the start of their
-  module call in this step); a plan whose recomputation needs a dispatch mode is run by the
+  only the operators that make them (random ones from this step's RNG state, noted at the
+  start of their module call or, when another random operator drew since, in the pack hook of
+  the last tensor saved before them: `Replay.random_after_pack`); a plan whose recomputation needs a dispatch mode is run by the
   checked path at every step (`PlannedStep.fast` is False, `PlannedStep.reason` says why).
 
 Every step is measured (`RunStats`, `PlannedStep.last_stats`): a later step by its own tracker

@@ -24,7 +24,7 @@ from slackswap.runtime.executor import StepMismatchError
 from slackswap.runtime.memory import SavedBytesTracker
 from slackswap.runtime.policy import RuntimePolicy
 from slackswap.runtime.rebuild import Rebuilder
-from slackswap.runtime.records import view
+from slackswap.runtime.records import rng_state, view
 from slackswap.runtime.stats import RunStats, forward_hooked_modules
 from slackswap.runtime.training.checkpointing import checkpointed_block
 from slackswap.runtime.training.facts import PlanFacts
@@ -254,10 +254,11 @@ class FastStep:
         if self._inner is not None:
             return
         if self.rebuilder is not None and self.learned.replay is not None:
+            rp = self.learned.replay
             flat = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
-            self.rebuilder.externals = {
-                v: flat[k] for v, k in self.learned.replay.externals.items() if k < len(flat)
-            }
+            externals = dict(rp.constants)
+            externals.update((v, flat[k]) for v, k in rp.externals.items() if k < len(flat))
+            self.rebuilder.externals = externals
         want = self.learned.inputs
         if want is None:
             return
@@ -291,7 +292,7 @@ class FastStep:
         k = self.pos
         self.pos = k + 1
         try:
-            shape, dtype, nbytes, i, do, whole = self._program[k]
+            shape, dtype, nbytes, i, do, whole, random = self._program[k]
         except IndexError:
             self._fail(
                 StepMismatchError(
@@ -301,6 +302,8 @@ class FastStep:
             )
         if t.shape != shape or t.dtype != dtype:
             self._mismatch(k, self.expected[k], t)
+        if random is not None:
+            self._note_rng(random, t)
         if nbytes >= 0:
             storage = t.untyped_storage()
             if storage.nbytes() != nbytes:
@@ -342,6 +345,15 @@ class FastStep:
                 e.tensor = t.detach()  # a rebuild reads it as it is (no graph of its own)
             return t
         return Handle(e, t, False, self._release, whole)
+
+    def _note_rng(self, ops: list[int], t: torch.Tensor) -> None:
+        """The random operators ``ops`` a rebuild replays draw from the RNG state now (this
+        pack's, as in the first step: no random operator draws between it and them)."""
+        assert self.rebuilder is not None and self.learned.replay is not None
+        state = rng_state([t])
+        recorded = self.learned.replay.records
+        for p in ops:
+            self.rebuilder.records[p] = recorded[p].with_rng(state)
 
     def _mismatch(self, k: int, p: Pack, t: torch.Tensor) -> None:
         name = self.inst.tensor_name[p.entry] if p.entry >= 0 else f"saved tensor #{k}"
@@ -516,12 +528,15 @@ def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
 def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
     """Per pack of a fast step, in order: (shape, dtype, storage bytes or -1 for a tensor with
     no storage to check, plan entry, what to do, the entry's whole view (`whole_views`) when
-    this pack was that view in the first step, else None), from what the first step learned."""
+    this pack was that view in the first step, else None; the random operators a rebuild
+    replays from the RNG state at this pack (`Replay.random_after_pack`), else None), from what
+    the first step learned."""
     read = set(learned.replay.consumers) if learned.replay is not None else set()
+    random = learned.replay.random_after_pack if learned.replay is not None else {}
     whole = learned.whole if learned.whole is not None else whole_views(learned)
     seen: set[int] = set()
     out: list[tuple[Any, ...]] = []
-    for p in learned.expected:
+    for k, p in enumerate(learned.expected):
         i = p.entry
         first = i >= 0 and i not in seen
         seen.add(i)
@@ -541,5 +556,8 @@ def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
             and p.dtype == view_of[0]
             and torch.Size(p.shape) == view_of[2]
         )
-        out.append((torch.Size(p.shape), p.dtype, p.nbytes, i, do, view_of if same else None))
+        out.append(
+            (torch.Size(p.shape), p.dtype, p.nbytes, i, do, view_of if same else None,
+             random.get(k))
+        )  # fmt: skip
     return out

@@ -100,6 +100,10 @@ class FirstStepObserver(StepObserver):
         self.calls = calls
         self.rng_free: set[int] = set()
         self.rng_at: dict[int, tuple[str, int]] = {}
+        self.rng_after_pack: dict[int, int] = {}
+        # The RNG state when the step last packed a tensor (`rng_state`), for the random
+        # operators that start from it.
+        self._rng_at_pack: Any = None
         self.records: FirstStepRecords | None = None
         #: Entries whose storage the step also saved unplanned (autograd holds it itself).
         self.shared: frozenset[int] = frozenset()
@@ -123,9 +127,16 @@ class FirstStepObserver(StepObserver):
             path, call, state = self.calls.stack[-1]
             if _same_rng(token, state):
                 self.rng_at[index] = (path, call)
+                return
+        # Else a fast step notes the state where it packs the tensor packed last before the
+        # operator, when that is the state it drew from (no random operator drew in between).
+        at_pack = self._rng_at_pack
+        if at_pack is not None and _same_rng(token, at_pack):
+            self.rng_after_pack[index] = len(self.packs) - 1
 
     def packed(self, t: Any, entry: int) -> None:
         nbytes = storage_nbytes(t)
+        self._rng_at_pack = rng_state([t])  # the checked first step alone pays for it
         self.packs.append(
             Pack(entry, tuple(t.shape), t.dtype, nbytes, self.block_now[0], _whole(t, nbytes))
         )
@@ -150,6 +161,7 @@ class FirstStepObserver(StepObserver):
             dict(rb.externals),
             set(self.rng_free),
             dict(self.rng_at),
+            dict(self.rng_after_pack),
         )
 
 
@@ -259,6 +271,8 @@ def learn(
         if p.entry >= 0 and actions[p.entry] == RECOMP and p.block in checkpointed
     }
     expected = [p for p in packs if p.block not in checkpointed]
+    at = {id(p): k for k, p in enumerate(expected)}
+    pack_position = {j: at[id(p)] for j, p in enumerate(packs) if id(p) in at}
     seen = {p.entry for p in expected if p.entry >= 0}
     reason = ""
     for p in packs:
@@ -271,5 +285,5 @@ def learn(
     replay = None
     if replayed and not reason:
         replay, reason = replay_of(inst, model, actions, replayed, seen, covered, kept,
-                                   input_tensors)  # fmt: skip
+                                   input_tensors, pack_position)  # fmt: skip
     return Learned(packs, checkpointed, expected, actions, inputs, reason, replay, shared=shared)

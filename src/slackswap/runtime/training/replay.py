@@ -26,8 +26,10 @@ class FirstStepRecords:
     """What the checked first step leaves for a fast step's replay: its value numbering
     (``trace``), operator records and allocations by operator (`Rebuilder`), each saved
     tensor's entry by value, the external tensors by value, and the random operators that drew
-    nothing (``rng_free``) or drew from the RNG state at the start of a module call
-    (``rng_at``: operator -> (module path, call))."""
+    nothing (``rng_free``), drew from the RNG state at the start of a module call (``rng_at``:
+    operator -> (module path, call)), or else from the state autograd's last pack before them
+    saw (``rng_after_pack``: operator -> that pack's index in the step's packs: no random
+    operator drew in between, as when a layer calls dropout twice)."""
 
     trace: Any
     records: dict[int, Any]
@@ -36,6 +38,7 @@ class FirstStepRecords:
     externals: dict[int, Any]
     rng_free: set[int]
     rng_at: dict[int, tuple[str, int]]
+    rng_after_pack: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,10 +57,17 @@ class Replay:
     consumers: dict[int, set[int]]
     buffers: list[torch.Tensor]
     random: dict[int, tuple[str, int]]  # random operator -> (module, call) it starts with
+    #: A fast step's pack position -> the random operators that start from the RNG state at
+    #: that pack (`FirstStepRecords.rng_after_pack`, on the fast step's pack order).
+    random_after_pack: dict[int, list[int]] = field(default_factory=dict)
     #: Each rebuild's program, walked once for all steps (`Rebuilder.programs`).
     programs: dict[int, Any] = field(default_factory=dict)
     #: Per plan entry, the value its saved tensor is (`Rebuilder.values`), read once per plan.
     values: list[int] = field(default_factory=list)
+    #: Tensors with no elements the model made outside its operators (a key-value cache's
+    #: first, empty, tensor, ``torch.tensor([])``), by value: no data to go stale, so a rebuild
+    #: takes the first step's as they are (with the model inputs, `Rebuilder.externals`).
+    constants: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 class _TraceOf:
@@ -95,16 +105,21 @@ def replay_of(
     covered: set[int],
     kept: FirstStepRecords | None,
     input_tensors: list[torch.Tensor],
+    pack_position: dict[int, int] | None = None,
 ) -> tuple[Replay | None, str]:
     """How a fast step rebuilds ``replayed`` from the first step's operator records, or why it
     cannot (a random operator, whose RNG state only a dispatch mode could capture each step;
-    a tensor that is neither a model input, a parameter nor a saved tensor it sees)."""
+    a tensor that is neither a model input, a parameter nor a saved tensor it sees).
+    ``pack_position``: the first step's pack index -> its position in a fast step's pack order
+    (packs inside checkpointed blocks have none)."""
     if kept is None:
         return None, "the first step kept no operator records"
     trace, records, allocs = kept.trace, kept.records, kept.allocs
     entry_of_value, externals = kept.entry_of_value, kept.externals
-    rng_free, rng_at = kept.rng_free, kept.rng_at
+    rng_free, rng_at, rng_after = kept.rng_free, kept.rng_at, kept.rng_after_pack
     random: dict[int, tuple[str, int]] = {}
+    after_pack: dict[int, list[int]] = {}
+    positions = pack_position or {}
     ptrs = [x.untyped_storage().data_ptr() for x in input_tensors]
     ext_pos: dict[int, int] = {}
     for v, t in externals.items():
@@ -114,6 +129,8 @@ def replay_of(
     # Parameters and buffers (and views of them, such as a transposed weight) are updated in
     # place by an optimizer: the first step's tensors over their storages read today's values.
     persistent = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    # An empty tensor made outside the operators holds no data: the first step's serves all.
+    constants = {v: t for v, t in externals.items() if v not in ext_pos and t.numel() == 0}
     buffers = {storage_ptr(b): b for b in model.buffers()}
     touched: dict[int, torch.Tensor] = {}
     deps: dict[int, set[int]] = {}
@@ -128,7 +145,13 @@ def replay_of(
             out.add(i)
             return ""
         if value in externals:
-            return "" if value in ext_pos else "its rebuild reads a tensor that is no input"
+            if value in ext_pos or value in constants:
+                return ""
+            t = externals[value]
+            return (
+                f"its rebuild reads a {str(t.dtype).replace('torch.', '')} tensor of shape "
+                f"{list(t.shape)} the model makes outside its operators, and no input"
+            )
         if value in allocs:
             return ""
         p = trace.values[value].producer
@@ -136,10 +159,18 @@ def replay_of(
         if rec is None:
             return "no operator record makes it"
         used.add(p)
-        if rec.rng is not None and p not in rng_free:
-            if p not in rng_at:
-                return f"its rebuild runs the random operator {rec.func} inside a module call"
-            random[p] = rng_at[p]
+        if rec.rng is not None and p not in rng_free and p not in random:
+            if p in rng_at:
+                random[p] = rng_at[p]
+            elif positions.get(rng_after.get(p, -1)) is not None:
+                k = positions[rng_after[p]]
+                if p not in after_pack.get(k, ()):
+                    after_pack.setdefault(k, []).append(p)
+            else:
+                return (
+                    f"its rebuild runs the random operator {rec.func} after another random "
+                    "operator drew, with no saved tensor in between"
+                )
         for x in rec.args[1]:
             if isinstance(x, torch.Tensor) and storage_ptr(x) not in persistent:
                 return "its rebuild reads a tensor that is no input, parameter or buffer"
@@ -172,7 +203,8 @@ def replay_of(
     records = {p: records[p] for p in used}
     return Replay(_TraceOf(trace), records, allocs, entry_of_value, ext_pos, deps,
                   consumers, list(touched.values()), random,
-                  values=[int(v) for v in values]), ""  # fmt: skip
+                  random_after_pack=after_pack, values=[int(v) for v in values],
+                  constants=constants), ""  # fmt: skip
 
 
 @contextmanager
