@@ -1,0 +1,200 @@
+"""The training path on Hugging Face models nobody tuned it for: every static solver's plan,
+fast steps against unplanned training, bit for bit.
+
+    .venv/bin/pip install transformers   # not a dependency of slackswap
+    PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py
+    PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --models opt,gpt2 --steps 4
+
+Per model (built from a small config, no weights downloaded, in training mode with the config's
+dropout), profiled on one batch of token ids with next-token cross-entropy: each static solver
+(`slackswap.solvers.REGISTRY`) at each budget (``--budgets``, fractions of P; a solver that
+finds no plan there is run again at the smallest budget it reports), every distinct plan the
+simulator finds feasible. Each plan trains ``--steps`` AdamW steps under `prepare` (the checked
+first step, then fast ones), a new batch each step, against the same steps unplanned from the
+same start and RNG seeds. Prints a Markdown row per plan: bitwise or not, whether the steps
+after the first ran fast (`PlannedStep.fast`, else its ``reason``), the rebuilds per step and
+the largest bytes a step went over its budget. Exit status 1 when a plan's training differs or
+raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from slackswap.plan import Budget, Plan  # noqa: E402
+from slackswap.profiling import profile_step  # noqa: E402
+from slackswap.runtime import prepare  # noqa: E402
+from slackswap.simulator import simulate  # noqa: E402
+from slackswap.solvers import run  # noqa: E402
+from slackswap.solvers.registry import REGISTRY  # noqa: E402
+
+BATCH, SEQ, VOCAB = 2, 16, 128
+MODELS = ("gpt2", "llama", "bert", "opt", "gptneox", "distilbert")
+
+
+class LogitsOf(torch.nn.Module):
+    """A Hugging Face model called on token ids alone, returning its logits."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.inner(input_ids=ids).logits  # type: ignore[no-any-return]
+
+
+def build(name: str) -> torch.nn.Module:
+    """Model ``name`` from a small config (2 layers, hidden 64, 4 heads)."""
+    import transformers as hf
+
+    torch.manual_seed(0)
+    small = dict(vocab_size=VOCAB, max_position_embeddings=64)
+    makers: dict[str, Callable[[], Any]] = {
+        "gpt2": lambda: hf.GPT2LMHeadModel(
+            hf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=64,
+                          bos_token_id=0, eos_token_id=0)),  # fmt: skip
+        "llama": lambda: hf.LlamaForCausalLM(
+            hf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=128, attention_dropout=0.1,
+                           **small)),  # fmt: skip
+        "bert": lambda: hf.BertForMaskedLM(
+            hf.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                          intermediate_size=128, **small)),  # fmt: skip
+        "opt": lambda: hf.OPTForCausalLM(
+            hf.OPTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=128,
+                         word_embed_proj_dim=64, **small)),  # fmt: skip
+        "gptneox": lambda: hf.GPTNeoXForCausalLM(
+            hf.GPTNeoXConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                             intermediate_size=128, hidden_dropout=0.1, attention_dropout=0.1,
+                             **small)),  # fmt: skip
+        "distilbert": lambda: hf.DistilBertForMaskedLM(
+            hf.DistilBertConfig(n_layers=2, dim=64, n_heads=4, hidden_dim=128, **small)),
+    }  # fmt: skip
+    model = LogitsOf(makers[name]())
+    model.train()
+    return model
+
+
+def batches(n: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, VOCAB, (BATCH, SEQ), generator=g) for _ in range(n)]
+
+
+def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    targets = torch.roll(ids, -1, dims=1)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def train(model: torch.nn.Module, steps: int, plan: Plan | None = None,
+          budget: Budget | None = None) -> tuple[list[torch.Tensor], Any, list[Any]]:  # fmt: skip
+    """``steps`` AdamW steps on a copy of ``model`` (under ``plan`` when given): every tensor
+    the run ends with (losses, parameters, buffers, optimizer state), the `PlannedStep` and
+    each step's stats."""
+    model = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    planned = prepare(model, plan, budget) if plan is not None and budget is not None else None
+    out: list[torch.Tensor] = []
+    stats = []
+    for k, ids in enumerate(batches(steps)):
+        opt.zero_grad(set_to_none=True)
+        torch.manual_seed(100 + k)
+        if planned is None:
+            loss = next_token_loss(model(ids), ids)
+            loss.backward()
+        else:
+            with planned.step() as st:
+                loss = next_token_loss(model(ids), ids)
+                loss.backward()
+            stats.append(st)
+        out.append(loss.detach())
+        opt.step()
+    out += [p.detach().clone() for p in model.parameters()]
+    out += [b.detach().clone() for b in model.buffers()]
+    for p in model.parameters():
+        out += [v.clone() for v in opt.state[p].values() if isinstance(v, torch.Tensor)]
+    return out, planned, stats
+
+
+def bitwise(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape
+        and torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
+        for x, y in zip(a, b, strict=True)
+    )  # fmt: skip
+
+
+def static_plans(inst: Any, budgets: list[float]) -> dict[str, tuple[Plan, Budget]]:
+    """Every distinct feasible plan of each static solver at each budget (or, where it finds
+    none, at the smallest budget it reports)."""
+    out: dict[str, tuple[Plan, Budget]] = {}
+    seen: set[bytes] = set()
+    for b in budgets:
+        for entry in REGISTRY:
+            if not entry.tags.static_plan:
+                continue
+            budget = Budget.fraction(b)
+            rec = run(inst, budget, entry.name, time_limit=0.5, find_min_budget=True)
+            if rec.plan is None and rec.min_budget_bytes is not None:
+                budget = Budget.fraction(max(b, rec.min_budget_bytes / inst.peak_bytes) * 1.001)
+                rec = run(inst, budget, entry.name, time_limit=0.5, find_min_budget=False)
+            if rec.plan is None:
+                continue
+            acts = np.asarray(rec.plan.actions)
+            if acts.tobytes() in seen or not simulate(inst, acts, budget).feasible:
+                continue
+            seen.add(acts.tobytes())
+            out[f"{entry.name} @ {budget}"] = (Plan(inst, acts), budget)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--budgets", default="0.6,0.4")
+    ap.add_argument("--steps", type=int, default=6)
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    failed = 0
+    print(
+        "| model | plan | bitwise | fast after step 1 | rebuilds per step | most over budget (B) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        model = build(name)
+        ids = batches(1)[0]
+        inst = profile_step(model, (ids,), lambda out, ids=ids: next_token_loss(out, ids))
+        ref, _, _ = train(model, args.steps)
+        for label, (plan, budget) in static_plans(inst, [float(x) for x in
+                                                         args.budgets.split(",")]).items():  # fmt: skip
+            try:
+                got, planned, stats = train(model, args.steps, plan, budget)
+            except Exception as exc:  # a row for it, and the status says so
+                failed += 1
+                print(f"| {name} | {label} | raised {type(exc).__name__}: {exc} | | | |")
+                continue
+            same = bitwise(got, ref)
+            failed += not same
+            fast = "yes" if planned.fast else f"no: {planned.reason}"
+            rebuilds = " ".join(str(s.rebuilds) for s in stats)
+            over = max(s.over_budget_bytes for s in stats)
+            print(f"| {name} | {label} | {'yes' if same else 'NO'} | {fast} | {rebuilds} | "
+                  f"{over} |")  # fmt: skip
+        sys.stdout.flush()
+    print()
+    print(f"{failed} plan(s) differ or raised")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
