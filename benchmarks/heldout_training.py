@@ -39,7 +39,9 @@ from slackswap.solvers import run  # noqa: E402
 from slackswap.solvers.registry import REGISTRY  # noqa: E402
 
 BATCH, SEQ, VOCAB = 2, 16, 128
-MODELS = ("gpt2", "llama", "bert", "opt", "gptneox", "distilbert")
+MODELS = ("gpt2", "llama", "bert", "opt", "gptneox", "distilbert", "bart", "mistral", "qwen2",
+          "phi", "gptneo", "bloom", "roberta", "electra", "albert", "gemma", "falcon",
+          "deberta")  # fmt: skip
 
 
 class LogitsOf(torch.nn.Module):
@@ -54,7 +56,8 @@ class LogitsOf(torch.nn.Module):
 
 
 def build(name: str) -> torch.nn.Module:
-    """Model ``name`` from a small config (2 layers, hidden 64, 4 heads)."""
+    """Model ``name`` from a small config (2 layers, or one encoder and one decoder layer;
+    hidden 64, 4 heads)."""
     import transformers as hf
 
     torch.manual_seed(0)
@@ -79,6 +82,45 @@ def build(name: str) -> torch.nn.Module:
                              **small)),  # fmt: skip
         "distilbert": lambda: hf.DistilBertForMaskedLM(
             hf.DistilBertConfig(n_layers=2, dim=64, n_heads=4, hidden_dim=128, **small)),
+        "bart": lambda: hf.BartForConditionalGeneration(
+            hf.BartConfig(encoder_layers=1, decoder_layers=1, d_model=64,
+                          encoder_attention_heads=4, decoder_attention_heads=4,
+                          encoder_ffn_dim=128, decoder_ffn_dim=128, **small)),
+        "mistral": lambda: hf.MistralForCausalLM(
+            hf.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                             num_key_value_heads=2, intermediate_size=128, **small)),
+        "qwen2": lambda: hf.Qwen2ForCausalLM(
+            hf.Qwen2Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=128, **small)),
+        "phi": lambda: hf.PhiForCausalLM(
+            hf.PhiConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                         intermediate_size=128, resid_pdrop=0.1, embd_pdrop=0.1, **small)),
+        "gptneo": lambda: hf.GPTNeoForCausalLM(
+            hf.GPTNeoConfig(num_layers=2, hidden_size=64, num_heads=4, window_size=8,
+                            attention_types=[[["global", "local"], 1]], intermediate_size=128,
+                            **small)),
+        "bloom": lambda: hf.BloomForCausalLM(
+            hf.BloomConfig(n_layer=2, hidden_size=64, n_head=4, vocab_size=VOCAB,
+                           hidden_dropout=0.1, attention_dropout=0.1)),
+        "roberta": lambda: hf.RobertaForMaskedLM(
+            hf.RobertaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                             intermediate_size=128, vocab_size=VOCAB, pad_token_id=1,
+                             max_position_embeddings=80)),
+        "electra": lambda: hf.ElectraForMaskedLM(
+            hf.ElectraConfig(num_hidden_layers=2, hidden_size=64, embedding_size=32,
+                             num_attention_heads=4, intermediate_size=128, **small)),
+        "albert": lambda: hf.AlbertForMaskedLM(
+            hf.AlbertConfig(num_hidden_layers=2, hidden_size=64, embedding_size=32,
+                            num_attention_heads=4, intermediate_size=128, **small)),
+        "gemma": lambda: hf.GemmaForCausalLM(
+            hf.GemmaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                           num_key_value_heads=1, head_dim=16, intermediate_size=128, **small)),
+        "falcon": lambda: hf.FalconForCausalLM(
+            hf.FalconConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                            vocab_size=VOCAB, hidden_dropout=0.1, attention_dropout=0.1)),
+        "deberta": lambda: hf.DebertaV2ForMaskedLM(
+            hf.DebertaV2Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                               intermediate_size=128, **small)),
     }  # fmt: skip
     model = LogitsOf(makers[name]())
     model.train()

@@ -348,3 +348,91 @@ def test_a_random_operator_drawing_after_another_with_no_pack_between_is_named()
         model(x).square().sum().backward()
     assert not planned.fast
     assert "after another random operator drew, with no saved tensor in between" in (planned.reason)
+
+
+class _AppendOnlyCache:
+    """A key-value cache as Hugging Face's ``DynamicCache`` keeps one: each call of a layer
+    appends its keys and reads all kept so far."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+
+    def update(self, k: torch.Tensor) -> torch.Tensor:
+        self.keys.append(k)
+        return torch.cat(self.keys, dim=0)
+
+
+class _CachedLayer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.key = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, cache: _AppendOnlyCache) -> torch.Tensor:
+        keys = cache.update(torch.tanh(self.key(x)))
+        weights = torch.softmax(x @ keys.t(), dim=-1)  # (rows of x, keys so far)
+        return self.out(weights @ keys)
+
+
+class _CachedModel(torch.nn.Module):
+    """Two layers given a fresh cache each call (Hugging Face's Falcon, BLOOM and GPT-Neo pass
+    ``layer_past=DynamicCache`` to every layer, also in training)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_CachedLayer(), _CachedLayer()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cache = _AppendOnlyCache()
+        for layer in self.layers:
+            x = layer(x, cache)
+        return x
+
+
+def test_a_block_given_a_cache_it_updates_is_replayed_not_run_again() -> None:
+    """Run again under torch.utils.checkpoint, a layer would append its keys to the cache a
+    second time (the recomputation then reads twice the keys); a block given an object other
+    than tensors and plain values is never checkpointed, and its recomputed tensors are
+    replayed from the operators the first step recorded: fast, bitwise."""
+    import copy
+
+    from slackswap.plan import Plan
+    from slackswap.profiling import profile_step
+    from slackswap.runtime import prepare
+    from slackswap.runtime.training.learning import holds_objects
+
+    assert holds_objects(((torch.ones(1), _AppendOnlyCache()), {}))
+    assert not holds_objects(((torch.ones(1), 2, None), {"dim": -1, "dtype": torch.float32}))
+    torch.manual_seed(0)
+    model = _CachedModel()
+    xs = [torch.randn(4, 8) for _ in range(3)]
+    blocks = [model.layers[0], model.layers[1]]
+    inst = profile_step(model, (xs[0],), lambda out: out.square().sum(), blocks=blocks)
+    assert inst.meta["block_modules"] == ["layers.0", "layers.1"]
+    # Every tensor made inside a layer recomputed, its inputs kept: what the fast path would
+    # otherwise run under torch.utils.checkpoint.
+    inside = [
+        str(inst.op_name[int(p)]).startswith("layers.") and bool(s < float("inf"))
+        for p, s in zip(inst.tensor_producer, inst.tensor_recompute_s, strict=True)
+    ]
+    plan = Plan(inst, [RECOMP if i else KEEP for i in inside])
+
+    def train(m: torch.nn.Module, planned: Any) -> list[torch.Tensor]:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        for x in xs:
+            opt.zero_grad(set_to_none=True)
+            if planned is None:
+                m(x).square().sum().backward()
+            else:
+                with planned.step():
+                    m(x).square().sum().backward()
+            opt.step()
+        return [p.detach().clone() for p in m.parameters()]
+
+    ref = train(copy.deepcopy(model), None)
+    mine = copy.deepcopy(model)
+    planned = prepare(mine, plan, 1.0)
+    got = train(mine, planned)
+    assert planned.fast, planned.reason
+    assert planned.checkpointed_blocks == []
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from slackswap.plan import KEEP, RECOMP, Plan
 from slackswap.runtime.observer import StepObserver
 from slackswap.runtime.records import rng_state, tensors_of
 from slackswap.runtime.training.replay import FirstStepRecords, Replay, replay_of
+from slackswap.torchstep.torchapi import tree_flatten
 
 
 @dataclass(frozen=True)
@@ -208,27 +210,52 @@ class ModuleCalls:
 
 
 @contextmanager
-def block_tracking(model: torch.nn.Module, blocks: list[str], current: list[int]) -> Iterator[None]:
-    """Keep ``current[0]`` at the index of the block whose forward runs (-1: none)."""
+def block_tracking(
+    model: torch.nn.Module,
+    blocks: list[str],
+    current: list[int],
+    given_objects: set[int] | None = None,
+) -> Iterator[None]:
+    """Keep ``current[0]`` at the index of the block whose forward runs (-1: none); add to
+    ``given_objects`` each block a call of which is given an object other than tensors and
+    plain values (`holds_objects`)."""
     handles = []
     for b, name in enumerate(blocks):
         m = model.get_submodule(name) if name else model
 
-        def pre(mod: Any, args: Any, b: int = b) -> None:
+        def pre(mod: Any, args: Any, kwargs: Any, b: int = b) -> None:
             if current[0] < 0:
                 current[0] = b
+            if given_objects is not None and b not in given_objects:
+                if holds_objects((args, kwargs)):
+                    given_objects.add(b)
 
         def post(mod: Any, args: Any, out: Any, b: int = b) -> None:
             if current[0] == b:
                 current[0] = -1
 
-        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(m.register_forward_hook(post, always_call=True))
     try:
         yield
     finally:
         for h in handles:
             h.remove()
+
+
+#: Values a forward cannot change in place: what a block may be given and still be run again
+#: by ``torch.utils.checkpoint`` (`holds_objects`).
+_PLAIN = (torch.Tensor, bool, int, float, complex, str, bytes, torch.dtype, torch.device,
+          torch.layout, torch.memory_format, Enum, slice, type(None), type(Ellipsis))  # fmt: skip
+
+
+def holds_objects(args: Any) -> bool:
+    """Whether ``args`` (a call's arguments, looked into as a pytree) hold an object that is no
+    tensor or plain value: a key-value cache, say, which a block's forward updates in place. Run
+    again under ``torch.utils.checkpoint``, such a block would update it a second time (the
+    cache's keys twice over: Hugging Face's Falcon, BLOOM and GPT-Neo then fail on shapes)."""
+    leaves, _ = tree_flatten(args)
+    return any(not isinstance(x, _PLAIN) for x in leaves)
 
 
 def learn(
@@ -241,8 +268,11 @@ def learn(
     input_tensors: list[torch.Tensor],
     *,
     shared: frozenset[int] = frozenset(),
+    given_objects: frozenset[int] = frozenset(),
 ) -> Learned:
-    """Which blocks a fast step checkpoints, what it must see, or why it cannot run."""
+    """Which blocks a fast step checkpoints, what it must see, or why it cannot run.
+    ``given_objects``: blocks a call of which was given an object (`holds_objects`): never run
+    under ``torch.utils.checkpoint``, their recomputed tensors are replayed."""
     inst = plan.instance
     actions = [int(a) for a in plan.actions]
     produced_in: dict[int, str] = {
@@ -258,6 +288,7 @@ def learn(
         outside = [p for p in ps if p.entry >= 0 and not _inside(produced_in[p.entry], blocks[b])]
         if (
             inside
+            and b not in given_objects
             and all(actions[p.entry] == RECOMP for p in inside)
             and all(actions[p.entry] == KEEP for p in outside)
         ):

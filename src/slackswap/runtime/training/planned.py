@@ -188,6 +188,7 @@ class PlannedStep:
         current = [-1]
         blocks = self._blocks()
         observer = FirstStepObserver(current, ModuleCalls(self.model)) if learning else None
+        given_objects: set[int] = set()  # blocks given an object (`learning.holds_objects`)
 
         def note_inputs(m: Any, a: Any, k: Any) -> None:
             if not tensors:
@@ -197,7 +198,7 @@ class PlannedStep:
 
         with ExitStack() as stack:
             if observer is not None:
-                stack.enter_context(block_tracking(self.model, blocks, current))
+                stack.enter_context(block_tracking(self.model, blocks, current, given_objects))
                 stack.enter_context(observer.calls.tracking())
                 h = self.model.register_forward_pre_hook(note_inputs, with_kwargs=True)
                 stack.callback(h.remove)
@@ -220,6 +221,7 @@ class PlannedStep:
                 observer.records,
                 tensors[0] if tensors else [],
                 shared=observer.shared,
+                given_objects=frozenset(given_objects),
             )
 
     def _switch_plan(
