@@ -190,15 +190,19 @@ class _EmptyCache(torch.nn.Module):
     activation, whose result a later operator saves. ``filled``: the tensor holds data instead
     (made each call, so a rebuild in a later step would read the first step's stale one)."""
 
-    def __init__(self, filled: bool = False) -> None:
+    def __init__(self, filled: bool = False, as_buffer: bool = False) -> None:
         super().__init__()
         self.a = torch.nn.Linear(8, 8)
         self.b = torch.nn.Linear(8, 8)
         self.filled = filled
+        # as_buffer: the same values made once, as a buffer: what the refusal suggests
+        self.register_buffer("start", torch.tensor([[0.5] * 8]) if as_buffer else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.a(x))
-        if self.filled:
+        if self.start is not None:
+            c = torch.cat([self.start, h], dim=0)
+        elif self.filled:
             c = torch.cat([torch.tensor([[0.5] * 8]), h], dim=0)
         else:
             c = torch.cat([torch.tensor([]), h], dim=-1)  # the empty 1-D tensor is skipped
@@ -266,6 +270,12 @@ def test_a_tensor_with_data_made_outside_the_operators_is_named_when_a_rebuild_r
     assert "a float32 tensor of shape [1, 8] the model makes outside its operators" in (
         planned.reason
     )
+    assert "as a buffer of the module" in planned.reason
+    model = _EmptyCache(as_buffer=True)
+    planned = prepare(model, _cat_recomputed(model, x), 1.0)
+    with planned.step():
+        model(x).square().sum().backward()
+    assert planned.fast, planned.reason
 
 
 class _TwoDropouts(torch.nn.Module):

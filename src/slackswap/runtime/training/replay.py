@@ -150,7 +150,8 @@ def replay_of(
             t = externals[value]
             return (
                 f"its rebuild reads a {str(t.dtype).replace('torch.', '')} tensor of shape "
-                f"{list(t.shape)} the model makes outside its operators, and no input"
+                f"{list(t.shape)} the model makes outside its operators, and no input: "
+                "a fast step cannot see it; made once, as a buffer of the module, it could"
             )
         if value in allocs:
             return ""
