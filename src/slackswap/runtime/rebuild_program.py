@@ -29,7 +29,12 @@ from slackswap.runtime.records import (
     tensors_of,
     view,
 )
-from slackswap.torchstep.torchapi import below_autograd, set_grad_mode
+from slackswap.torchstep.torchapi import (
+    autocast_on,
+    below_autocast,
+    below_autograd,
+    set_grad_mode,
+)
 from slackswap.torchstep.trace import EXTERNAL
 
 __all__ = [
@@ -145,7 +150,15 @@ class RebuildProgram:
 
     def run(self, rb: RecordedStep) -> Any:
         """Run the steps (operators below autograd, each in its recorded grad mode and, when
-        random, from today's RNG state of its record); the rebuilt tensor."""
+        random, from today's RNG state of its record); the rebuilt tensor. The operators were
+        recorded as they ran, after ``torch.autocast`` cast them: with autocast on now (a
+        backward inside an autocast region), they run below it, not cast a second time."""
+        if autocast_on():
+            with below_autocast():
+                return self._run(rb)
+        return self._run(rb)
+
+    def _run(self, rb: RecordedStep) -> Any:
         slots: list[Any] = [None] * self.n_slots
         records = rb.records
         entries = rb.entries

@@ -24,6 +24,8 @@ __all__ = [
     "StorageWeakRef",
     "TorchDispatchMode",
     "TorchVersionWarning",
+    "autocast_on",
+    "below_autocast",
     "below_autograd",
     "check_torch_version",
     "current_node_key",
@@ -75,6 +77,15 @@ try:
     _dispatch_stack_len = torch._C._len_torch_dispatch_stack
     _storage_use_count = torch._C._storage_Use_Count
     _below_autograd = torch._C._AutoDispatchBelowAutograd
+    _exclude_keys = torch._C._ExcludeDispatchKeyGuard
+    _AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+    for _key in dir(torch._C.DispatchKey):
+        if _key.startswith("Autocast"):
+            _AUTOCAST_KEYS = _AUTOCAST_KEYS | torch._C.DispatchKeySet(
+                getattr(torch._C.DispatchKey, _key)
+            )
+    #: Whether autocast is on for some device now (one C call).
+    autocast_on = torch._C._is_any_autocast_enabled
     #: Turn grad mode on or off (``torch.set_grad_enabled`` without its Python object: a
     #: rebuild sets the mode around each replayed operator whose recorded mode differs).
     set_grad_mode = torch._C._set_grad_enabled
@@ -102,6 +113,12 @@ def dispatch_mode_active() -> bool:
 def below_autograd() -> AbstractContextManager[Any]:
     """A context in which operators run below autograd (no graph, no saved tensors)."""
     return _below_autograd()  # type: ignore[no-any-return]
+
+
+def below_autocast() -> AbstractContextManager[Any]:
+    """A context in which operators run as they are called, not cast by ``torch.autocast``
+    (for operators recorded after autocast cast them: a rebuild's replay)."""
+    return _exclude_keys(_AUTOCAST_KEYS)  # type: ignore[no-any-return]
 
 
 def node_key(node: Any) -> int:

@@ -446,3 +446,66 @@ def test_a_block_given_a_cache_it_updates_is_replayed_not_run_again() -> None:
     assert planned.fast, planned.reason
     assert planned.checkpointed_blocks == []
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+class _Fp32Scores(torch.nn.Module):
+    """Attention scores computed in float32 inside an autocast region (``autocast(enabled=
+    False)`` around them, as models do for stability; BERT's CPU attention runs its ``bmm`` in
+    float32 the same way)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.q(x).float().view(2, 4, 8)
+        with torch.autocast("cpu", enabled=False):
+            scores = torch.bmm(q, q.transpose(1, 2))
+        return torch.tanh(scores) * scores
+
+
+def test_a_replay_inside_an_autocast_region_runs_the_operators_as_recorded() -> None:
+    """Forward and backward inside ``torch.autocast``: a rebuild's replayed ``bmm`` was
+    recorded in float32 (autocast off around it); replayed with autocast on, autocast cast it to
+    bfloat16 and the training differed. The replay runs below autocast: bitwise."""
+    import copy
+
+    from slackswap.plan import Plan
+    from slackswap.profiling import profile_step
+    from slackswap.runtime import prepare
+
+    torch.manual_seed(0)
+    model = _Fp32Scores()
+    xs = [torch.randn(8, 8) for _ in range(3)]
+
+    def loss_of(out: torch.Tensor) -> torch.Tensor:
+        return out.float().square().sum()
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inst = profile_step(model, (xs[0],), loss_of)
+    scores = [i for i, n in enumerate(inst.tensor_name) if "/bmm" in str(n)]
+    assert len(scores) == 1, list(inst.tensor_name)
+    acts = [KEEP] * inst.n_tensors
+    acts[scores[0]] = RECOMP
+    plan = Plan(inst, acts)
+
+    def train(m: torch.nn.Module, planned: Any) -> tuple[list[torch.Tensor], list[int]]:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        rebuilds = []
+        for x in xs:
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                if planned is None:
+                    loss_of(m(x)).backward()
+                else:
+                    with planned.step() as stats:
+                        loss_of(m(x)).backward()
+                    rebuilds.append(stats.rebuilds)
+            opt.step()
+        return [p.detach().clone() for p in m.parameters()], rebuilds
+
+    ref, _ = train(copy.deepcopy(model), None)
+    mine = copy.deepcopy(model)
+    got, rebuilds = train(mine, prepare(mine, plan, 1.0))
+    assert rebuilds == [1, 1, 1]
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
