@@ -165,6 +165,7 @@ def _fill(stats: RunStats, ex: Any, tracker: StorageTracker, own: bool) -> None:
     stats.unplanned_packs = ex.unplanned_packs
     stats.held_tensors = [str(inst.tensor_name[i]) for i in held]
     stats.held_bytes = sum(ex.entries[i].nbytes for i in held)
+    stats.autocast_cache = ex.autocast_cache
     if held:
         stats.hooked_modules = hooked
     stats.measured = "operator outputs"

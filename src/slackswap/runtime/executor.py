@@ -38,7 +38,12 @@ from slackswap.runtime.observer import StepObserver
 from slackswap.runtime.rebuild import Rebuilder
 from slackswap.runtime.records import view
 from slackswap.torchstep.context import ModuleContext
-from slackswap.torchstep.torchapi import StorageWeakRef, TorchDispatchMode, storage_key
+from slackswap.torchstep.torchapi import (
+    StorageWeakRef,
+    TorchDispatchMode,
+    autocast_caching,
+    storage_key,
+)
 from slackswap.torchstep.trace import EXTERNAL, Value
 from slackswap.torchstep.values import ValueNumbering, number_call
 
@@ -154,6 +159,9 @@ class PlanExecutor(TorchDispatchMode):
         self.unplanned_storages: set[int] = set()
         #: Entries whose storage was still referenced outside autograd when backward began.
         self.held: list[int] = []
+        #: The forward ran inside ``torch.autocast`` with its cache of casts on (looked at
+        #: when the model is called; `RunStats.autocast_cache`).
+        self.autocast_cache = False
         #: id -> weak reference of each ``.grad`` a leaf (a parameter, a model input that
         #: requires grad) had when the step began, until its first accumulation (`_carried`).
         self._carried_grads: dict[int, Any] = {}
@@ -195,6 +203,8 @@ class PlanExecutor(TorchDispatchMode):
             self._model_call(module, args, {})
 
     def _model_call(self, module: Any, args: Any, kwargs: Any) -> None:
+        # Looked at here, not in the dispatch mode: below autocast's kernels it reads as off.
+        self.autocast_cache = self.autocast_cache or autocast_caching()
         self._note_carried_grads((*args, *kwargs.values()))
 
     def _note_carried_grads(self, leaves: Any) -> None:

@@ -52,6 +52,10 @@ class RunStats:
     #: caller's (else the holder is taken for a variable of the caller's, such as the output).
     held_tensors: list[str] = field(default_factory=list)
     held_bytes: int = 0
+    #: The model's forward ran inside ``torch.autocast`` with its cache of casts on (its
+    #: default): each parameter's cast (a saved tensor of the profile) stays referenced by that
+    #: cache until the autocast region ends, whatever the plan does with it.
+    autocast_cache: bool = False
     #: The model's modules with a forward hook of the caller's (``""``: the model; "global":
     #: a global forward hook), named when tensors were held: the likely holders.
     hooked_modules: list[str] = field(default_factory=list)
@@ -101,7 +105,15 @@ def _held(stats: RunStats) -> str:
         return ""
     names = ", ".join(repr(n) for n in stats.held_tensors[:3])
     more = f" and {len(stats.held_tensors) - 3} more" if len(stats.held_tensors) > 3 else ""
-    if stats.hooked_modules:
+    if stats.autocast_cache:
+        who = (
+            "torch.autocast's cache of casts, which keeps each parameter's cast for the whole "
+            "autocast region: pass torch.autocast(..., cache_enabled=False)"
+        )
+        if stats.hooked_modules:
+            who += ", or a forward hook"
+        who += "?"
+    elif stats.hooked_modules:
         hooks = ", ".join(
             "a global forward hook"
             if m == "global"

@@ -24,6 +24,7 @@ __all__ = [
     "StorageWeakRef",
     "TorchDispatchMode",
     "TorchVersionWarning",
+    "autocast_caching",
     "autocast_on",
     "below_autocast",
     "below_autograd",
@@ -113,6 +114,12 @@ def dispatch_mode_active() -> bool:
 def below_autograd() -> AbstractContextManager[Any]:
     """A context in which operators run below autograd (no graph, no saved tensors)."""
     return _below_autograd()  # type: ignore[no-any-return]
+
+
+def autocast_caching() -> bool:
+    """Whether ``torch.autocast`` is on now with its cache of casts (``cache_enabled=True``,
+    its default): each parameter's cast is kept for the whole autocast region."""
+    return bool(autocast_on() and torch.is_autocast_cache_enabled())
 
 
 def below_autocast() -> AbstractContextManager[Any]:

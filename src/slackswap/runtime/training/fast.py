@@ -31,6 +31,7 @@ from slackswap.runtime.training.facts import PlanFacts
 from slackswap.runtime.training.learning import Learned, Pack, input_signature, storage_nbytes
 from slackswap.runtime.training.replay import capturing_rng
 from slackswap.torchstep.state import put_back
+from slackswap.torchstep.torchapi import autocast_caching
 
 #: Profile and solve the step again on the model's new inputs (args, kwargs), then start the
 #: new plan's checked first step: its context (to close when the step ends) and its stats.
@@ -253,6 +254,7 @@ class FastStep:
     def _check_inputs(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._inner is not None:
             return
+        self.stats.autocast_cache = autocast_caching()
         if self.rebuilder is not None and self.learned.replay is not None:
             rp = self.learned.replay
             flat = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
