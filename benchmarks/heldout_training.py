@@ -4,6 +4,7 @@ fast steps against unplanned training, bit for bit.
     .venv/bin/pip install transformers   # not a dependency of slackswap
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --models opt,gpt2 --steps 4
+    PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --autocast
 
 Per model (built from a small config, no weights downloaded, in training mode with the config's
 dropout), profiled on one batch of token ids with next-token cross-entropy: each static solver
@@ -14,7 +15,8 @@ first step, then fast ones), a new batch each step, against the same steps unpla
 same start and RNG seeds. Prints a Markdown row per plan: bitwise or not, whether the steps
 after the first ran fast (`PlannedStep.fast`, else its ``reason``), the rebuilds per step and
 the largest bytes a step went over its budget. Exit status 1 when a plan's training differs or
-raises.
+raises. ``--autocast``: the profile and every step (forward and backward) inside
+``torch.autocast("cpu", torch.bfloat16, cache_enabled=False)``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import copy
 import sys
 import warnings
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +137,15 @@ def batches(n: int) -> list[torch.Tensor]:
 
 def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     targets = torch.roll(ids, -1, dims=1)
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1))
+
+
+#: The region the profile and each step run in (`--autocast`), else none.
+REGION: Callable[[], AbstractContextManager[Any]] = nullcontext
+
+
+def autocast_region() -> AbstractContextManager[Any]:
+    return torch.autocast("cpu", torch.bfloat16, cache_enabled=False)
 
 
 def train(model: torch.nn.Module, steps: int, plan: Plan | None = None,
@@ -150,14 +161,15 @@ def train(model: torch.nn.Module, steps: int, plan: Plan | None = None,
     for k, ids in enumerate(batches(steps)):
         opt.zero_grad(set_to_none=True)
         torch.manual_seed(100 + k)
-        if planned is None:
-            loss = next_token_loss(model(ids), ids)
-            loss.backward()
-        else:
-            with planned.step() as st:
+        with REGION():
+            if planned is None:
                 loss = next_token_loss(model(ids), ids)
                 loss.backward()
-            stats.append(st)
+            else:
+                with planned.step() as st:
+                    loss = next_token_loss(model(ids), ids)
+                    loss.backward()
+                stats.append(st)
         out.append(loss.detach())
         opt.step()
     out += [p.detach().clone() for p in model.parameters()]
@@ -204,7 +216,11 @@ def main() -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--budgets", default="0.6,0.4")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--autocast", action="store_true", help="bfloat16 autocast, no cache")
     args = ap.parse_args()
+    global REGION
+    if args.autocast:
+        REGION = autocast_region
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     failed = 0
@@ -215,7 +231,8 @@ def main() -> int:
     for name in args.models.split(","):
         model = build(name)
         ids = batches(1)[0]
-        inst = profile_step(model, (ids,), lambda out, ids=ids: next_token_loss(out, ids))
+        with REGION():
+            inst = profile_step(model, (ids,), lambda out, ids=ids: next_token_loss(out, ids))
         ref, _, _ = train(model, args.steps)
         for label, (plan, budget) in static_plans(inst, [float(x) for x in
                                                          args.budgets.split(",")]).items():  # fmt: skip
