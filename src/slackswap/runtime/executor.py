@@ -159,6 +159,7 @@ class PlanExecutor(TorchDispatchMode):
         self.unplanned_storages: set[int] = set()
         #: Entries whose storage was still referenced outside autograd when backward began.
         self.held: list[int] = []
+        self._packed_earlier = False  # the pack being made is of an earlier value (`_pack`)
         #: The forward ran inside ``torch.autocast`` with its cache of casts on (looked at
         #: when the model is called; `RunStats.autocast_cache`).
         self.autocast_cache = False
@@ -408,9 +409,14 @@ class PlanExecutor(TorchDispatchMode):
     def _pack(self, t: torch.Tensor) -> Any:
         if self._internal:
             return t
+        self._packed_earlier = False
         out = self._pack_planned(t)
         if self.observer is not None:
-            self.observer.packed(t, out.entry.index if isinstance(out, Handle) else -1)
+            entry = out.entry.index if isinstance(out, Handle) else -1
+            if self._packed_earlier:
+                self.observer.packed_earlier(t, entry)
+            else:
+                self.observer.packed(t, entry)
         return out
 
     def _pack_planned(self, t: torch.Tensor) -> Any:
@@ -425,6 +431,7 @@ class PlanExecutor(TorchDispatchMode):
                 # The storage is saved again later, as entry j: unplanned, autograd would read
                 # this view from the storage as the step leaves it, so it reads it from entry
                 # j's storage (kept, fetched back or rebuilt).
+                self._packed_earlier = True
                 ej = self.entries[j]
                 return Handle(ej, t, keep=ej.action == KEEP, release=self.copies.release)
             self.unplanned_packs += 1  # a value the profile did not save

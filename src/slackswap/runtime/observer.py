@@ -32,5 +32,12 @@ class StepObserver:
     def packed(self, t: Any, entry: int) -> None:
         """Autograd saved ``t`` for backward: the plan's tensor ``entry`` (-1: not planned)."""
 
+    def packed_earlier(self, t: Any, entry: int) -> None:
+        """Autograd saved ``t``, which holds an earlier value of plan tensor ``entry``'s
+        storage: an in-place update changes it before the step saves ``entry`` itself, and
+        autograd reads ``t``'s view of the storage as the step leaves it, i.e. from ``entry``.
+        Told as `packed` unless overridden."""
+        self.packed(t, entry)
+
     def closing(self, executor: Any) -> None:
         """The step is over; the executor still holds its records (it drops them next)."""

@@ -826,3 +826,60 @@ def test_a_fast_step_hands_back_whole_saved_tensors_as_copied_back_or_rebuilt(mo
     with made[0].step():
         m.loss_fn(got[0](*m.inputs)).backward()
     assert views == [], f"{len(views)} tensors made over a storage (first step: {first})"
+
+
+class _UnsafeGates(torch.nn.Module):
+    """Two gates in one storage, updated in place in turn (``unsafe_chunk``, as PyTorch's GRU
+    cell on the CPU does): the first gate's slice is saved while the second still holds its
+    earlier value, which an in-place update then changes before the step saves it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates = torch.nn.Linear(8, 16)
+        self.other = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.gates(x).unsafe_chunk(2, 1)
+        a = a.sigmoid_()
+        b = b.mul_(self.other(x)).tanh_()
+        return a * b
+
+
+def test_a_swapped_storage_updated_in_place_after_an_earlier_pack_is_copied_out_when_saved() -> (
+    None
+):
+    """The first step sees the sigmoid's slice packed while the storage holds an earlier value
+    (the tanh's slice not yet written): that pack reads the storage as the step leaves it. A
+    fast step copied the storage out at that pack, before the tanh wrote its slice, and the
+    training differed (a bidirectional ``nn.GRU`` under SlackSwap); it copies out where the
+    step saves the entry itself."""
+    torch.manual_seed(0)
+    model = _UnsafeGates()
+    xs = [torch.randn(4, 8) for _ in range(3)]
+
+    def loss_of(out: torch.Tensor) -> torch.Tensor:
+        return out.square().sum()
+
+    inst = profile_step(model, (xs[0],), loss_of)
+    plan = Plan(inst, np.full(inst.n_tensors, SWAP, dtype=np.int8))
+
+    def train(m: torch.nn.Module, planned: Any) -> list[torch.Tensor]:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        for x in xs:
+            opt.zero_grad(set_to_none=True)
+            if planned is None:
+                loss_of(m(x)).backward()
+            else:
+                with planned.step():
+                    loss_of(m(x)).backward()
+            opt.step()
+        return [p.detach().clone() for p in m.parameters()]
+
+    ref = train(copy.deepcopy(model), None)
+    mine = copy.deepcopy(model)
+    planned = prepare(mine, plan, 1.0)
+    got = train(mine, planned)
+    assert planned.fast, planned.reason
+    learned = planned._learned
+    assert learned is not None and any(p.earlier for p in learned.expected)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))

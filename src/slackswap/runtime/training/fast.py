@@ -510,7 +510,7 @@ def whole_views(learned: Learned) -> list[tuple[Any, int, Any, Any] | None]:
     out: list[tuple[Any, int, Any, Any] | None] = [None] * len(learned.actions)
     seen: set[int] = set()
     for p in learned.expected:
-        if p.entry < 0 or p.entry in seen:
+        if p.entry < 0 or p.entry in seen or p.earlier:
             continue
         seen.add(p.entry)
         if p.whole:
@@ -540,8 +540,11 @@ def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     for k, p in enumerate(learned.expected):
         i = p.entry
-        first = i >= 0 and i not in seen
-        seen.add(i)
+        # An earlier value's pack is not the entry's first: its bytes are copied out (or
+        # counted) where the step saves the entry itself, after the in-place updates.
+        first = i >= 0 and i not in seen and not p.earlier
+        if not p.earlier:
+            seen.add(i)
         if i < 0:
             do = PASS
         elif learned.actions[i] == KEEP:

@@ -25,7 +25,10 @@ class Pack:
     """One pack of the first step: the plan entry (-1: not a planned tensor), what is checked,
     the block whose forward packed it (-1: outside every block), and whether the tensor was
     contiguous from the start of its storage (``whole``: then, with its shape, dtype and
-    storage size, it is the whole storage as one dense tensor)."""
+    storage size, it is the whole storage as one dense tensor). ``earlier``: the tensor held an
+    earlier value of the entry's storage, which an in-place update (of another slice, say: a
+    GRU cell's gates) changes before the step saves the entry itself (`StepObserver.packed`):
+    not the entry's own first pack, which is where its bytes are copied out."""
 
     entry: int
     shape: tuple[int, ...]
@@ -33,6 +36,7 @@ class Pack:
     nbytes: int
     block: int
     whole: bool = False
+    earlier: bool = False
 
 
 def storage_nbytes(t: torch.Tensor) -> int:
@@ -136,11 +140,22 @@ class FirstStepObserver(StepObserver):
         if at_pack is not None and _same_rng(token, at_pack):
             self.rng_after_pack[index] = len(self.packs) - 1
 
-    def packed(self, t: Any, entry: int) -> None:
+    def packed_earlier(self, t: Any, entry: int) -> None:
+        self.packed(t, entry, earlier=True)
+
+    def packed(self, t: Any, entry: int, earlier: bool = False) -> None:
         nbytes = storage_nbytes(t)
         self._rng_at_pack = rng_state([t])  # the checked first step alone pays for it
         self.packs.append(
-            Pack(entry, tuple(t.shape), t.dtype, nbytes, self.block_now[0], _whole(t, nbytes))
+            Pack(
+                entry,
+                tuple(t.shape),
+                t.dtype,
+                nbytes,
+                self.block_now[0],
+                _whole(t, nbytes),
+                earlier,
+            )
         )
 
     def closing(self, executor: Any) -> None:
