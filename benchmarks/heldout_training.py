@@ -1,10 +1,11 @@
-"""The training path on Hugging Face models nobody tuned it for: every static solver's plan,
-fast steps against unplanned training, bit for bit.
+"""The training path on models nobody tuned it for (Hugging Face's, and PyTorch's own GRU and
+LSTM): every static solver's plan, fast steps against unplanned training, bit for bit.
 
     .venv/bin/pip install transformers   # not a dependency of slackswap
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --models opt,gpt2 --steps 4
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --autocast
+    PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --models gru,lstm  # torch only
 
 Per model (built from a small config, no weights downloaded, in training mode with the config's
 dropout), profiled on one batch of token ids with next-token cross-entropy: each static solver
@@ -44,7 +45,7 @@ from slackswap.solvers.registry import REGISTRY  # noqa: E402
 BATCH, SEQ, VOCAB = 2, 16, 128
 MODELS = ("gpt2", "llama", "bert", "opt", "gptneox", "distilbert", "bart", "mistral", "qwen2",
           "phi", "gptneo", "bloom", "roberta", "electra", "albert", "gemma", "falcon",
-          "deberta")  # fmt: skip
+          "deberta", "gru", "lstm")  # fmt: skip
 
 
 class LogitsOf(torch.nn.Module):
@@ -58,12 +59,36 @@ class LogitsOf(torch.nn.Module):
         return self.inner(input_ids=ids).logits  # type: ignore[no-any-return]
 
 
+class RecurrentLM(torch.nn.Module):
+    """PyTorch's own ``nn.GRU`` (bidirectional) or ``nn.LSTM`` (2 layers, dropout) over token
+    embeddings, with a vocabulary head: no Hugging Face needed. On the CPU a GRU cell writes its
+    gates in place into slices of one storage (``unsafe_chunk``)."""
+
+    def __init__(self, cell: str):
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 32)
+        if cell == "gru":
+            self.rnn: torch.nn.Module = torch.nn.GRU(32, 32, batch_first=True, bidirectional=True)
+            width = 64
+        else:
+            self.rnn = torch.nn.LSTM(32, 32, num_layers=2, batch_first=True, dropout=0.1)
+            width = 32
+        self.head = torch.nn.Linear(width, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.emb(ids))[0])  # type: ignore[no-any-return]
+
+
 def build(name: str) -> torch.nn.Module:
     """Model ``name`` from a small config (2 layers, or one encoder and one decoder layer;
     hidden 64, 4 heads)."""
+    torch.manual_seed(0)
+    if name in ("gru", "lstm"):
+        model: torch.nn.Module = RecurrentLM(name)
+        model.train()
+        return model
     import transformers as hf
 
-    torch.manual_seed(0)
     small = dict(vocab_size=VOCAB, max_position_embeddings=64)
     makers: dict[str, Callable[[], Any]] = {
         "gpt2": lambda: hf.GPT2LMHeadModel(
