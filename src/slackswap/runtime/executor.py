@@ -488,10 +488,18 @@ class PlanExecutor(TorchDispatchMode):
         want = (self._sig_dtypes[i], self._sig_shapes[i], int(self.instance.tensor_bytes[i]))
         got = (val.dtype, tuple(val.shape), val.nbytes)
         if got != want:
+            follows_data = got[0] == want[0] and got[1] != want[1]
             self._fail(
                 f"the step differs from {self.instance.name!r} at saved tensor {name!r} (#{i}): "
                 f"dtype {got[0]}, shape {list(got[1])}, {got[2]} bytes; the profile has dtype "
                 f"{want[0]}, shape {list(want[1])}, {want[2]} bytes"
+                + (
+                    " (when the model's inputs have the profiled shapes, this shape follows "
+                    "the data: a mixture of experts' routing, a selection by value; a plan is "
+                    "made for a step whose saved tensors keep their shapes)"
+                    if follows_data
+                    else ""
+                )
             )
         p = int(self.instance.tensor_producer[i]) - self.shift
         if val.producer != (p if p >= 0 else EXTERNAL):

@@ -883,3 +883,36 @@ def test_a_swapped_storage_updated_in_place_after_an_earlier_pack_is_copied_out_
     learned = planned._learned
     assert learned is not None and any(p.earlier for p in learned.expected)
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+class _SelectByValue(torch.nn.Module):
+    """Rows picked by their values (as a mixture of experts routes tokens): the saved tensors'
+    shapes follow the batch's data, not its shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        picked = h[h.sum(-1) > 0]
+        return torch.nn.functional.gelu(picked).sum() + h.square().sum()
+
+
+def test_a_saved_tensor_whose_shape_follows_the_data_is_named_as_such() -> None:
+    from slackswap.runtime.executor import StepMismatchError
+
+    torch.manual_seed(0)
+    model = _SelectByValue()
+    x = torch.randn(16, 8)
+    inst = profile_step(model, (x,), lambda out: out)
+    planned = prepare(model, Plan(inst, np.full(inst.n_tensors, KEEP, dtype=np.int8)), 1.0)
+    with planned.step():
+        model(x).backward()
+    other = torch.randn(16, 8)
+    with torch.no_grad():
+        picked = int((model.lin(x).sum(-1) > 0).sum()), int((model.lin(other).sum(-1) > 0).sum())
+    assert picked[0] != picked[1]  # the same shape, other rows picked
+    with pytest.raises(StepMismatchError, match="this shape follows the data"):
+        with planned.step():
+            model(other).backward()

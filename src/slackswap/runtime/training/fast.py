@@ -365,10 +365,12 @@ class FastStep:
         # tensor of another shape means another step, not another batch size.
         other_shape = t.dtype == p.dtype and t.shape != p.shape and self.learned.inputs is None
         cls = ShapeChangeError if other_shape else StepMismatchError
+        follows_data = t.dtype == p.dtype and t.shape != p.shape and not other_shape
         self._fail(
             cls(
                 f"saved tensor {name!r} (pack {k}) is {got}; the plan's step has {want}: the "
                 "step is not the one the plan was made for"
+                + (_FOLLOWS_DATA if follows_data else "")
             )
         )
 
@@ -463,6 +465,13 @@ class FastStep:
 
 
 _SAVED, _RELEASED = EntryState.SAVED, EntryState.RELEASED
+
+#: Why a saved tensor's shape changes while the model's inputs keep theirs.
+_FOLLOWS_DATA = (
+    " (the model's inputs have the profiled shapes, so this shape follows the data: a mixture "
+    "of experts' routing, a selection by value; a plan is made for a step whose saved tensors "
+    "keep their shapes)"
+)
 
 
 class _Entries(dict[int, Entry]):
