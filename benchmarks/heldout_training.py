@@ -6,6 +6,7 @@ LSTM): every static solver's plan, fast steps against unplanned training, bit fo
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --models opt,gpt2 --steps 4
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --autocast
     PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --models gru,lstm  # torch only
+    PYTHONPATH=src .venv/bin/python benchmarks/heldout_training.py --models llama --checkpointing reentrant
 
 Per model (built from a small config, no weights downloaded, in training mode with the config's
 dropout), profiled on one batch of token ids with next-token cross-entropy: each static solver
@@ -17,7 +18,9 @@ same start and RNG seeds. Prints a Markdown row per plan: bitwise or not, whethe
 after the first ran fast (`PlannedStep.fast`, else its ``reason``), the rebuilds per step and
 the largest bytes a step went over its budget. Exit status 1 when a plan's training differs or
 raises. ``--autocast``: the profile and every step (forward and backward) inside
-``torch.autocast("cpu", torch.bfloat16, cache_enabled=False)``.
+``torch.autocast("cpu", torch.bfloat16, cache_enabled=False)``. ``--checkpointing``: the Hugging
+Face model's own ``gradient_checkpointing_enable`` (``torch.utils.checkpoint``, reentrant or
+not) under each plan.
 """
 
 from __future__ import annotations
@@ -242,6 +245,8 @@ def main() -> int:
     ap.add_argument("--budgets", default="0.6,0.4")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--autocast", action="store_true", help="bfloat16 autocast, no cache")
+    ap.add_argument("--checkpointing", choices=("reentrant", "nonreentrant"),
+                    help="the Hugging Face model's own gradient checkpointing")  # fmt: skip
     args = ap.parse_args()
     global REGION
     if args.autocast:
@@ -255,6 +260,12 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for name in args.models.split(","):
         model = build(name)
+        if args.checkpointing:
+            reentrant = args.checkpointing == "reentrant"
+            model.inner.gradient_checkpointing_enable(  # type: ignore[operator]
+                gradient_checkpointing_kwargs={"use_reentrant": reentrant}
+            )
+            model.train()
         ids = batches(1)[0]
         with REGION():
             inst = profile_step(model, (ids,), lambda out, ids=ids: next_token_loss(out, ids))
