@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -58,6 +59,39 @@ def _rebuilder(numbering: Any, entries: list[Entry]) -> Rebuilder:
     rb.records = {1: _record(0, 1, x), 2: _record(1, 2, x)}
     rb.externals = {0: x}
     return rb
+
+
+def _square_sum(out: torch.Tensor) -> torch.Tensor:
+    return out.square().sum()
+
+
+def _adamw_steps(
+    model: torch.nn.Module,
+    xs: list[torch.Tensor],
+    planned: Any = None,
+    *,
+    loss_of: Any = _square_sum,
+    seed: int | None = None,
+    region: Any = contextlib.nullcontext,
+) -> tuple[list[torch.Tensor], list[int]]:
+    """One AdamW step per input of ``xs``, each forward and backward inside ``region()`` and
+    under ``planned.step()`` when given (the RNG seeded ``seed + k`` at step k when given): the
+    parameters after them, and each planned step's rebuilds."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    rebuilds = []
+    for k, x in enumerate(xs):
+        opt.zero_grad(set_to_none=True)
+        if seed is not None:
+            torch.manual_seed(seed + k)
+        with region():
+            if planned is None:
+                loss_of(model(x)).backward()
+            else:
+                with planned.step() as stats:
+                    loss_of(model(x)).backward()
+                rebuilds.append(stats.rebuilds)
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()], rebuilds
 
 
 def test_a_rebuild_is_walked_again_only_when_a_rebuild_input_changes() -> None:
@@ -234,24 +268,10 @@ def test_an_empty_tensor_made_outside_the_operators_is_taken_as_it_is_by_a_fast_
     xs = [torch.randn(4, 8) for _ in range(4)]
     plan = _cat_recomputed(model, xs[0])
 
-    def train(planned_model: torch.nn.Module, planned: Any) -> tuple[list[Any], list[int]]:
-        opt = torch.optim.AdamW(planned_model.parameters(), lr=1e-2)
-        rebuilds = []
-        for x in xs:
-            opt.zero_grad(set_to_none=True)
-            if planned is None:
-                planned_model(x).square().sum().backward()
-            else:
-                with planned.step() as stats:
-                    planned_model(x).square().sum().backward()
-                rebuilds.append(stats.rebuilds)
-            opt.step()
-        return [p.detach().clone() for p in planned_model.parameters()], rebuilds
-
-    ref, _ = train(copy.deepcopy(model), None)
+    ref, _ = _adamw_steps(copy.deepcopy(model), xs)
     mine = copy.deepcopy(model)
     planned = prepare(mine, plan, 1.0)
-    got, rebuilds = train(mine, planned)
+    got, rebuilds = _adamw_steps(mine, xs, planned)
     assert planned.fast, planned.reason
     assert rebuilds == [1, 1, 1, 1]  # the checked first step, then three fast ones
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
@@ -323,25 +343,10 @@ def test_a_second_dropout_in_one_module_call_is_replayed_from_the_state_at_the_l
     xs = [torch.randn(4, 8) for _ in range(4)]
     plan = _second_dropout_recomputed(model, xs[0])
 
-    def train(m: torch.nn.Module, planned: Any) -> tuple[list[Any], list[int]]:
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-        rebuilds = []
-        for k, x in enumerate(xs):
-            opt.zero_grad(set_to_none=True)
-            torch.manual_seed(10 + k)  # each step's masks differ
-            if planned is None:
-                m(x).square().sum().backward()
-            else:
-                with planned.step() as stats:
-                    m(x).square().sum().backward()
-                rebuilds.append(stats.rebuilds)
-            opt.step()
-        return [p.detach().clone() for p in m.parameters()], rebuilds
-
-    ref, _ = train(copy.deepcopy(model), None)
+    ref, _ = _adamw_steps(copy.deepcopy(model), xs, seed=10)  # each step's masks differ
     mine = copy.deepcopy(model)
     planned = prepare(mine, plan, 1.0)
-    got, rebuilds = train(mine, planned)
+    got, rebuilds = _adamw_steps(mine, xs, planned, seed=10)
     assert planned.fast, planned.reason
     assert rebuilds == [1, 1, 1, 1]
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
@@ -427,22 +432,10 @@ def test_a_block_given_a_cache_it_updates_is_replayed_not_run_again() -> None:
     ]
     plan = Plan(inst, [RECOMP if i else KEEP for i in inside])
 
-    def train(m: torch.nn.Module, planned: Any) -> list[torch.Tensor]:
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-        for x in xs:
-            opt.zero_grad(set_to_none=True)
-            if planned is None:
-                m(x).square().sum().backward()
-            else:
-                with planned.step():
-                    m(x).square().sum().backward()
-            opt.step()
-        return [p.detach().clone() for p in m.parameters()]
-
-    ref = train(copy.deepcopy(model), None)
+    ref, _ = _adamw_steps(copy.deepcopy(model), xs)
     mine = copy.deepcopy(model)
     planned = prepare(mine, plan, 1.0)
-    got = train(mine, planned)
+    got, _ = _adamw_steps(mine, xs, planned)
     assert planned.fast, planned.reason
     assert planned.checkpointed_blocks == []
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
@@ -489,23 +482,11 @@ def test_a_replay_inside_an_autocast_region_runs_the_operators_as_recorded() -> 
     acts[scores[0]] = RECOMP
     plan = Plan(inst, acts)
 
-    def train(m: torch.nn.Module, planned: Any) -> tuple[list[torch.Tensor], list[int]]:
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-        rebuilds = []
-        for x in xs:
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                if planned is None:
-                    loss_of(m(x)).backward()
-                else:
-                    with planned.step() as stats:
-                        loss_of(m(x)).backward()
-                    rebuilds.append(stats.rebuilds)
-            opt.step()
-        return [p.detach().clone() for p in m.parameters()], rebuilds
+    def bf16() -> Any:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
 
-    ref, _ = train(copy.deepcopy(model), None)
+    ref, _ = _adamw_steps(copy.deepcopy(model), xs, loss_of=loss_of, region=bf16)
     mine = copy.deepcopy(model)
-    got, rebuilds = train(mine, prepare(mine, plan, 1.0))
+    got, rebuilds = _adamw_steps(mine, xs, prepare(mine, plan, 1.0), loss_of=loss_of, region=bf16)
     assert rebuilds == [1, 1, 1]
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
