@@ -261,8 +261,12 @@ def main() -> int:
     for name in args.models.split(","):
         model = build(name)
         if args.checkpointing:
+            inner = model.inner
+            if not getattr(inner, "supports_gradient_checkpointing", False):
+                print(f"| {name} | (no gradient checkpointing in Hugging Face's model) | | | | |")
+                continue
             reentrant = args.checkpointing == "reentrant"
-            model.inner.gradient_checkpointing_enable(  # type: ignore[operator]
+            inner.gradient_checkpointing_enable(  # type: ignore[operator]
                 gradient_checkpointing_kwargs={"use_reentrant": reentrant}
             )
             model.train()

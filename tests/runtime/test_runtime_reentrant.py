@@ -26,7 +26,7 @@ else:
 from slackswap.cli import main  # noqa: E402
 from slackswap.plan import KEEP, RECOMP, SWAP, Budget, Plan  # noqa: E402
 from slackswap.profiling import profile_step  # noqa: E402
-from slackswap.runtime import StepMismatchError, apply, prepare  # noqa: E402
+from slackswap.runtime import HeldTensorWarning, StepMismatchError, apply, prepare  # noqa: E402
 from slackswap.runtime.measure import run_step, step_difference  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import REGISTRY, run  # noqa: E402
@@ -36,7 +36,8 @@ from tests.support import profiling_factories as pf  # noqa: E402
 pytestmark = pytest.mark.torch
 
 FACTORIES = Path(__file__).parent.parent / "support" / "profiling_factories.py"
-MODELS = ("checkpoint_input_grad", "checkpoint_embedding")
+MODELS = ("checkpoint_input_grad", "checkpoint_embedding", "checkpoint_closure",
+          "checkpoint_closure_head")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -127,6 +128,55 @@ def test_every_static_solver_plan_is_bitwise_identical(name: str) -> None:
         if d is not None:
             errors.append(f"{label}: {d}")
     assert not errors, "; ".join(errors)
+
+
+def test_a_tensor_only_a_reentrant_checkpoints_closure_saves_is_held_not_planned() -> None:
+    """``cos`` and ``sin`` reach the checkpointed layers through a closure: autograd saves them
+    only when backward re-runs a layer. The closure holds them from the forward pass on, so
+    they are no saved tensor a plan acts on (a plan that swapped them stopped in backward with
+    "needed while freed"): each operator from their making to backward counts their bytes."""
+    model, ids = pf.checkpoint_closure()
+    inst = profile_step(model, (ids,))
+    assert not any(n.startswith(("model/cos", "model/sin")) for n in inst.tensor_name)
+    ops = list(inst.op_name)
+    rotary = 2 * 16 * 32 * 4  # cos and sin: (16, 32) float32 each
+    from_sin = range(ops.index("model/sin") + 1, inst.n_forward_ops + 1)
+    assert min(int(inst.op_transient_bytes[o]) for o in from_sin) >= rotary
+    head = pf.checkpoint_closure_head()
+    inst = profile_step(*head)
+    assert "model/cos.out" in inst.tensor_name  # the head saves it in the forward pass
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["checked", "fast"])
+def test_a_swapped_tensor_a_checkpoints_closure_holds_is_named_held(prepared: bool) -> None:
+    """The head saves ``cos`` in the forward pass and a plan swaps it; the checkpoints' closure
+    keeps it, and saves it again after the head's backward let it go. Every step trains as
+    unplanned and warns that the closure held it, naming what to do."""
+    case = _case("checkpoint_closure_head")
+    i = case.inst.tensor_name.index("model/cos.out")
+    acts = np.zeros(case.inst.n_tensors, dtype=np.int8)
+    acts[i] = SWAP
+    plan = Plan(case.inst, acts)
+    steps = 3 if prepared else 1
+    planned = prepare(copy.deepcopy(case.model), plan, 1.0) if prepared else None
+    model = planned.model if planned is not None else copy.deepcopy(case.model)
+    ref_model = copy.deepcopy(case.model)
+    for _ in range(steps):
+        with pytest.warns(HeldTensorWarning, match="reentrant torch.utils.checkpoint") as w:
+            if planned is not None:
+                with planned.step() as stats:
+                    model(case.inputs[0]).sum().backward()
+            else:
+                with apply(plan, 1.0, model=model) as stats:
+                    model(case.inputs[0]).sum().backward()
+        assert stats.held_tensors == ["model/cos.out"] and stats.checkpoint_closure
+        assert stats.swapped_bytes == 0  # held: its memory was never freed
+        assert "pass it to checkpoint as an argument" in str(w[0].message)
+        ref_model(case.inputs[0]).sum().backward()
+    if planned is not None:
+        assert planned.fast, planned.reason
+    for a, b in zip(ref_model.parameters(), model.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
 
 
 def test_the_inputs_gradient_accumulates_as_without_a_plan() -> None:

@@ -422,6 +422,61 @@ def checkpoint_embedding():
     )
 
 
+class _RotatedLayer(nn.Module):
+    """An MLP on its input turned by a rotary-style ``cos`` and ``sin``, given by keyword."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor, *, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x * cos + x.flip(-1) * sin)))
+
+
+class ReentrantClosure(nn.Module):
+    """Reentrant-checkpointed layers that read a rotary ``cos`` and ``sin``, made once per
+    step without grad, through a closure (``functools.partial`` keyword arguments, as Hugging
+    Face's gradient checkpointing hands its layers their position embeddings): autograd saves
+    them only in backward, when each checkpoint re-runs its layer. ``head_reads``: the head
+    also multiplies by ``cos``, so autograd saves it in the forward pass too, and lets it go
+    (the head's backward) before the checkpoints save it again."""
+
+    def __init__(self, head_reads: bool, layers: int = 2, width: int = 32):
+        super().__init__()
+        self.head_reads = head_reads
+        self.emb = nn.Embedding(64, width)
+        self.register_buffer("inv_freq", torch.linspace(0.1, 1.0, width))
+        self.layers = nn.ModuleList(_RotatedLayer(width) for _ in range(layers))
+        self.head = nn.Linear(width, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        from functools import partial
+
+        from torch.utils.checkpoint import checkpoint
+
+        x = self.emb(ids)
+        with torch.no_grad():
+            angle = torch.arange(ids.shape[1], dtype=torch.float32)[:, None] * self.inv_freq
+            cos, sin = angle.cos(), angle.sin()
+        for layer in self.layers:
+            x = x + checkpoint(partial(layer, cos=cos, sin=sin), x, use_reentrant=True)
+        out = self.head(x)
+        return out * cos[:, :8] if self.head_reads else out
+
+
+def checkpoint_closure():
+    """(model, ids): reentrant layers reading ``cos`` and ``sin`` through a closure."""
+    torch.manual_seed(0)
+    return ReentrantClosure(False), torch.randint(0, 64, (2, 16))
+
+
+def checkpoint_closure_head():
+    """(model, ids): as `checkpoint_closure`, and the head saves ``cos`` in the forward pass."""
+    torch.manual_seed(0)
+    return ReentrantClosure(True), torch.randint(0, 64, (2, 16))
+
+
 class SparseEmbeddingModel(nn.Module):
     """``nn.Embedding(sparse=True)`` (a sparse gradient), a hidden layer and a head."""
 

@@ -100,10 +100,15 @@ def build_instance(
     # Values the backward pass made and saved (a reentrant torch.utils.checkpoint re-runs its
     # block's forward inside backward and saves that graph's tensors) live and die inside one
     # backward node: no action applies to them, their bytes count as the node's transient ones.
+    # So do forward values that only such a re-run saves (handed to the block by a closure, as
+    # Hugging Face's layers get their rotary cos and sin): the closure holds them from their
+    # producer to that node, where no action can free them.
     saved_values = {
         v
         for v in trace.saved
-        if values[v].storage not in caller_held and values[v].producer < n_fwd
+        if values[v].storage not in caller_held
+        and values[v].producer < n_fwd
+        and v not in trace.saved_first_in_backward
     }
     by_storage: dict[int, int] = {}
     for v in trace.saved:

@@ -72,6 +72,7 @@ class Recorder(TorchDispatchMode):
         self.trace.values = self.numbering.values
         self.trace.preexisting = self.numbering.preexisting
         self._saved_tensors: list[torch.Tensor] = []  # detached aliases, held until the end
+        self._saved_values: set[int] = set()  # the values packed so far
         self._aliases: dict[int, int] = {}  # storage key -> aliases held, until released
         #: Note when each storage an operator allocates is freed (`Trace.freed_after`).
         self.watch_frees = True
@@ -131,6 +132,9 @@ class Recorder(TorchDispatchMode):
         v = self.value_of(t)
         if v is None:
             return t  # parameters and buffers are not activations
+        if self.phase == 1 and v not in self._saved_values:
+            self.trace.saved_first_in_backward.add(v)
+        self._saved_values.add(v)
         self.trace.saved.append(v)
         with disable_current_modes():
             alias = t.detach()  # a tensor of our own: the step's references to t stay countable

@@ -159,6 +159,9 @@ class PlanExecutor(TorchDispatchMode):
         self.unplanned_storages: set[int] = set()
         #: Entries whose storage was still referenced outside autograd when backward began.
         self.held: list[int] = []
+        #: Entries autograd saved again after their last backward reader (`_pack_planned`):
+        #: a reentrant checkpoint's closure held them.
+        self.resaved_after_release: set[int] = set()
         self._packed_earlier = False  # the pack being made is of an earlier value (`_pack`)
         #: The forward ran inside ``torch.autocast`` with its cache of casts on (looked at
         #: when the model is called; `RunStats.autocast_cache`).
@@ -438,6 +441,13 @@ class PlanExecutor(TorchDispatchMode):
             self.unplanned_storages.add(k)
             return t
         e = self.entries[i]
+        if e.released:
+            # Saved again after its last backward reader let it go: a reentrant checkpoint's
+            # re-run forward, whose block reads the tensor through a closure (which has held
+            # it all along). The tensor is at hand; autograd keeps it for that node alone.
+            self.unplanned_packs += 1
+            self.resaved_after_release.add(i)
+            return t
         if not e.packed:
             self._check_tensor(i, v, t)  # type: ignore[arg-type]
             e.to(EntryState.SAVED)

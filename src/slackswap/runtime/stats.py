@@ -59,6 +59,10 @@ class RunStats:
     #: The model's modules with a forward hook of the caller's (``""``: the model; "global":
     #: a global forward hook), named when tensors were held: the likely holders.
     hooked_modules: list[str] = field(default_factory=list)
+    #: A held tensor was saved again by a reentrant ``torch.utils.checkpoint``'s re-run forward
+    #: after its last backward reader: the checkpointed function reads it through a closure
+    #: (``functools.partial`` keyword arguments, say), which holds it from the forward pass on.
+    checkpoint_closure: bool = False
     #: What ``measured_peak_bytes`` counts: "operator outputs" (the checked path's
     #: `StorageTracker`: every storage an operator allocates) or "saved tensors, with
     #: modelled transients" (a fast step of the training path, `SavedBytesTracker`: the
@@ -105,7 +109,15 @@ def _held(stats: RunStats) -> str:
         return ""
     names = ", ".join(repr(n) for n in stats.held_tensors[:3])
     more = f" and {len(stats.held_tensors) - 3} more" if len(stats.held_tensors) > 3 else ""
-    if stats.autocast_cache:
+    if stats.checkpoint_closure:
+        who = (
+            "a reentrant torch.utils.checkpoint whose function reads it through a closure, "
+            "which holds it until that block's backward: pass it to checkpoint as an argument"
+        )
+        if stats.hooked_modules:
+            who += ", or a forward hook"
+        who += "?"
+    elif stats.autocast_cache:
         who = (
             "torch.autocast's cache of casts, which keeps each parameter's cast for the whole "
             "autocast region: pass torch.autocast(..., cache_enabled=False)"

@@ -55,6 +55,10 @@ class Trace:
     ops: list[OpRecord] = field(default_factory=list)
     values: list[Value] = field(default_factory=list)
     saved: list[int] = field(default_factory=list)  # value ids in pack order (may repeat)
+    # values first saved during the backward pass: a value the forward pass made that only a
+    # reentrant checkpoint's re-run forward saves (handed to the block by a closure, not as an
+    # input); the closure, not autograd, holds it from its producer on
+    saved_first_in_backward: set[int] = field(default_factory=set)
     unpacked_before: list[tuple[int, int]] = field(default_factory=list)  # (value, next op index)
     # per entry of `unpacked_before`, the autograd node that unpacked it (-1: none); the node
     # holds what it unpacked until it has run all its operators

@@ -226,6 +226,7 @@ class FastStep:
         st.held_tensors = [str(inst.tensor_name[i]) for i in sorted(held)]
         st.held_bytes = sum(fields[i][1] for i in held)
         st.hooked_modules = hooked if held else []
+        st.checkpoint_closure = not held.isdisjoint(self.learned.closure_held)
         st.retained_tensors = len(set(retained))
         st.retained_bytes = sum(fields[i][1] for i in set(retained))
         st.measured = "saved tensors, with modelled transients"

@@ -86,6 +86,9 @@ class Learned:
     replay: Replay | None = None
     #: Entries whose storage the step also saved unplanned (autograd holds it itself).
     shared: frozenset[int] = frozenset()
+    #: Entries a reentrant checkpoint saved again after their last backward reader (the
+    #: checked path's `PlanExecutor.resaved_after_release`): a closure holds them.
+    closure_held: frozenset[int] = frozenset()
     #: What a fast step does per pack (`fast.pack_program`): made by the first fast step.
     program: list[tuple[Any, ...]] | None = None
     #: Per plan entry, the view its copy back or rebuild is made in (`fast.whole_views`).
@@ -113,6 +116,8 @@ class FirstStepObserver(StepObserver):
         self.records: FirstStepRecords | None = None
         #: Entries whose storage the step also saved unplanned (autograd holds it itself).
         self.shared: frozenset[int] = frozenset()
+        #: Entries a reentrant checkpoint's closure held (`Learned.closure_held`).
+        self.closure_held: frozenset[int] = frozenset()
 
     def before_forward_op(self, func: Any, args: Any, kwargs: Any) -> Any:
         # An operator tagged random that drew nothing (attention with dropout_p = 0) can be
@@ -170,6 +175,7 @@ class FirstStepObserver(StepObserver):
         self.shared = frozenset(
             i for i, k in saved.items() if entries[i].action != KEEP and k in holds
         )
+        self.closure_held = frozenset(executor.resaved_after_release)
         self.records = FirstStepRecords(
             executor.trace,
             dict(rb.records),
@@ -284,6 +290,7 @@ def learn(
     *,
     shared: frozenset[int] = frozenset(),
     given_objects: frozenset[int] = frozenset(),
+    closure_held: frozenset[int] = frozenset(),
 ) -> Learned:
     """Which blocks a fast step checkpoints, what it must see, or why it cannot run.
     ``given_objects``: blocks a call of which was given an object (`holds_objects`): never run
@@ -332,4 +339,5 @@ def learn(
     if replayed and not reason:
         replay, reason = replay_of(inst, model, actions, replayed, seen, covered, kept,
                                    input_tensors, pack_position)  # fmt: skip
-    return Learned(packs, checkpointed, expected, actions, inputs, reason, replay, shared=shared)
+    return Learned(packs, checkpointed, expected, actions, inputs, reason, replay, shared=shared,
+                   closure_held=closure_held)  # fmt: skip

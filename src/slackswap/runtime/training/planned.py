@@ -222,6 +222,7 @@ class PlannedStep:
                 tensors[0] if tensors else [],
                 shared=observer.shared,
                 given_objects=frozenset(given_objects),
+                closure_held=observer.closure_held,
             )
 
     def _switch_plan(
