@@ -70,6 +70,8 @@ _state: dict[str, Any] = {
     "hit_closing": False,  # a Ctrl-C came while closing
     "status": None,  # the command's exit status, once it has returned
     "held": False,  # a signal came inside os.fork
+    "spawning": 0,  # inside `spawning`: hold the signal to the window's end
+    "held_spawning": False,  # a signal came inside `spawning`
     "interrupted": False,
     "said": False,
     "pid": 0,
@@ -154,6 +156,14 @@ def _on_sigint(signum: int, frame: Any) -> None:
     if _state["in_fork"]:
         _state["held"] = True
         return
+    if _state["spawning"]:
+        _state["held_spawning"] = first
+        return
+    _interrupt(first)
+
+
+def _interrupt(first: bool) -> None:
+    """End at once, or raise `KeyboardInterrupt` with the watchdog armed (once)."""
     if not _state["soft"] or _state["at_once"]:
         exit_now()
     if not first:  # the watchdog is armed: the process ends within GRACE_S whatever happens
@@ -289,23 +299,39 @@ def tie_to_parent(parent_pid: int | None = None) -> None:
 
 @contextmanager
 def spawning() -> Iterator[None]:
-    """Start worker processes inside this: they begin life ignoring SIGINT (an ignored signal
-    stays ignored through fork and exec, and Python keeps it so), so a terminal's Ctrl-C, sent
-    to the whole process group, cannot print a traceback from a worker still importing; the
-    parent stops them. SIGINT is blocked meanwhile: a Ctrl-C waits for the end of the block
-    (Linux keeps a blocked signal pending even while it is ignored)."""
+    """Start worker processes inside this: they begin life with SIGINT blocked (a blocked
+    signal stays blocked through fork and exec, and Python leaves the mask as it is) until
+    `tie_to_parent` ignores it, so a terminal's Ctrl-C, sent to the whole process group, cannot
+    print a traceback from a worker still importing; the parent stops them.
+
+    A Ctrl-C meanwhile waits for the end of the block (this thread blocks SIGINT; one the
+    handler sees from another thread is held) and then ends the command. Not ignored: a
+    library in the window may unblock SIGINT (Python's ``multiprocessing.resource_tracker``
+    unblocks it after starting its process, whatever the mask was before), and an ignored
+    Ctrl-C delivered then is lost (``compare --jobs 2`` ran to its end, exit status 0)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(
         signal, "pthread_sigmask"
     ):
         yield
         return
+    # Started here, before the block: as it starts its process, Python's resource tracker
+    # unblocks SIGINT (3.11-3.13), and the workers started after it in the window would begin
+    # life with it unblocked. Every caller's workers need it (loky's, Dask's and the genetic
+    # search's spawned islands use its semaphores or shared memory).
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _state["spawning"] += 1
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, handler)
+        _state["spawning"] -= 1
+        # A Ctrl-C still pending runs the handler as the mask comes back (not held now).
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if _state["held_spawning"] and not _state["spawning"]:
+        _state["held_spawning"] = False
+        _interrupt(True)
 
 
 def _watch_parent(parent_pid: int) -> None:

@@ -280,6 +280,52 @@ def test_ctrl_c_inside_a_ctypes_callback_of_a_compile_ends_at_once() -> None:
     assert "went on" not in proc.stdout
 
 
+_SPAWNING = """
+import os, signal, subprocess, sys, time
+from slackswap import interrupts
+interrupts.install()
+interrupts.command_starts()
+try:
+    with interrupts.spawning():
+        child = subprocess.run(
+            [sys.executable, "-c", "print(open('/proc/self/status').read())"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        blocked = [ln for ln in child.splitlines() if ln.startswith("SigBlk:")][0]
+        print("child blocks SIGINT:", bool(int(blocked.split()[1], 16) & (1 << (signal.SIGINT - 1))))
+        if sys.argv[1] == "unblocked":
+            # What Python's multiprocessing.resource_tracker does as it starts its process
+            # (3.11-3.13): block, spawn, then unblock, whatever the mask was before.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(50):
+            time.sleep(0.01)
+        print("the window ran to its end", flush=True)
+except KeyboardInterrupt:
+    print("interrupted after the window", flush=True)
+    interrupts.exit_now()
+print("the Ctrl-C was lost", flush=True)
+"""
+
+
+@LINUX
+@pytest.mark.parametrize("mask", ["blocked", "unblocked"])
+def test_a_ctrl_c_while_workers_start_is_held_to_the_windows_end_not_lost(mask: str) -> None:
+    """Workers start inside `spawning` with SIGINT blocked, so none prints a traceback while it
+    imports. A Ctrl-C meanwhile ends the command when the window ends, also when a library in
+    the window unblocked SIGINT (Python's resource tracker does): the window ignored SIGINT
+    before, and such a Ctrl-C was lost (`compare --jobs 2` ran to its end, exit status 0)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SPAWNING, mask], env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 130, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert lines == ["child blocks SIGINT: True", "the window ran to its end",
+                     "interrupted after the window"], proc.stdout  # fmt: skip
+    assert proc.stderr.strip() == interrupts.LINE, proc.stderr
+
+
 def test_numba_compiles_inside_the_warm_up_end_at_once_on_ctrl_c() -> None:
     from numba import njit
     from numba.core import event
