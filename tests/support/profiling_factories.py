@@ -477,6 +477,48 @@ def checkpoint_closure_head():
     return ReentrantClosure(True), torch.randint(0, 64, (2, 16))
 
 
+class _CrossBlock(nn.Module):
+    """A residual MLP on ``x`` gated by a projection of ``memory`` (cross-attention's inputs)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+        self.cross = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(x))) * torch.sigmoid(self.cross(memory))
+
+
+class ReentrantCross(nn.Module):
+    """A reentrant-checkpointed encoder, then a reentrant-checkpointed block given its output
+    as a second argument (BART's decoder layer and the encoder's output): only that
+    checkpoint saves it, and its node holds it (and the gradient handed to the node) while
+    the block's backward runs as an inner backward pass, after the node's own last operator."""
+
+    def __init__(self, width: int = 32):
+        super().__init__()
+        self.emb = nn.Embedding(64, width)
+        self.encoder = nn.Sequential(nn.Linear(width, 2 * width), nn.Tanh(),
+                                     nn.Linear(2 * width, width))  # fmt: skip
+        self.block = _CrossBlock(width)
+        self.head = nn.Linear(width, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        x = self.emb(ids)
+        memory = checkpoint(self.encoder, x, use_reentrant=True)
+        x = checkpoint(self.block, x, memory, use_reentrant=True)  # the residual inside
+        return self.head(x)
+
+
+def checkpoint_cross():
+    """(model, ids): a reentrant block given a checkpointed encoder's output as an argument."""
+    torch.manual_seed(0)
+    return ReentrantCross(), torch.randint(0, 64, (2, 16))
+
+
 class SparseEmbeddingModel(nn.Module):
     """``nn.Embedding(sparse=True)`` (a sparse gradient), a hidden layer and a head."""
 

@@ -9,8 +9,9 @@ Modelling choices:
 - Backward readers: every backward operator that reads the storage, plus the operators from
   the one right after the unpack to the last of the node that unpacked it (the node holds what
   it unpacked until it returns; a reentrant ``torch.utils.checkpoint`` node runs a whole inner
-  backward pass, other nodes' operators, before its own last one); a node that reads it holds
-  it so too, also when the unpack went through other hooks than the recorder's (a
+  backward pass, other nodes' operators, before its own last one, or after it: it returns
+  before the next operator of its own backward pass, `_to_node_returns`); a node that reads
+  it holds it so too, also when the unpack went through other hooks than the recorder's (a
   non-reentrant checkpoint's). A saved tensor that no backward node unpacked is released with
   the graph: it is read by the last backward operator. A value the backward pass itself saved
   (the checkpoint's re-run forward) is no saved tensor of the instance: it counts as transient
@@ -147,6 +148,7 @@ def build_instance(
     for i, op in enumerate(ops):
         if op.node >= 0:
             node_last[op.node] = i
+    _to_node_returns(ops, node_last)
     # A node that reads a saved tensor holds it to its last operator, also when the unpack went
     # through other hooks (a non-reentrant checkpoint's, which hand the node the tensor its
     # recomputation made or, for the block's input, the input itself).
@@ -388,6 +390,26 @@ def _running_sum(delta: list[int]) -> list[int]:
         run += d
         out.append(run)
     return out
+
+
+def _to_node_returns(ops: list[Any], node_last: dict[int, int]) -> None:
+    """Move each node's last operator in ``node_last`` to the last one before it returns. A
+    reentrant ``torch.utils.checkpoint``'s node runs its block's backward as a backward pass
+    of its own (another graph task) after its own last operator, holding its inputs and the
+    gradients handed to it until that pass ends: its end is the operator before the next one
+    of its own backward pass. A node whose pass does not go on after it is left as it is
+    (what follows may be another backward pass of the step, not one inside the node)."""
+    following: dict[int, int] = {}  # graph task -> the next operator of it, scanning backwards
+    next_of_task = [-1] * len(ops)
+    for i in range(len(ops) - 1, -1, -1):
+        task = ops[i].task
+        if task >= 0:
+            next_of_task[i] = following.get(task, -1)
+            following[task] = i
+    for node, last in node_last.items():
+        nxt = next_of_task[last]
+        if nxt > last + 1:
+            node_last[node] = nxt - 1
 
 
 def _transient_bytes(

@@ -38,6 +38,7 @@ from slackswap.torchstep.context import ModuleContext
 from slackswap.torchstep.costs import op_kind
 from slackswap.torchstep.torchapi import (
     TorchDispatchMode,
+    current_graph_task,
     current_node_key,
     disable_current_modes,
     storage_use_count,
@@ -250,6 +251,7 @@ class Recorder(TorchDispatchMode):
                 bytes_moved=float(moved),
                 measured_s=elapsed,
                 node=_node_key() if self.phase == 1 else -1,
+                task=current_graph_task() if self.phase == 1 else -1,
             )
         )
         return out

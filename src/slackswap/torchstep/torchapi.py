@@ -133,6 +133,17 @@ def node_key(node: Any) -> int:
     return int(node._sequence_nr())
 
 
+#: The id of the backward pass (autograd graph task) running now (``torch.utils.checkpoint``'s
+#: own test for a reentrant backward); None where this torch has none.
+_graph_task_id: Any = getattr(torch._C, "_current_graph_task_id", None)
+
+
+def current_graph_task() -> int:
+    """The id of the backward pass (autograd graph task) running now: a reentrant
+    checkpoint's inner backward is one of its own; -1 outside one, or where torch cannot say."""
+    return -1 if _graph_task_id is None else int(_graph_task_id())
+
+
 def current_node_key() -> int:
     """The sequence number of the autograd node running now; -1 outside any node."""
     node = _current_autograd_node()

@@ -30,6 +30,7 @@ class OpRecord:
     bytes_moved: float = 0.0  # bytes read and written (tensor extents, not storages)
     measured_s: float = 0.0  # wall time of the kernel call on the profiling device, seconds
     node: int = -1  # backward: sequence number of the autograd node running it (-1: none)
+    task: int = -1  # backward: the backward pass (graph task) running it (-1: unknown)
 
 
 @dataclass
