@@ -261,7 +261,7 @@ def main() -> int:
     for name in args.models.split(","):
         model = build(name)
         if args.checkpointing:
-            inner = model.inner
+            inner = getattr(model, "inner", None)  # PyTorch's GRU and LSTM have none
             if not getattr(inner, "supports_gradient_checkpointing", False):
                 print(f"| {name} | (no gradient checkpointing in Hugging Face's model) | | | | |")
                 continue
