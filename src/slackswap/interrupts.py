@@ -317,7 +317,8 @@ def spawning() -> Iterator[None]:
     # Started here, before the block: as it starts its process, Python's resource tracker
     # unblocks SIGINT (3.11-3.13), and the workers started after it in the window would begin
     # life with it unblocked. Every caller's workers need it (loky's, Dask's and the genetic
-    # search's spawned islands use its semaphores or shared memory).
+    # search's spawned islands use its semaphores or shared memory); a caller whose library
+    # has a tracker of its own that does the same starts that one first (`analysis.runner`).
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()

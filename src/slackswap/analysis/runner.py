@@ -146,12 +146,17 @@ def _payload(job: Job) -> Any:
 def _joblib(pending: list[Job], jobs: int) -> Iterator[dict[str, Any]]:
     from joblib import Parallel, delayed
     from joblib._parallel_backends import LokyBackend
+    from joblib.externals.loky.backend import resource_tracker as loky_resource_tracker
 
     parent = os.getpid()
     # Each worker ties itself to this process as it starts (not at its first job): a sweep
     # killed with kill -9 while workers start or idle leaves none behind.
     backend = LokyBackend(initializer=tie_to_parent, initargs=(parent,))
     par = Parallel(n_jobs=min(jobs, len(pending)), backend=backend, return_as="generator_unordered")
+    # Started before `spawning`, as Python's own is there: loky's resource tracker (joblib
+    # 1.5 and older) unblocks SIGINT after starting its process, and the workers started after
+    # it would begin life with SIGINT unblocked (a Ctrl-C while they import: their tracebacks).
+    loky_resource_tracker.ensure_running()
     with spawning():
         rows = par(delayed(execute_in_worker)(j, _payload(j), parent) for j in pending)
         # Start every worker now, inside `spawning` (loky would start some at a later submit).
