@@ -157,7 +157,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
         _state["held"] = True
         return
     if _state["spawning"]:
-        _state["held_spawning"] = first
+        if first:  # a later one finds the first held, or the watchdog armed
+            _state["held_spawning"] = True
         return
     _interrupt(first)
 

@@ -293,13 +293,14 @@ try:
         ).stdout
         blocked = [ln for ln in child.splitlines() if ln.startswith("SigBlk:")][0]
         print("child blocks SIGINT:", bool(int(blocked.split()[1], 16) & (1 << (signal.SIGINT - 1))))
-        if sys.argv[1] == "unblocked":
+        if sys.argv[1] in ("unblocked", "twice"):
             # What Python's multiprocessing.resource_tracker does as it starts its process
             # (3.11-3.13): block, spawn, then unblock, whatever the mask was before.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(50):
-            time.sleep(0.01)
+        for _ in range(2 if sys.argv[1] == "twice" else 1):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(50):
+                time.sleep(0.01)
         print("the window ran to its end", flush=True)
 except KeyboardInterrupt:
     print("interrupted after the window", flush=True)
@@ -309,12 +310,13 @@ print("the Ctrl-C was lost", flush=True)
 
 
 @LINUX
-@pytest.mark.parametrize("mask", ["blocked", "unblocked"])
+@pytest.mark.parametrize("mask", ["blocked", "unblocked", "twice"])
 def test_a_ctrl_c_while_workers_start_is_held_to_the_windows_end_not_lost(mask: str) -> None:
     """Workers start inside `spawning` with SIGINT blocked, so none prints a traceback while it
     imports. A Ctrl-C meanwhile ends the command when the window ends, also when a library in
     the window unblocked SIGINT (Python's resource tracker does): the window ignored SIGINT
-    before, and such a Ctrl-C was lost (`compare --jobs 2` ran to its end, exit status 0)."""
+    before, and such a Ctrl-C was lost (`compare --jobs 2` ran to its end, exit status 0).
+    ``twice``: a second Ctrl-C in the window keeps the first held."""
     proc = subprocess.run(
         [sys.executable, "-c", _SPAWNING, mask], env={**os.environ, "PYTHONPATH": str(SRC)},
         capture_output=True, text=True, timeout=60,
