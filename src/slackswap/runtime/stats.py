@@ -109,22 +109,9 @@ def _held(stats: RunStats) -> str:
         return ""
     names = ", ".join(repr(n) for n in stats.held_tensors[:3])
     more = f" and {len(stats.held_tensors) - 3} more" if len(stats.held_tensors) > 3 else ""
-    if stats.checkpoint_closure:
-        who = (
-            "a reentrant torch.utils.checkpoint whose function reads it through a closure, "
-            "which holds it until that block's backward: pass it to checkpoint as an argument"
-        )
-        if stats.hooked_modules:
-            who += ", or a forward hook"
-        who += "?"
-    elif stats.autocast_cache:
-        who = (
-            "torch.autocast's cache of casts, which keeps each parameter's cast for the whole "
-            "autocast region: pass torch.autocast(..., cache_enabled=False)"
-        )
-        if stats.hooked_modules:
-            who += ", or a forward hook"
-        who += "?"
+    cause = _known_holder(stats)
+    if cause:
+        who = cause + (", or a forward hook?" if stats.hooked_modules else "?")
     elif stats.hooked_modules:
         hooks = ", ".join(
             "a global forward hook"
@@ -139,6 +126,21 @@ def _held(stats: RunStats) -> str:
         f"{len(stats.held_tensors)} saved tensor(s) ({format_bytes(stats.held_bytes)}) stayed "
         f"referenced outside autograd ({who}): {names}{more}"
     )
+
+
+def _known_holder(stats: RunStats) -> str:
+    """A holder the step noted itself (not a guess among hooks and variables), with the fix."""
+    if stats.checkpoint_closure:
+        return (
+            "a reentrant torch.utils.checkpoint whose function reads it through a closure, "
+            "which holds it until that block's backward: pass it to checkpoint as an argument"
+        )
+    if stats.autocast_cache:
+        return (
+            "torch.autocast's cache of casts, which keeps each parameter's cast for the whole "
+            "autocast region: pass torch.autocast(..., cache_enabled=False)"
+        )
+    return ""
 
 
 def _retained(stats: RunStats) -> str:
