@@ -8,6 +8,7 @@ import random
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -723,3 +724,40 @@ def test_plan_fitness_orders_as_deaps_fitness() -> None:
         for y in values:
             p, q, f, g = Plain(x), Plain(y), Fast(x), Fast(y)
             assert (f > g, f >= g, f < g, f <= g) == (p > q, p >= q, p < q, p <= q), (x, y)
+
+
+def _rules_at(elapsed_s: float, limit_s: float) -> Any:
+    from slackswap.solvers.genetic._islands import Rules
+
+    now = [0.0]
+    deadline = Deadline.begin(limit_s, clock=lambda: now[0])
+    now[0] = elapsed_s
+    return Rules(max_generations=None, evaluation_share=None, deadline=deadline)
+
+
+def test_one_stalled_generation_does_not_stop_the_search_early() -> None:
+    # Seen in CI: generations of 1.5 ms, one of them stalled 0.26 s by the machine, with the
+    # islands 12 generations apart; the old rule took the stall as the pace of all 14
+    # generations ahead (1.4 s + 14 x 0.26 s > 3 s) and stopped at 1.4 s of a 3 s limit.
+    from slackswap.solvers.genetic._islands import Pace
+
+    pace = Pace()
+    for s in [0.0015] * 20 + [0.26]:
+        pace.add(s)
+    assert pace.worst_s == 0.26 and pace.usual_s == 0.0015
+    assert not _rules_at(1.4, 3.0).time_up(pace, lag=12)
+    # The stall itself still counts for the next generation: not started 0.2 s from the end.
+    assert _rules_at(2.8, 3.0).time_up(pace, lag=0)
+
+
+def test_a_machine_that_slows_down_for_good_stops_the_search_in_time() -> None:
+    from slackswap.solvers.genetic._islands import Pace
+
+    pace = Pace()
+    for s in [0.0015] * 20 + [0.1] * 4:  # the usual pace moves once most of the window is slow
+        pace.add(s)
+    assert pace.usual_s == 0.0015
+    pace.add(0.1)
+    assert pace.usual_s == 0.1
+    assert _rules_at(1.5, 3.0).time_up(pace, lag=14)  # 1.5 + 0.1 + 15 x 0.1 > 3
+    assert not _rules_at(1.5, 3.0).time_up(pace, lag=12)  # 1.5 + 0.1 + 13 x 0.1 <= 3

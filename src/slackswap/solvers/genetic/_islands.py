@@ -37,10 +37,12 @@ import importlib
 import math
 import multiprocessing
 import pickle
+import statistics
 import sys
 import threading
 import traceback
 import types
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -141,12 +143,36 @@ class Rules:
             return "evaluations"
         return ""
 
-    def time_up(self, generation_s: float, lag: int) -> bool:
-        """Whether the next generation, and ``lag`` more, might end past the limit. Twice the
-        estimate for the next leaves room for one that a busy machine slows down."""
+    def time_up(self, pace: Pace, lag: int) -> bool:
+        """Whether the next generation, and ``lag`` more, might end past the limit: the next
+        may take as long as the slowest of late (`Pace.worst_s`), and the ``lag`` more, which
+        an island behind must run to catch up, plus one to spare, the usual time
+        (`Pace.usual_s`). One stalled generation (the machine busy for a moment) is not taken
+        to be the pace of all the ones behind it."""
         if not self.deadline.limited:
             return False
-        return self.deadline.elapsed() + (2 + lag) * generation_s > self.deadline.usable_s
+        needed = pace.worst_s + (1 + lag) * pace.usual_s
+        return self.deadline.elapsed() + needed > self.deadline.usable_s
+
+
+class Pace:
+    """How long an island's generations take: the slowest of late (each earlier one counting
+    0.8 times as much per generation since: a machine that slows down shows at once) and the
+    median of the last `WINDOW` (the usual pace, which one stall does not move)."""
+
+    WINDOW = 9
+
+    def __init__(self) -> None:
+        self.worst_s = 0.0
+        self._recent: deque[float] = deque(maxlen=self.WINDOW)
+
+    def add(self, generation_s: float) -> None:
+        self.worst_s = max(0.8 * self.worst_s, generation_s)
+        self._recent.append(generation_s)
+
+    @property
+    def usual_s(self) -> float:
+        return statistics.median(self._recent) if self._recent else 0.0
 
 
 #: How long past the time limit (s) the calling thread waits for a worker that sends nothing.
@@ -330,7 +356,7 @@ def run_group(
     generations along the ring of all ``n_islands`` islands."""
     active = list(islands)
     reports: list[IslandReport] = []
-    step_s = {isl.index: 0.0 for isl in islands}
+    pace = {isl.index: Pace() for isl in islands}
     started_at = {isl.index: rules.clock() for isl in islands}
     waited_s = 0.0  # this group's time spent waiting for migrants
     waited_at = {isl.index: 0.0 for isl in islands}
@@ -344,14 +370,14 @@ def run_group(
                 # the waits for migrants: a neighbour that started late (a fresh worker takes
                 # about a second) must not make a generation look that long to the clock.
                 work = now - started_at[isl.index] - (waited_s - waited_at[isl.index])
-                step_s[isl.index] = max(0.8 * step_s[isl.index], work)
+                pace[isl.index].add(work)
             started_at[isl.index] = now
             waited_at[isl.index] = waited_s
             stop = rules.own_stop(isl.generation, isl.evaluations, isl.best_step_s)
             if stop:
                 board.finish(isl.index)
             elif not board.may_start(
-                isl.index, isl.generation, partial(rules.time_up, step_s[isl.index])
+                isl.index, isl.generation, partial(rules.time_up, pace[isl.index])
             ):
                 stop = "time"
             if stop:
