@@ -322,7 +322,8 @@ def spawning() -> Iterator[None]:
     # has a tracker of its own that does the same starts that one first (`analysis.runner`).
     from multiprocessing import resource_tracker
 
-    resource_tracker.ensure_running()
+    with trackers_quiet_about_leaks():
+        resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     _state["spawning"] += 1
     try:
@@ -334,6 +335,30 @@ def spawning() -> Iterator[None]:
     if _state["held_spawning"] and not _state["spawning"]:
         _state["held_spawning"] = False
         _interrupt(True)
+
+
+#: A warnings filter (``-W``) for a resource tracker's process: the warnings its shutdown
+#: writes start "resource_tracker:" (a message field cannot hold the colon after it).
+TRACKER_LEAK_FILTER = "ignore:resource_tracker:UserWarning"
+
+
+@contextmanager
+def trackers_quiet_about_leaks() -> Iterator[None]:
+    """Start a resource tracker's process (Python's, loky's) inside this, and for the command
+    line it does not warn of what it cleans up: semaphores and folders whose owner ended at
+    once (a second Ctrl-C, the watchdog, a Ctrl-C in numba's compiler: `exit_now`, which skips
+    the exit hooks that remove them). It still removes them (its purpose); its warning, written
+    after the command's one line, broke the one-line ending. Both trackers start their process
+    with the interpreter's ``-W`` options (``sys.warnoptions``). Outside the command line
+    (`install` not called) the trackers start as they would."""
+    if not _state["installed"] or TRACKER_LEAK_FILTER in sys.warnoptions:
+        yield
+        return
+    sys.warnoptions.append(TRACKER_LEAK_FILTER)
+    try:
+        yield
+    finally:
+        sys.warnoptions.remove(TRACKER_LEAK_FILTER)
 
 
 def _watch_parent(parent_pid: int) -> None:

@@ -374,3 +374,39 @@ def test_the_last_exit_hook_ends_with_the_commands_own_status(tmp_path, argv, st
     assert proc.returncode == status, (proc.returncode, err)
     if status == 0:
         assert out.strip(), "the command's output was lost"
+
+
+# A command that ends at once (a second Ctrl-C, the watchdog, a Ctrl-C in numba's compiler)
+# skips the exit hooks that remove loky's semaphores: loky's resource tracker removes them.
+_ENDS_AT_ONCE = """
+import os, sys
+from slackswap import interrupts
+from slackswap.interrupts import trackers_quiet_about_leaks
+from joblib.externals.loky.backend import resource_tracker
+from joblib.externals.loky.backend.synchronize import Lock
+if sys.argv[1] == "command":
+    interrupts.install()
+    interrupts.command_starts()
+with trackers_quiet_about_leaks():
+    resource_tracker.ensure_running()
+lock = Lock()
+print(lock._semlock.name[1:], flush=True)
+interrupts.exit_now()
+"""
+
+
+@LINUX
+@pytest.mark.parametrize("caller", ["command", "library"])
+def test_a_command_that_ends_at_once_leaves_loky_to_clean_up_without_a_word(caller) -> None:
+    pytest.importorskip("joblib")
+    proc = subprocess.run(
+        [sys.executable, "-c", _ENDS_AT_ONCE, caller], env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 130, proc.stderr
+    semaphore = Path("/dev/shm") / f"sem.{proc.stdout.strip()}"
+    _wait_for(lambda: not semaphore.exists(), timeout=10)  # the tracker removed it
+    if caller == "command":
+        assert proc.stderr.splitlines() == [interrupts.LINE], proc.stderr
+    else:  # a library caller's tracker warns as loky's does (the check above can fail)
+        assert "leaked semlock" in proc.stderr, proc.stderr

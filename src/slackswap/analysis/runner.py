@@ -28,7 +28,7 @@ from slackswap.analysis.progress import JobProgress, failed
 from slackswap.analysis.results import ResultsWriter, rows_to_frame
 from slackswap.analysis.warmup import warm_up
 from slackswap.errors import UserError
-from slackswap.interrupts import spawning, tie_to_parent
+from slackswap.interrupts import spawning, tie_to_parent, trackers_quiet_about_leaks
 
 BACKENDS = ("joblib", "dask")
 
@@ -156,7 +156,8 @@ def _joblib(pending: list[Job], jobs: int) -> Iterator[dict[str, Any]]:
     # Started before `spawning`, as Python's own is there: loky's resource tracker (joblib
     # 1.5 and older) unblocks SIGINT after starting its process, and the workers started after
     # it would begin life with SIGINT unblocked (a Ctrl-C while they import: their tracebacks).
-    loky_resource_tracker.ensure_running()
+    with trackers_quiet_about_leaks():
+        loky_resource_tracker.ensure_running()
     with spawning():
         rows = par(delayed(execute_in_worker)(j, _payload(j), parent) for j in pending)
         # Start every worker now, inside `spawning` (loky would start some at a later submit).
