@@ -16,6 +16,7 @@ Backends:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,7 +29,12 @@ from slackswap.analysis.progress import JobProgress, failed
 from slackswap.analysis.results import ResultsWriter, rows_to_frame
 from slackswap.analysis.warmup import warm_up
 from slackswap.errors import UserError
-from slackswap.interrupts import spawning, tie_to_parent, trackers_quiet_about_leaks
+from slackswap.interrupts import (
+    spawning,
+    tie_to_parent,
+    trackers_quiet_about_leaks,
+    was_interrupted,
+)
 
 BACKENDS = ("joblib", "dask")
 
@@ -212,8 +218,26 @@ def _dask(
                 row.update(job.columns())
             yield row
     finally:
+        if own and was_interrupted():
+            # Our own cluster stops after a Ctrl-C: its workers log each task cancelled (a
+            # WARNING per task) and its scheduler the workers' going, after which the command's
+            # one line would not be the last. Nothing of it is news to the user.
+            _quiet_dask_logs(client)
         for fut in futures:
             if not fut.done():
                 fut.cancel()
         for obj in own:
             obj.close()
+
+
+def _quiet_dask_logs(client: Any) -> None:
+    """Only errors from ``distributed``'s loggers, here and in the cluster's workers."""
+    _errors_only("distributed")
+    try:
+        client.run(_errors_only, "distributed", wait=True)
+    except Exception:  # noqa: BLE001 - a worker already gone: nothing of it to quiet
+        pass
+
+
+def _errors_only(name: str) -> None:
+    logging.getLogger(name).setLevel(logging.ERROR)
