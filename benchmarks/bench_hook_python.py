@@ -13,6 +13,15 @@ column: thread CPU time in the hooks less the copies and the replayed operators'
 timer included). One bench run per tree cannot tell a 10-20% change in that column from the
 noise between processes; trees run one after the other per model can. Prints a Markdown row
 per model: each tree's tries.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_hook_python.py --by-kind
+
+instead splits one tree's Python per pack by what each hook call did (`by_kind`): a pack by
+its place in the pack program (`slackswap.runtime.training.fast.pack_program`), an unpack by
+whether it rebuilt the tensor, copied it back, found it resident or was handed the tensor
+itself. Timed on ``time.perf_counter_ns`` (a few tens of ns a reading, where the thread CPU
+clock costs a system call), the copies and the replayed operators' calls left out, so the
+total is close to the "net of the timer" column.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 MODELS = ("GPT (tests', dropout 0.1)", "nn.TransformerEncoder", "CNN with batch-norm",
           "nn.TransformerDecoder (held out)")  # fmt: skip
@@ -46,6 +56,106 @@ def child(model: int, tries: int, steps: int) -> None:
     print(json.dumps(got))
 
 
+def by_kind(model: int, steps: int) -> None:
+    """Print, for one model under SlackSwap at 50%, the hooks' Python per step split by what
+    each hook call did (see the module docstring)."""
+    import time
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_runtime as bench
+
+    from slackswap.plan import RECOMP
+    from slackswap.runtime import copies
+    from slackswap.runtime.entry import Handle
+    from slackswap.runtime.training import fast
+    from slackswap.solvers import run
+
+    torch.set_num_threads(1)
+    case = bench.cpu_cases(False)[model]
+    ss = run(case.inst, 0.5, "slackswap", time_limit=2.0, find_min_budget=False)
+    assert ss.plan is not None, f"{case.label}: SlackSwap found no plan at 50% of P"
+    step, planned = bench.planned(case, ss.plan, 0.5)
+    kinds = {fast.PASS: "pass", fast.HANDLE: "handle", fast.SWAP_FIRST: "swap, first",
+             fast.RECOMP_FIRST: "recompute, first", fast.KEEP_FIRST: "keep, first",
+             fast.KEEP_READ_FIRST: "keep (a rebuild reads it), first"}  # fmt: skip
+    clock = time.perf_counter_ns
+    spent: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    left_out = [0]  # the copies' and replayed operators' time inside the hook call now
+
+    def outside(f: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t0 = clock()
+            try:
+                return f(*a, **kw)
+            finally:
+                left_out[0] += clock() - t0
+
+        return wrapper
+
+    def timed(kind: str, f: Any, *a: Any) -> Any:
+        left_out[0] = 0
+        t0 = clock()
+        try:
+            return f(*a)
+        finally:
+            spent[kind] = spent.get(kind, 0) + clock() - t0 - left_out[0]
+            calls[kind] = calls.get(kind, 0) + 1
+
+    pack, unpack = fast.FastStep._pack, fast.FastStep._unpack
+
+    def pack_by_kind(self: Any, t: Any) -> Any:
+        k = self.pos
+        kind = kinds[self._program[k][4]] if k < len(self._program) else "beyond the program"
+        return timed("pack: " + kind, pack, self, t)
+
+    def unpack_by_kind(self: Any, h: Any) -> Any:
+        if h.__class__ is not Handle:
+            kind = "the tensor itself"
+        elif h.entry.device is not None:
+            kind = "resident"
+        else:
+            kind = "rebuilt" if h.entry.action == RECOMP else "copied back"
+        return timed("unpack: " + kind, unpack, self, h)
+
+    learned = planned._learned
+    records = learned.replay.records if learned.replay is not None else {}
+    funcs = {p: rec.func for p, rec in records.items()}
+    fetch, to_host = copies.CopyEngine.fetch, copies.copy_to_host
+    fast.FastStep._pack, fast.FastStep._unpack = pack_by_kind, unpack_by_kind  # type: ignore[method-assign]
+    copies.CopyEngine.fetch = outside(fetch)  # type: ignore[method-assign]
+    copies.copy_to_host = outside(to_host)
+    for p, rec in records.items():
+        rec.func = outside(funcs[p])
+    try:
+        for warm in (True, False):
+            spent.clear()
+            calls.clear()
+            for _ in range(3 if warm else steps):
+                for q in case.model.parameters():
+                    q.grad = None
+                with step():
+                    case.loss_fn(case.model(*case.inputs)).backward()
+    finally:
+        fast.FastStep._pack, fast.FastStep._unpack = pack, unpack  # type: ignore[method-assign]
+        copies.CopyEngine.fetch = fetch  # type: ignore[method-assign]
+        copies.copy_to_host = to_host
+        for p, rec in records.items():
+            rec.func = funcs[p]
+    n = len(learned.expected)
+    total = sum(spent.values()) / steps / 1e3
+    print(f"{case.label}: {n} packs, {total:.1f} us of Python a step, {total / n:.2f} us per pack")
+    print("| hook call | per step | us each | us a step |")
+    print("|---|---|---|---|")
+    for kind in sorted(spent, key=lambda k: -spent[k]):
+        each = spent[kind] / calls[kind] / 1e3
+        print(
+            f"| {kind} | {calls[kind] / steps:.1f} | {each:.2f} | {spent[kind] / steps / 1e3:.1f} |"
+        )
+
+
 def measure(src: str, model: int, tries: int, steps: int) -> list[float]:
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     cmd = [sys.executable, __file__, "--child", str(model), "--tries", str(tries),
@@ -62,7 +172,18 @@ def main() -> None:
     ap.add_argument("--tries", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--by-kind-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--by-kind", action="store_true",
+                    help="split this tree's Python per pack by what each hook call did")  # fmt: skip
     args = ap.parse_args()
+    if args.by_kind:
+        for m in range(len(MODELS)):
+            subprocess.run([sys.executable, __file__, "--by-kind-child", str(m), "--steps",
+                            str(args.steps)], check=True)  # fmt: skip
+        return
+    if args.by_kind_child is not None:
+        by_kind(args.by_kind_child, args.steps)
+        return
     if args.child is not None:
         child(args.child, args.tries, args.steps)
         return
