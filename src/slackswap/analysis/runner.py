@@ -220,8 +220,10 @@ def _dask(
     finally:
         if own and was_interrupted():
             # Our own cluster stops after a Ctrl-C: its workers log each task cancelled (a
-            # WARNING per task) and its scheduler the workers' going, after which the command's
-            # one line would not be the last. Nothing of it is news to the user.
+            # WARNING per task) and, once the watchdog has ended this process with the
+            # scheduler in it, their failed heartbeats (an ERROR with a traceback), after
+            # which the command's one line would not be the last. All of it follows from the
+            # Ctrl-C: nothing is news to the user.
             _quiet_dask_logs(client)
         for fut in futures:
             if not fut.done():
@@ -231,13 +233,18 @@ def _dask(
 
 
 def _quiet_dask_logs(client: Any) -> None:
-    """Only errors from ``distributed``'s loggers, here and in the cluster's workers."""
-    _errors_only("distributed")
+    """Nothing more from ``distributed``'s loggers, here and in the cluster's workers."""
+    _silence("distributed")
     try:
-        client.run(_errors_only, "distributed", wait=True)
+        client.run(_silence, "distributed", wait=True)
     except Exception:  # noqa: BLE001 - a worker already gone: nothing of it to quiet
         pass
 
 
-def _errors_only(name: str) -> None:
-    logging.getLogger(name).setLevel(logging.ERROR)
+def _silence(name: str) -> None:
+    """Logger ``name`` and its handlers write nothing more (its children's records pass
+    through its handlers; a child with a level of its own still makes them)."""
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.CRITICAL + 1)
+    for handler in logger.handlers:
+        handler.setLevel(logging.CRITICAL + 1)
