@@ -38,8 +38,10 @@ MODELS = ("GPT (tests', dropout 0.1)", "nn.TransformerEncoder", "CNN with batch-
           "nn.TransformerDecoder (held out)")  # fmt: skip
 
 
-def child(model: int, tries: int, steps: int) -> None:
-    """Measure one model with the slackswap on ``sys.path``; print the tries as JSON."""
+def slackswap_at_half(model: int) -> tuple[Any, Any, Any, Any]:
+    """`bench_runtime`'s CPU case ``model`` (one thread), its SlackSwap plan at 50% of P, and
+    the training path's step context after the checked first step: (the bench module, the
+    case, the step context, the planned step)."""
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,6 +54,12 @@ def child(model: int, tries: int, steps: int) -> None:
     ss = run(case.inst, 0.5, "slackswap", time_limit=2.0, find_min_budget=False)
     assert ss.plan is not None, f"{case.label}: SlackSwap found no plan at 50% of P"
     step, planned = bench.planned(case, ss.plan, 0.5)
+    return bench, case, step, planned
+
+
+def child(model: int, tries: int, steps: int) -> None:
+    """Measure one model with the slackswap on ``sys.path``; print the tries as JSON."""
+    bench, case, step, planned = slackswap_at_half(model)
     got = [bench.hook_us_per_saved_tensor(case, step, planned, steps)[2] for _ in range(tries)]
     print(json.dumps(got))
 
@@ -61,22 +69,13 @@ def by_kind(model: int, steps: int) -> None:
     each hook call did (see the module docstring)."""
     import time
 
-    import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_runtime as bench
+    _, case, step, planned = slackswap_at_half(model)
 
     from slackswap.plan import RECOMP
     from slackswap.runtime import copies
     from slackswap.runtime.entry import Handle
     from slackswap.runtime.training import fast
-    from slackswap.solvers import run
 
-    torch.set_num_threads(1)
-    case = bench.cpu_cases(False)[model]
-    ss = run(case.inst, 0.5, "slackswap", time_limit=2.0, find_min_budget=False)
-    assert ss.plan is not None, f"{case.label}: SlackSwap found no plan at 50% of P"
-    step, planned = bench.planned(case, ss.plan, 0.5)
     kinds = {fast.PASS: "pass", fast.HANDLE: "handle", fast.SWAP_FIRST: "swap, first",
              fast.RECOMP_FIRST: "recompute, first", fast.KEEP_FIRST: "keep, first",
              fast.KEEP_READ_FIRST: "keep (a rebuild reads it), first"}  # fmt: skip
