@@ -8,7 +8,6 @@ import random
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 from slackswap.instances.catalog import build_model
 from slackswap.solvers.deadline import Deadline
+from slackswap.solvers.genetic._islands import Pace, Rules
 from slackswap.solvers.genetic._repair import Repair, static_profile
 from slackswap.solvers.genetic._search import SearchConfig, deap_random, search
 from tests.support.strategies import small_instances
@@ -726,9 +726,7 @@ def test_plan_fitness_orders_as_deaps_fitness() -> None:
             assert (f > g, f >= g, f < g, f <= g) == (p > q, p >= q, p < q, p <= q), (x, y)
 
 
-def _rules_at(elapsed_s: float, limit_s: float) -> Any:
-    from slackswap.solvers.genetic._islands import Rules
-
+def _rules_at(elapsed_s: float, limit_s: float) -> Rules:
     now = [0.0]
     deadline = Deadline.begin(limit_s, clock=lambda: now[0])
     now[0] = elapsed_s
@@ -739,8 +737,6 @@ def test_one_stalled_generation_does_not_stop_the_search_early() -> None:
     # Seen in CI: generations of 1.5 ms, one of them stalled 0.26 s by the machine, with the
     # islands 12 generations apart; the old rule took the stall as the pace of all 14
     # generations ahead (1.4 s + 14 x 0.26 s > 3 s) and stopped at 1.4 s of a 3 s limit.
-    from slackswap.solvers.genetic._islands import Pace
-
     pace = Pace()
     for s in [0.0015] * 20 + [0.26]:
         pace.add(s)
@@ -751,8 +747,6 @@ def test_one_stalled_generation_does_not_stop_the_search_early() -> None:
 
 
 def test_a_machine_that_slows_down_for_good_stops_the_search_in_time() -> None:
-    from slackswap.solvers.genetic._islands import Pace
-
     pace = Pace()
     for s in [0.0015] * 20 + [0.1] * 4:  # the usual pace moves once most of the window is slow
         pace.add(s)
