@@ -14,18 +14,22 @@ which saved tensors are rebuild inputs (`is_rebuild_input`), is checked at each 
 from __future__ import annotations
 
 from collections.abc import Callable
+from keyword import iskeyword
+from types import CodeType, FunctionType
 from typing import Any, Protocol
 
 import torch
 
-from slackswap.plan import KEEP
+# An import marked "(written)" is read only by the functions `program_source` writes, which
+# run with this module's globals.
+from slackswap.plan import KEEP  # noqa: F401 (written)
 from slackswap.runtime.entry import Entry, EntryState, EntryTable
 from slackswap.runtime.records import (
     OpRecord,
     Ref,
-    is_view,
-    set_rng,
-    storage_of,
+    is_view,  # noqa: F401 (written)
+    set_rng,  # noqa: F401 (written)
+    storage_of,  # noqa: F401 (written)
     tensors_of,
     view,
 )
@@ -33,7 +37,7 @@ from slackswap.torchstep.torchapi import (
     autocast_on,
     below_autocast,
     below_autograd,
-    set_grad_mode,
+    set_grad_mode,  # noqa: F401 (written)
 )
 from slackswap.torchstep.trace import EXTERNAL
 
@@ -130,15 +134,23 @@ class RebuildProgram:
     ``steps``: tuples whose first item is the kind (`INPUT`, ...); ``n_slots`` the values the
     steps hand on; ``target`` the slot of the rebuilt value; ``assumed``: per saved tensor the
     walk met, (its entry's index, whether it was a rebuild input). Entries are named by index:
-    each step has its own."""
+    each step has its own.
 
-    __slots__ = ("steps", "n_slots", "target", "assumed")
+    The steps are run as one Python function written for them (`program_source`): each slot a
+    local variable, each operator's call spelled out with its constant arguments in place, so a
+    rebuild runs no loop over steps, fills or writes of its own (its Python is the hot path of
+    a fast step's unpack). Programs of the same shape share the function."""
+
+    __slots__ = ("steps", "n_slots", "target", "assumed", "_fn", "_consts")
 
     def __init__(self, steps: list[tuple[Any, ...]], n_slots: int, target: int, assumed: list[Any]):
         self.steps = steps
         self.n_slots = n_slots
         self.target = target
         self.assumed = assumed
+        source, consts = program_source(steps, target)
+        self._fn = _function_for(source)
+        self._consts = tuple(consts)
 
     def holds(self, entries: EntryTable) -> bool:
         """Every saved tensor the walk met is a rebuild input now exactly when it was then
@@ -153,88 +165,185 @@ class RebuildProgram:
         random, from today's RNG state of its record); the rebuilt tensor. The operators were
         recorded as they ran, after ``torch.autocast`` cast them: with autocast on now (a
         backward inside an autocast region), they run below it, not cast a second time."""
-        if autocast_on():
-            with below_autocast():
-                return self._run(rb)
-        return self._run(rb)
-
-    def _run(self, rb: RecordedStep) -> Any:
-        slots: list[Any] = [None] * self.n_slots
-        records = rb.records
-        entries = rb.entries
         grad_now = torch.is_grad_enabled()
+        if autocast_on():
+            with below_autocast(), below_autograd():
+                return self._fn(self._consts, rb, grad_now)
         with below_autograd():
-            for step in self.steps:
-                kind = step[0]
-                if kind == OP:
-                    _run_op(step, records[step[1]], slots, grad_now)
-                elif kind == INPUT:
-                    e = entries[step[2]]
-                    if e.device is None and e.action == KEEP:
-                        raise RuntimeError(f"kept tensor {e.name!r} not resident")
-                    storage = rb.materialise(e)
-                    if e.event is not None:
-                        torch.cuda.current_stream().wait_event(e.event)
-                    slots[step[1]] = storage if e.tensor is None else e.tensor
-                elif kind == EXTERNAL_INPUT:
-                    x = rb.externals.get(step[2])
-                    if x is None:
-                        raise RuntimeError(f"value {step[2]} cannot be rebuilt (no model input)")
-                    slots[step[1]] = x
-                else:  # ALLOC
-                    _, slot, nbytes, device = step
-                    slots[slot] = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        return slots[self.target]
+            return self._fn(self._consts, rb, grad_now)
 
 
-def _run_op(step: tuple[Any, ...], rec: Any, slots: list[Any], grad_now: bool) -> None:
-    """One `OP` step: ``(OP, operator, call, fills, writes, drops)`` (`compile_rebuild`)."""
-    _, _, call, fills, writes, drops = step
-    flat = rec.args[1]
-    real: dict[int, Any] = {}
+def program_source(steps: list[tuple[Any, ...]], target: int) -> tuple[str, list[Any]]:
+    """The Python source of the function that runs ``steps`` (``run(K, rb, grad_now)``), and
+    its constants ``K`` (entry indices, operator indices, recorded views, the calls' constant
+    arguments): the source names slots and argument positions only, so programs of one shape
+    have one source."""
+    consts: list[Any] = []
+
+    def k(obj: Any) -> str:
+        consts.append(obj)
+        return f"K[{len(consts) - 1}]"
+
+    kinds = {s[0] for s in steps}
+    body: list[str] = []
+    if INPUT in kinds:
+        body += ["entries = rb.entries", "materialise = rb.materialise"]
+    if OP in kinds:
+        body.append("records = rb.records")
+    for step in steps:
+        kind = step[0]
+        if kind == INPUT:
+            _, slot, entry = step
+            body += [
+                f"e = entries[{k(entry)}]",
+                "if e.device is None and e.action == KEEP:",
+                "    _not_resident(e)",
+                "x = materialise(e)",
+                "if e.event is not None:",
+                "    _wait(e.event)",
+                f"s{slot} = x if e.tensor is None else e.tensor",
+            ]
+        elif kind == EXTERNAL_INPUT:
+            _, slot, value = step
+            body += [
+                f"s{slot} = rb.externals.get({k(value)})",
+                f"if s{slot} is None:",
+                f"    _no_input({k(value)})",
+            ]
+        elif kind == ALLOC:
+            _, slot, nbytes, device = step
+            body.append(
+                f"s{slot} = torch.empty({k(nbytes)}, dtype=torch.uint8, device={k(device)})"
+            )
+        else:
+            body += _op_source(step, k)
+    body.append(f"return s{target}")
+    source = "def run(K, rb, grad_now):\n" + "".join(f"    {line}\n" for line in body)
+    return source, consts
+
+
+def _op_source(step: tuple[Any, ...], k: Callable[[Any], str]) -> list[str]:
+    """The lines of one `OP` step: ``(OP, operator, call, fills, writes, drops)``: its varying
+    arguments filled (`AS_VIEW`, `SCRATCH`, `BUFFER_CLONE`), its call in the recorded grad mode
+    and RNG state, the values it writes into their slots, the slots its last reads free."""
+    _, p, call, fills, writes, drops = step
+    lines = [f"rec = records[{k(p)}]"]
+    if any(how == BUFFER_CLONE for *_, how in fills) or any(not out for _, out, _ in writes):
+        lines.append("flat = rec.args[1]")
+    filled: dict[int, str] = {}
     for i, slot, ref, how in fills:
+        name = filled[i] = f"a{i}"
         if how == AS_VIEW:
-            held = slots[slot]
-            if held.__class__ is torch.Tensor and is_view(held, ref):
-                real[i] = held  # the tensor itself: no tensor made over its storage
-            else:
-                real[i] = view(storage_of(held), ref.dtype, ref.offset, ref.size, ref.stride)
+            r = k(ref)
+            lines += [
+                f"h = s{slot}",
+                f"{name} = h if h.__class__ is _Tensor and is_view(h, {r}) else "
+                f"_view_as(storage_of(h), {r})",
+            ]
         elif how == SCRATCH:
-            held = slots[slot]
-            real[i] = view(storage_of(held).clone(), ref.dtype, ref.offset, ref.size, ref.stride)
+            lines.append(f"{name} = _view_as(storage_of(s{slot}).clone(), {k(ref)})")
         else:
-            real[i] = flat[i].clone()
+            lines.append(f"{name} = flat[{i}].clone()")
+    lines += [
+        "rng = rec.rng",
+        "if rng is not None:",
+        "    saved = set_rng(rng)",
+        "grad = rec.grad",
+        "if grad != grad_now:",
+        "    set_grad_mode(grad)",
+        "try:",
+        f"    out = {_call_source(call, filled, k)}",
+        "finally:",
+        "    if grad != grad_now:",
+        "        set_grad_mode(grad_now)",
+        "    if rng is not None:",
+        "        set_rng(saved)",
+    ]
+    from_output = [kk for _, out, kk in writes if out]
+    if from_output:
+        lines += [
+            "o = (out,) if out.__class__ is _Tensor else _outputs(out)",
+            f"if len(o) <= {max(from_output)}:",
+            f"    _too_few(rec, o, {max(from_output) + 1})",
+        ]
+    for slot, out, kk in writes:
+        if out:
+            lines.append(f"s{slot} = o[{kk}]")
+        else:
+            lines.append(f"s{slot} = {filled.get(kk, f'flat[{kk}]')}")
+    lines += [f"s{slot} = None" for slot in drops]
+    return lines
+
+
+def _call_source(call: Any, filled: dict[int, str], k: Callable[[Any], str]) -> str:
+    """The operator's call: its recorded arguments with the filled ones in their places (each
+    varying argument a top-level one, as for most operators), else through `Call.fill`."""
+    if call.places is None:
+        real = "{" + ", ".join(f"{i}: {name}" for i, name in filled.items()) + "}"
+        return f"_call_filled(rec.func, {k(call)}, rec.args[1], {real})"
+    positional = {at: filled[i] for i, is_pos, at in call.places if is_pos}
+    by_keyword = {at: filled[i] for i, is_pos, at in call.places if not is_pos}
+    args = [positional.get(n) or k(a) for n, a in enumerate(call.args)]
+    kwargs = {key: by_keyword.get(key) or k(a) for key, a in call.kwargs.items()}
+    named = [f"{key}={v}" for key, v in kwargs.items() if _plain_name(key)]
+    odd = [f"{key!r}: {v}" for key, v in kwargs.items() if not _plain_name(key)]
+    if odd:
+        named.append("**{" + ", ".join(odd) + "}")
+    return f"rec.func({', '.join(args + named)})"
+
+
+def _plain_name(key: str) -> bool:
+    return key.isidentifier() and not iskeyword(key)
+
+
+def _not_resident(e: Entry) -> None:
+    raise RuntimeError(f"kept tensor {e.name!r} not resident")
+
+
+def _no_input(value: int) -> None:
+    raise RuntimeError(f"value {value} cannot be rebuilt (no model input)")
+
+
+def _too_few(rec: Any, outs: Any, want: int) -> None:
+    raise RuntimeError(
+        f"rebuilding {rec.func}: it returned {len(outs)} tensors, its recorded call {want} or more"
+    )
+
+
+def _wait(event: Any) -> None:
+    torch.cuda.current_stream().wait_event(event)
+
+
+def _view_as(storage: Any, ref: Ref) -> torch.Tensor:
+    return view(storage, ref.dtype, ref.offset, ref.size, ref.stride)
+
+
+def _outputs(out: Any) -> Any:
+    if out.__class__ is tuple and all(isinstance(t, torch.Tensor) for t in out):
+        return out  # as tensors_of gives them, without flattening a pytree
+    return tensors_of(out)
+
+
+def _call_filled(func: Any, call: Any, flat: list[Any], real: dict[int, Any]) -> Any:
     args, kwargs = call.fill(flat, real)
-    rng = rec.rng
-    if rng is not None:
-        saved = set_rng(rng)
-    if rec.grad != grad_now:
-        set_grad_mode(rec.grad)
-    try:
-        out = rec.func(*args, **kwargs)
-    finally:
-        if rec.grad != grad_now:
-            set_grad_mode(grad_now)
-        if rng is not None:
-            set_rng(saved)
-    if isinstance(out, torch.Tensor):
-        outs: Any = (out,)
-    elif out.__class__ is tuple and all(isinstance(t, torch.Tensor) for t in out):
-        outs = out  # as tensors_of gives them, without flattening a pytree
-    else:
-        outs = tensors_of(out)
-    for slot, from_output, k in writes:
-        if from_output:
-            if k >= len(outs):
-                raise RuntimeError(
-                    f"rebuilding {rec.func}: it returned {len(outs)} tensors, its recorded "
-                    f"call {k + 1} or more"
-                )
-            slots[slot] = outs[k]
-        else:
-            slots[slot] = real.get(k, flat[k])
-    for slot in drops:
-        slots[slot] = None
+    return func(*args, **kwargs)
+
+
+_Tensor = torch.Tensor
+
+#: Source -> its function (programs of one shape share one).
+_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+def _function_for(source: str) -> Callable[..., Any]:
+    """The function ``source`` defines, reading this module's globals (its helpers, and
+    `set_rng` and `set_grad_mode` as they are when it runs)."""
+    fn = _FUNCTIONS.get(source)
+    if fn is None:
+        module = compile(source, "<slackswap rebuild program>", "exec")
+        code = next(c for c in module.co_consts if isinstance(c, CodeType))
+        fn = _FUNCTIONS[source] = FunctionType(code, globals(), "run")
+    return fn
 
 
 def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:

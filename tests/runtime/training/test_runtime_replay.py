@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -149,14 +150,14 @@ def test_a_replay_sets_the_grad_mode_only_where_the_record_differs(monkeypatch) 
     flat, spec = tree_flatten(((x,), {}))
     for grad in (False, True):
         rec = OpRecord(op, (spec, flat), frozenset(), None, grad, {})
-        slots: list[Any] = [None]
         step = (rebuild_program.OP, 0, rec.call(), (), ((0, True, 0),), ())
+        program = rebuild_program.RebuildProgram([step], 1, 0, [])
         with torch.no_grad():
             set_to.clear()
-            rebuild_program._run_op(step, rec, slots, torch.is_grad_enabled())
+            got = program.run(SimpleNamespace(records={0: rec}))  # type: ignore[arg-type]
             assert not torch.is_grad_enabled()
             calls = list(set_to)
-        assert torch.equal(slots[0], x + 1)
+        assert torch.equal(got, x + 1)
         # The first ran in the mode it recorded (off, as the backward pass runs); the second
         # was recorded with grad on: on for the call, off again after.
         assert calls == ([] if grad is False else [True, False])
@@ -196,7 +197,6 @@ def test_a_compiled_rebuild_takes_the_walks_steps_and_is_made_again_when_an_inpu
     numbering = _Chain()
     entries = [Entry(0, KEEP, 12), Entry(1, RECOMP, 12)]
     rb = _rebuilder(numbering, entries)
-    rb.chains = {}
     x = rb.externals[0]
     flat, spec = tree_flatten(((Ref(1, x), Ref(1, x)), {}))  # value 1 times itself
     square = torch.ops.aten.mul.Tensor
@@ -216,6 +216,55 @@ def test_a_compiled_rebuild_takes_the_walks_steps_and_is_made_again_when_an_inpu
     (_, _, _, _, writes, _), (_, _, _, _, _, drops) = two.steps[1], two.steps[2]
     assert drops == (writes[0][0],)  # value 1 goes after its last reader; the target stays
     assert torch.equal(two.run(rb), torch.ones(3))  # 1 * 1, from the model input
+
+
+def _one_op_program(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A program of one recorded call, its first tensor argument a `Ref` filled from slot 0
+    (an `INPUT` of saved tensor 0), its output written to slot 1."""
+    from slackswap.runtime.rebuild_program import AS_VIEW, INPUT, OP, RebuildProgram
+
+    flat, spec = tree_flatten((args, kwargs))
+    at = next(i for i, x in enumerate(flat) if isinstance(x, torch.Tensor))
+    ref = Ref(1, flat[at])
+    flat[at] = ref
+    rec = OpRecord(func, (spec, flat), frozenset(), None, False, {2: ("out", 0)})
+    steps = [(INPUT, 0, 0), (OP, 7, rec.call(), ((at, 0, ref, AS_VIEW),), ((1, True, 0),), ())]
+    return RebuildProgram(steps, 2, 1, [(0, True)]), rec
+
+
+def _run_on(program: Any, rec: OpRecord, x: torch.Tensor) -> torch.Tensor:
+    e = Entry(0, KEEP, x.untyped_storage().nbytes())
+    e.to(EntryState.SAVED)
+    e.move(Residency.DEVICE, device=x.untyped_storage())
+    step = SimpleNamespace(entries=[e], records={7: rec}, materialise=lambda e: e.device)
+    with torch.no_grad():
+        return program.run(step)  # type: ignore[no-any-return]
+
+
+def test_a_program_runs_as_one_written_function_shared_by_programs_of_its_shape() -> None:
+    """Two programs of one shape (a saved tensor in, one call, with other constants) share the
+    function written for them, and each gives its own call's value, worked out by hand: 2 * 3
+    and 2 - 5."""
+    x = torch.full((4,), 2.0)
+    times, rec_t = _one_op_program(torch.ops.aten.mul.Tensor, (x, torch.tensor(3.0)), {})
+    minus, rec_m = _one_op_program(torch.ops.aten.sub.Tensor, (x, torch.tensor(5.0)), {})
+    assert times._fn is minus._fn
+    assert torch.equal(_run_on(times, rec_t, x), torch.full((4,), 6.0))
+    assert torch.equal(_run_on(minus, rec_m, x), torch.full((4,), -3.0))
+
+
+def test_a_written_call_passes_nested_arguments_and_keywords_python_reserves() -> None:
+    """A varying argument inside a list (``cat``'s tensors) goes through the recorded call's
+    pytree; a keyword argument named like a Python keyword (``from``) is passed by name."""
+    x = torch.arange(3.0)
+    cat, rec_c = _one_op_program(torch.ops.aten.cat.default, ([x, torch.ones(1)],), {})
+    assert torch.equal(_run_on(cat, rec_c, x), torch.tensor([0.0, 1.0, 2.0, 1.0]))
+
+    def shifted(t: torch.Tensor, **kw: Any) -> torch.Tensor:
+        return t + kw["from"]
+
+    kw, rec_k = _one_op_program(shifted, (x,), {"from": 10})
+    assert torch.equal(_run_on(kw, rec_k, x), torch.tensor([10.0, 11.0, 12.0]))
 
 
 class _EmptyCache(torch.nn.Module):
