@@ -5,10 +5,11 @@ it, in the order the rebuild needs them, and writes down what to do: materialise
 that is a rebuild input (fetched back, rebuilt on its own, or resident), take a model input,
 allocate a buffer, run a recorded operator with its varying arguments filled in from earlier
 steps, drop an intermediate after its last reader (as the simulator's workspace assumes).
-`RebuildProgram.run` then does only those steps. A fast step of the training path keeps each
-program for the plan's later steps (the same plan, the same step): the walk's one assumption,
-which saved tensors are rebuild inputs (`is_rebuild_input`), is checked at each run
-(`RebuildProgram.holds`), and where it changed the chain is walked again.
+`RebuildProgram.run` then does only those steps, as one Python function written for them
+(`program_source`). A fast step of the training path keeps each program for the plan's later
+steps (the same plan, the same step): the walk's one assumption, which saved tensors are
+rebuild inputs (`is_rebuild_input`), is checked at each run (`RebuildProgram.holds`), and where
+it changed the chain is walked again.
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ class RebuildProgram:
     The steps are run as one Python function written for them (`program_source`): each slot a
     local variable, each operator's call spelled out with its constant arguments in place, so a
     rebuild runs no loop over steps, fills or writes of its own (its Python is the hot path of
-    a fast step's unpack). Programs of the same shape share the function."""
+    a fast step's unpack). Programs of the same shape share the function;
+    ``program_source(program.steps, program.target)[0]`` shows it."""
 
     __slots__ = ("steps", "n_slots", "target", "assumed", "_fn", "_consts")
 
