@@ -283,8 +283,9 @@ class _EmptyCache(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.a(x))
-        if self.start is not None:
-            c = torch.cat([self.start, h], dim=0)
+        start = self.start
+        if isinstance(start, torch.Tensor):
+            c = torch.cat([start, h], dim=0)
         elif self.filled:
             c = torch.cat([torch.tensor([[0.5] * 8]), h], dim=0)
         else:
