@@ -14,6 +14,7 @@ it changed the chain is walked again.
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Callable
 from keyword import iskeyword
 from types import CodeType, FunctionType
@@ -339,10 +340,14 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {}
 
 def _function_for(source: str) -> Callable[..., Any]:
     """The function ``source`` defines, reading this module's globals (its helpers, and
-    `set_rng` and `set_grad_mode` as they are when it runs)."""
+    `set_rng` and `set_grad_mode` as they are when it runs). Its source is put where
+    tracebacks look for lines (`linecache`), so an error inside a rebuild shows the written
+    line it came from."""
     fn = _FUNCTIONS.get(source)
     if fn is None:
-        module = compile(source, "<slackswap rebuild program>", "exec")
+        filename = f"<slackswap rebuild program {len(_FUNCTIONS)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module = compile(source, filename, "exec")
         code = next(c for c in module.co_consts if isinstance(c, CodeType))
         fn = _FUNCTIONS[source] = FunctionType(code, globals(), "run")
     return fn

@@ -267,6 +267,23 @@ def test_a_written_call_passes_nested_arguments_and_keywords_python_reserves() -
     assert torch.equal(_run_on(kw, rec_k, x), torch.tensor([10.0, 11.0, 12.0]))
 
 
+def test_an_error_inside_a_rebuild_shows_the_written_line_it_came_from() -> None:
+    """A recorded operator that raises during a rebuild: the traceback shows the written
+    function's line that called it, not a file it cannot find."""
+    import traceback
+
+    def refuses(t: torch.Tensor) -> torch.Tensor:
+        raise ValueError("no")
+
+    x = torch.ones(2)
+    program, rec = _one_op_program(refuses, (x,), {})
+    with pytest.raises(ValueError) as caught:
+        _run_on(program, rec, x)
+    shown = "".join(traceback.format_exception(caught.value))
+    assert "<slackswap rebuild program" in shown
+    assert "out = rec.func(a0)" in shown
+
+
 class _EmptyCache(torch.nn.Module):
     """A key-value cache's first step as Hugging Face decoders take it: an empty tensor made
     outside the step's operators (``torch.tensor([])``, the cache's start) concatenated with an
