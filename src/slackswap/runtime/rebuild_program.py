@@ -133,8 +133,8 @@ _RELEASED = EntryState.RELEASED
 class RebuildProgram:
     """The steps of one rebuild, in the order `Rebuilder.rebuild` takes them.
 
-    ``steps``: tuples whose first item is the kind (`INPUT`, ...); ``n_slots`` the values the
-    steps hand on; ``target`` the slot of the rebuilt value; ``assumed``: per saved tensor the
+    ``steps``: tuples whose first item is the kind (`INPUT`, ...), which hand values on in
+    numbered slots; ``target`` the slot of the rebuilt value; ``assumed``: per saved tensor the
     walk met, (its entry's index, whether it was a rebuild input). Entries are named by index:
     each step has its own.
 
@@ -144,11 +144,10 @@ class RebuildProgram:
     a fast step's unpack). Programs of the same shape share the function;
     ``program_source(program.steps, program.target)[0]`` shows it."""
 
-    __slots__ = ("steps", "n_slots", "target", "assumed", "_fn", "_consts")
+    __slots__ = ("steps", "target", "assumed", "_fn", "_consts")
 
-    def __init__(self, steps: list[tuple[Any, ...]], n_slots: int, target: int, assumed: list[Any]):
+    def __init__(self, steps: list[tuple[Any, ...]], target: int, assumed: list[Any]):
         self.steps = steps
-        self.n_slots = n_slots
         self.target = target
         self.assumed = assumed
         source, consts = program_source(steps, target)
@@ -443,4 +442,4 @@ def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
         steps.append((OP, p, call, tuple(fills), tuple(writes), tuple(drops)))
 
     target = compute(value)
-    return RebuildProgram(steps, n[0], target, list(assumed.values()))
+    return RebuildProgram(steps, target, list(assumed.values()))

@@ -151,7 +151,7 @@ def test_a_replay_sets_the_grad_mode_only_where_the_record_differs(monkeypatch) 
     for grad in (False, True):
         rec = OpRecord(op, (spec, flat), frozenset(), None, grad, {})
         step = (rebuild_program.OP, 0, rec.call(), (), ((0, True, 0),), ())
-        program = rebuild_program.RebuildProgram([step], 1, 0, [])
+        program = rebuild_program.RebuildProgram([step], 0, [])
         with torch.no_grad():
             set_to.clear()
             got = program.run(SimpleNamespace(records={0: rec}))  # type: ignore[arg-type]
@@ -229,7 +229,7 @@ def _one_op_program(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     flat[at] = ref
     rec = OpRecord(func, (spec, flat), frozenset(), None, False, {2: ("out", 0)})
     steps = [(INPUT, 0, 0), (OP, 7, rec.call(), ((at, 0, ref, AS_VIEW),), ((1, True, 0),), ())]
-    return RebuildProgram(steps, 2, 1, [(0, True)]), rec
+    return RebuildProgram(steps, 1, [(0, True)]), rec
 
 
 def _run_on(program: Any, rec: OpRecord, x: torch.Tensor) -> torch.Tensor:
