@@ -198,12 +198,16 @@ def is_view(t: torch.Tensor, x: Ref) -> bool:
 
 
 def rng_state(tensors: list[torch.Tensor]) -> Any:
-    """The CPU generator's state and that of each CUDA device ``tensors`` are on."""
-    with disable_current_modes():
-        cpu = torch.get_rng_state()
-        devs = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
-        cuda = [(d, torch.cuda.get_rng_state(d)) for d in devs]
-    return cpu, cuda
+    """The CPU generator's state and that of each CUDA device ``tensors`` are on. The
+    dispatch modes are disabled only when one is active (entering that context costs several
+    times the reading: a fast step reads the state at each module call a replayed random
+    operator starts from)."""
+    if dispatch_mode_active():
+        with disable_current_modes():
+            return rng_state(tensors)
+    cpu = torch.get_rng_state()
+    devs = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
+    return cpu, [(d, torch.cuda.get_rng_state(d)) for d in devs]
 
 
 def set_rng(rng: Any) -> Any:
