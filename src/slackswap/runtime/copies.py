@@ -256,6 +256,11 @@ class CopyEngine:
         ):
             self._deferred_evictions.append(e)
             return
+        self.evict(e)
+
+    def evict(self, e: Entry) -> None:
+        """Let go of swapped entry ``e``'s device copy (copied back, or still being copied
+        out): its host copy stays, and the next read copies it back again."""
         if e.residency is Residency.TO_DEVICE:
             self.admitted_bytes -= e.nbytes
             e.move(Residency.HOST, device=None, event=None)

@@ -916,3 +916,59 @@ def test_a_saved_tensor_whose_shape_follows_the_data_is_named_as_such() -> None:
     with pytest.raises(StepMismatchError, match="this shape follows the data"):
         with planned.step():
             model(other).backward()
+
+
+class _SharedFactor(torch.nn.Module):
+    """Every layer multiplies by one tensor (``r``, as rotary embeddings are shared): swapped,
+    it is copied back for the last layer's backward and read again by every layer before."""
+
+    def __init__(self, d: int = 16, layers: int = 6):
+        super().__init__()
+        self.rot = torch.nn.Linear(d, d)
+        self.ups = torch.nn.ModuleList(torch.nn.Linear(d, 4 * d) for _ in range(layers))
+        self.downs = torch.nn.ModuleList(torch.nn.Linear(4 * d, d) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = torch.sin(self.rot(x))
+        y = x
+        for up, down in zip(self.ups, self.downs, strict=True):
+            y = down(torch.nn.functional.gelu(up(y * r))) + y
+        return y
+
+
+def test_a_fast_step_replays_the_simulators_evictions() -> None:
+    # The oracle is the simulator: the bytes its timeline copies back for the plan. Short of
+    # memory between two readers of a copied-back tensor, it evicts the tensor and copies it
+    # back again; a fast step that held each copy back until its last reader copied back
+    # fewer bytes (1,280 of 1,536 here) and held more than the plan.
+    from slackswap.simulator import simulate
+
+    torch.manual_seed(0)
+    model, x = _SharedFactor(), torch.randn(4, 16)
+    inst = profile_step(model, (x,))
+    rec = run(inst, 0.9, "offload-sync", time_limit=1.0, find_min_budget=False)
+    assert rec.plan is not None
+    sim = simulate(inst, rec.plan, 0.9, timeline=True)
+    assert sim.evictions > 0  # the case this test is about
+    tl = sim.timeline
+    back = tl.copy_engine == 1
+    copied_back = int(inst.tensor_bytes[tl.copy_tensor[back]].sum())
+    ref_model = copy.deepcopy(model)
+    ref_opt = torch.optim.AdamW(ref_model.parameters(), lr=1e-2)
+    got_model = copy.deepcopy(model)
+    got_opt = torch.optim.AdamW(got_model.parameters(), lr=1e-2)
+    planned = prepare(got_model, rec.plan, 0.9)
+    h2d = []
+    for _ in range(3):
+        ref_opt.zero_grad(set_to_none=True)
+        ref_model(x).sum().backward()
+        ref_opt.step()
+        got_opt.zero_grad(set_to_none=True)
+        with planned.step() as st:
+            got_model(x).sum().backward()
+        got_opt.step()
+        h2d.append(st.h2d_bytes)
+        assert st.over_budget_bytes == 0, st
+    assert planned.fast, planned.reason
+    assert h2d == [copied_back] * 3
+    assert _differences((ref_model, ref_opt), (got_model, got_opt)) == []

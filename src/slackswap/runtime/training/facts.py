@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from slackswap.instance import Instance
-from slackswap.plan import Plan
+from slackswap.plan import SWAP, Plan
 from slackswap.runtime.copies import CopyModel, copy_model
 from slackswap.runtime.policy import RuntimePolicy, runtime_policy
+from slackswap.runtime.schedule import simulated_schedule
 from slackswap.runtime.stats import RunStats
 
 __all__ = ["PlanFacts", "plan_facts"]
@@ -34,7 +35,10 @@ class PlanFacts:
     (where a step is when it packs the tensor), ``external`` whether it is made outside the step
     (the caller's input), ``first_bwd_reader`` its first backward reader (where a step is when
     it unpacks it). Per operator: ``transient`` the transient bytes the instance models for it.
-    ``blocks``: the profiled blocks' module paths, in order."""
+    ``blocks``: the profiled blocks' module paths, in order. ``evictions``: on a CPU, where the
+    checked step replays the simulator's schedule, the swapped tensors whose copy back the
+    simulator evicts before each backward operator (`simulated_schedule`'s ``evict``), in
+    operator order; empty on CUDA, where copies back follow the live look-ahead."""
 
     instance: Instance
     budget_bytes: int
@@ -49,6 +53,7 @@ class PlanFacts:
     first_bwd_reader: list[int]
     transient: list[int]
     blocks: list[str]
+    evictions: list[tuple[int, list[int]]]
 
     def new_stats(self) -> RunStats:
         """A step's stats before it runs: the plan's budget and simulated figures."""
@@ -80,4 +85,14 @@ def plan_facts(plan: Plan, checked: RunStats, model: torch.nn.Module) -> PlanFac
         first_bwd_reader=[int(x) for x in inst.tensor_first_bwd_reader],
         transient=[int(x) for x in inst.op_transient_bytes],
         blocks=list(dict.fromkeys(inst.meta.get("block_modules", []))),
+        evictions=[] if cuda else _evictions(plan, checked),
     )
+
+
+def _evictions(plan: Plan, checked: RunStats) -> list[tuple[int, list[int]]]:
+    """The simulator's evictions of ``plan`` at its checked budget, by operator, in order."""
+    acts = np.asarray(plan.actions)
+    if not (acts == SWAP).any():
+        return []
+    schedule = simulated_schedule(plan.instance, acts, checked.budget_bytes, checked.runtime)
+    return sorted((int(o), [int(i) for i in ts]) for o, ts in schedule["evict"].items())

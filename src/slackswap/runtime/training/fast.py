@@ -105,6 +105,11 @@ class FastStep:
         )
         self.copies.use_device(self.cuda)
         self._first_bwd_reader = facts.first_bwd_reader
+        # The simulator's evictions (CPU), replayed where an unpack shows the step has reached
+        # their operator: ``_next_evict`` the next one's operator (past the last: none left).
+        self._evictions = facts.evictions
+        self._evicted = 0
+        self._next_evict = facts.evictions[0][0] if facts.evictions else _NEVER
         self._producer, self._external = facts.producer, facts.external
         # The step's memory, measured in its own hooks (`SavedBytesTracker`): every saved
         # tensor's storage, and the storage key of each entry's first pack (held or not).
@@ -385,6 +390,8 @@ class FastStep:
         e = h.entry
         if not self._backward:
             self._backward_begins()
+        if self._first_bwd_reader[e.index] >= self._next_evict:
+            self._evict_due(self._first_bwd_reader[e.index])
         if self._prefetch:
             # The step is at this tensor's first backward reader: the copies back the
             # look-ahead admits from there start now.
@@ -399,6 +406,22 @@ class FastStep:
             if t is not None:
                 return t  # type: ignore[no-any-return]
         return view(storage, h.dtype, h.offset, h.size, h.stride)
+
+    def _evict_due(self, o: int) -> None:
+        """The step is at operator ``o`` (an unpack's first backward reader): let go of the
+        copies back the simulator evicts by then, as the checked step does (their host copies
+        stay; a later read copies them back again). Without it a tensor copied back for one
+        reader stays until its last, where the simulator, short of memory in between, evicts
+        it and copies it back again."""
+        evictions, k = self._evictions, self._evicted
+        while k < len(evictions) and evictions[k][0] <= o:
+            for i in evictions[k][1]:
+                e = self.entries.get(i)
+                if e is not None:
+                    self.copies.evict(e)
+            k += 1
+        self._evicted = k
+        self._next_evict = evictions[k][0] if k < len(evictions) else _NEVER
 
     def _materialise(self, e: Entry) -> Any:
         if e.device is not None:  # on the device (kept for a rebuild, copied back, rebuilt)
@@ -466,6 +489,7 @@ class FastStep:
 
 
 _SAVED, _RELEASED = EntryState.SAVED, EntryState.RELEASED
+_NEVER = 1 << 62  # past every operator index
 
 #: Why a saved tensor's shape changes while the model's inputs keep theirs.
 _FOLLOWS_DATA = (
