@@ -6,7 +6,7 @@ the file (``__pycache__``), so a second checkout of the same version compiled ev
 (tens of seconds of CPU). `install` puts one more cache locator in front of numba's own: for a
 function of slackswap it names the directory
 
-    <user cache dir>/slackswap/numba/<version>/<sources hash>/
+    <user cache dir>/slackswap/numba/<version>/numba-<numba version>/<sources hash>/
 
 where the hash covers the function's module and every slackswap module it imports, directly or
 not (a compiled function inlines the functions and constants it calls). Same sources, same
@@ -53,8 +53,24 @@ def user_cache_dir() -> Path:
 
 
 def shared_root() -> Path:
-    """The shared numba cache of this slackswap version (one folder per sources hash below)."""
-    return user_cache_dir() / "numba" / __version__
+    """The shared numba cache of this slackswap version and this numba (one folder per sources
+    hash below). numba keeps one index per function and drops an index another numba version
+    wrote, so two environments with different numbas (a project's main one and one at its
+    declared minimum versions, say) sharing a folder would each compile again after the other
+    ran."""
+    return user_cache_dir() / "numba" / __version__ / f"numba-{_numba_version()}"
+
+
+def _numba_version() -> str:
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        return str(numba.__version__)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("numba")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _module_file(name: str) -> Path | None:

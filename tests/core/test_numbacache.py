@@ -118,4 +118,15 @@ def test_the_user_cache_dir_follows_the_platform_rules(monkeypatch, tmp_path) ->
     if sys.platform.startswith("linux"):
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
         assert numbacache.user_cache_dir() == tmp_path / "xdg" / "slackswap"
-    assert numbacache.shared_root().name == slackswap.__version__
+    assert numbacache.shared_root().parent.name == slackswap.__version__
+
+
+def test_each_numba_version_has_a_cache_of_its_own(monkeypatch) -> None:
+    # numba drops an index another numba version wrote: one folder for two numbas would make
+    # each environment compile again after the other ran.
+    import numba
+
+    here = numbacache.shared_root()
+    assert here.name == f"numba-{numba.__version__}"
+    monkeypatch.setattr(numba, "__version__", "0.59.0")
+    assert numbacache.shared_root() == here.parent / "numba-0.59.0"
