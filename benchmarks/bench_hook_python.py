@@ -78,7 +78,8 @@ def by_kind(model: int, steps: int) -> None:
 
     kinds = {fast.PASS: "pass", fast.HANDLE: "handle", fast.SWAP_FIRST: "swap, first",
              fast.RECOMP_FIRST: "recompute, first", fast.KEEP_FIRST: "keep, first",
-             fast.KEEP_READ_FIRST: "keep (a rebuild reads it), first"}  # fmt: skip
+             fast.KEEP_READ_FIRST: "keep (a rebuild reads it), first",
+             fast.SWAP_HELD_FIRST: "swap, held on the device, first"}  # fmt: skip
     clock = time.perf_counter_ns
     spent: dict[str, int] = {}
     calls: dict[str, int] = {}

@@ -153,15 +153,23 @@ class CopyEngine:
             self._h2d_stream = torch.cuda.Stream()
 
     # ----- offload -----------------------------------------------------------------------------
-    def offload(self, e: Entry, storage: Any, whole: Any = None) -> None:
+    def offload(self, e: Entry, storage: Any, whole: Any = None, *, hold: bool = False) -> None:
         """D2H copy of ``storage``, the whole device storage of swapped entry ``e`` as the step
         saves it: on the copy stream after the producer (CUDA), or at once (CPU). The runtime
         keeps no device reference: the buffer is freed when the copy and the step's last
         reference (its last forward reader) are done. ``whole``: the saved tensor, when it is
         that whole storage as one contiguous tensor (a fast step's pack order says so): on a
         CPU it is cloned as it is, and so is its copy back (`Entry.tensor`), with no tensor
-        made over a storage either way."""
+        made over a storage either way. ``hold`` (a CPU fast step): the device storage stays
+        too, until the tensor is released or evicted, and is read as it is: a tensor whose
+        offload the simulator had not ended when the backward pass began, which it never
+        copies back."""
         self.swapped_bytes += e.nbytes
+        if hold:
+            e.whole_host = whole is not None
+            host = copy_to_host(storage, None, whole)[0]
+            e.move(Residency.TO_HOST, device=storage, host=host)
+            return
         if whole is not None and not self._cuda:
             e.whole_host = True
             e.move(Residency.HOST, device=None, host=copy_to_host(storage, None, whole)[0])

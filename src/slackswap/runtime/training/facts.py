@@ -38,7 +38,9 @@ class PlanFacts:
     ``blocks``: the profiled blocks' module paths, in order. ``evictions``: on a CPU, where the
     checked step replays the simulator's schedule, the swapped tensors whose copy back the
     simulator evicts before each backward operator (`simulated_schedule`'s ``evict``), in
-    operator order; empty on CUDA, where copies back follow the live look-ahead."""
+    operator order, and ``late`` those whose offload the simulator had not ended when the
+    backward pass began, so it keeps them on the device and never copies them back
+    (``late``); both empty on CUDA, where copies back follow the live look-ahead."""
 
     instance: Instance
     budget_bytes: int
@@ -54,6 +56,7 @@ class PlanFacts:
     transient: list[int]
     blocks: list[str]
     evictions: list[tuple[int, list[int]]]
+    late: frozenset[int]
 
     def new_stats(self) -> RunStats:
         """A step's stats before it runs: the plan's budget and simulated figures."""
@@ -71,6 +74,7 @@ def plan_facts(plan: Plan, checked: RunStats, model: torch.nn.Module) -> PlanFac
     cuda = any(p.is_cuda for p in model.parameters())
     shift = int(inst.meta.get("runtime_signature", {}).get("op_shift", 0))
     producer = [int(x) for x in inst.tensor_producer]
+    evictions, late = ([], frozenset()) if cuda else _replayed(plan, checked)
     return PlanFacts(
         instance=inst,
         budget_bytes=checked.budget_bytes,
@@ -85,14 +89,18 @@ def plan_facts(plan: Plan, checked: RunStats, model: torch.nn.Module) -> PlanFac
         first_bwd_reader=[int(x) for x in inst.tensor_first_bwd_reader],
         transient=[int(x) for x in inst.op_transient_bytes],
         blocks=list(dict.fromkeys(inst.meta.get("block_modules", []))),
-        evictions=[] if cuda else _evictions(plan, checked),
+        evictions=evictions,
+        late=late,
     )
 
 
-def _evictions(plan: Plan, checked: RunStats) -> list[tuple[int, list[int]]]:
-    """The simulator's evictions of ``plan`` at its checked budget, by operator, in order."""
+def _replayed(plan: Plan, checked: RunStats) -> tuple[list[tuple[int, list[int]]], frozenset[int]]:
+    """The simulator's evictions of ``plan`` at its checked budget, by operator, in order, and
+    the swapped tensors it keeps on the device ("late": offload not ended by the backward
+    pass)."""
     acts = np.asarray(plan.actions)
     if not (acts == SWAP).any():
-        return []
+        return [], frozenset()
     schedule = simulated_schedule(plan.instance, acts, checked.budget_bytes, checked.runtime)
-    return sorted((int(o), [int(i) for i in ts]) for o, ts in schedule["evict"].items())
+    evictions = sorted((int(o), [int(i) for i in ts]) for o, ts in schedule["evict"].items())
+    return evictions, frozenset(int(i) for i in schedule["late"])

@@ -79,7 +79,7 @@ class FastStep:
         self._whole = learned.whole
         # Per pack, in order: what is checked and what is done (`pack_program`), once per plan.
         if learned.program is None:
-            learned.program = pack_program(learned)
+            learned.program = pack_program(learned, facts.late)
         self._program = learned.program
         self.error: BaseException | None = None
         self.stats = facts.new_stats()
@@ -333,7 +333,7 @@ class FastStep:
             return Handle(e, t, False, self._release, whole)
         if storage is not None:  # its first pack: counted until Python frees it
             ref = self.tracker.add(storage, nbytes, self._producer[i])
-            if do == KEEP_READ_FIRST:
+            if do == KEEP_READ_FIRST or do == SWAP_HELD_FIRST:
                 self._kept.append((i, ref))
             else:
                 self._moved.append((i, ref))
@@ -346,6 +346,11 @@ class FastStep:
             self.copies.offload(e, storage, None if whole is None else t)
         elif do == RECOMP_FIRST:
             self.stats.recomputed_bytes += e.nbytes
+        elif do == SWAP_HELD_FIRST:
+            # Copied out, and held on the device until released: never copied back.
+            self.copies.offload(e, storage, None if whole is None else t, hold=True)
+            if whole is not None:
+                e.tensor = t.detach()
         else:
             # KEEP_READ_FIRST: kept, and a rebuild reads it: held until that rebuild is done
             e.move(Residency.DEVICE, device=storage)
@@ -522,8 +527,9 @@ def _fmt(sig: list[tuple[Any, ...]] | None) -> str:
 #: hand it back (kept, a parameter or a value the plan does not cover); a handle to an entry
 #: already saved; the first pack of a swapped tensor (copied out), of a recomputed one, of a
 #: kept one a rebuild reads (held until that rebuild is done), of another kept one (counted
-#: by the step's memory tracker).
-PASS, HANDLE, SWAP_FIRST, RECOMP_FIRST, KEEP_READ_FIRST, KEEP_FIRST = range(6)
+#: by the step's memory tracker), of a swapped one the simulator keeps on the device (copied
+#: out and held: its offload had not ended when the backward pass began, `PlanFacts.late`).
+PASS, HANDLE, SWAP_FIRST, RECOMP_FIRST, KEEP_READ_FIRST, KEEP_FIRST, SWAP_HELD_FIRST = range(7)
 
 
 def _is_whole(t: torch.Tensor, whole: tuple[Any, int, Any, Any]) -> bool:
@@ -561,12 +567,12 @@ def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
+def pack_program(learned: Learned, late: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:
     """Per pack of a fast step, in order: (shape, dtype, storage bytes or -1 for a tensor with
     no storage to check, plan entry, what to do, the entry's whole view (`whole_views`) when
     this pack was that view in the first step, else None; the random operators a rebuild
     replays from the RNG state at this pack (`Replay.random_after_pack`), else None), from what
-    the first step learned."""
+    the first step learned; ``late``: the swapped entries the simulator keeps on the device."""
     read = set(learned.replay.consumers) if learned.replay is not None else set()
     random = learned.replay.random_after_pack if learned.replay is not None else {}
     whole = learned.whole if learned.whole is not None else whole_views(learned)
@@ -585,8 +591,10 @@ def pack_program(learned: Learned) -> list[tuple[Any, ...]]:
             do = PASS if not first else KEEP_READ_FIRST if i in read else KEEP_FIRST
         elif not first:
             do = HANDLE
+        elif learned.actions[i] == SWAP:
+            do = SWAP_HELD_FIRST if i in late else SWAP_FIRST
         else:
-            do = SWAP_FIRST if learned.actions[i] == SWAP else RECOMP_FIRST
+            do = RECOMP_FIRST
         view_of = whole[i] if i >= 0 else None
         same = (
             view_of is not None
