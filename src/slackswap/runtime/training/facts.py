@@ -38,9 +38,9 @@ class PlanFacts:
     ``blocks``: the profiled blocks' module paths, in order. ``evictions``: on a CPU, where the
     checked step replays the simulator's schedule, the swapped tensors whose copy back the
     simulator evicts before each backward operator (`simulated_schedule`'s ``evict``), in
-    operator order, and ``late`` those whose offload the simulator had not ended when the
-    backward pass began, so it keeps them on the device and never copies them back
-    (``late``); both empty on CUDA, where copies back follow the live look-ahead."""
+    operator order; ``late``: the swapped tensors whose offload the simulator had not ended
+    when the backward pass began, so it keeps them on the device and never copies them back;
+    both empty on CUDA, where copies back follow the live look-ahead."""
 
     instance: Instance
     budget_bytes: int
