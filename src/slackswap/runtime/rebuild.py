@@ -63,7 +63,10 @@ class Rebuilder:
     records, externals and allocations stay those of the step that filled it); None: each
     rebuild walks its chain (the checked path, whose records are each step's own).
     ``values``: per entry, the value its saved tensor is (None: read from the instance at the
-    first rebuild; a fast step passes the plan's, read once for all its steps).
+    first rebuild; a fast step passes the plan's, read once for all its steps). ``whole``: per
+    entry, the view (dtype, offset, shape, strides) its `Entry.tensor` is whenever it is set
+    (a fast step's `whole_views`), or None: a rebuild reading an entry in that view takes the
+    tensor as it is, with no check of its view; None (the checked path): every view is checked.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class Rebuilder:
         quiet: Callable[[], AbstractContextManager[None]] | None,
         programs: dict[int, RebuildProgram] | None = None,
         values: list[int] | None = None,
+        whole: list[Any] | None = None,
     ):
         self.numbering = numbering
         self.instance = instance
@@ -93,6 +97,7 @@ class Rebuilder:
         self.allocs: dict[int, tuple[int, torch.device]] = {}
         self.programs = programs
         self._values = values
+        self.whole = whole
 
     def clear(self) -> None:
         """Drop every reference to the step's tensors."""

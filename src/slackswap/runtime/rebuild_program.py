@@ -76,6 +76,8 @@ class RecordedStep(Protocol):
     def allocs(self) -> dict[int, tuple[int, torch.device]]: ...
     @property
     def materialise(self) -> Callable[[Entry], Any]: ...
+    @property
+    def whole(self) -> list[Any] | None: ...
 
 
 def is_rebuild_input(rb: RecordedStep, value: int) -> bool:
@@ -124,8 +126,10 @@ INPUT, EXTERNAL_INPUT, ALLOC, OP = range(4)
 
 #: How an operator's varying argument is filled: the value as it is when it is the recorded
 #: view, else a view over its storage; a scratch copy of its storage (the operator writes it
-#: and the rebuild did not make it); a clone of the buffer itself (batch-norm statistics).
-AS_VIEW, SCRATCH, BUFFER_CLONE = range(3)
+#: and the rebuild did not make it); a clone of the buffer itself (batch-norm statistics); a
+#: rebuild input whose recorded view is its entry's whole view (`RecordedStep.whole`): its
+#: `Entry.tensor`, which is that view whenever it is set, else a view over its storage.
+AS_VIEW, SCRATCH, BUFFER_CLONE, WHOLE_INPUT = range(4)
 
 _RELEASED = EntryState.RELEASED
 
@@ -235,7 +239,12 @@ def _op_source(step: tuple[Any, ...], k: Callable[[Any], str]) -> list[str]:
     filled: dict[int, str] = {}
     for i, slot, ref, how in fills:
         name = filled[i] = f"a{i}"
-        if how == AS_VIEW:
+        if how == WHOLE_INPUT:
+            lines += [
+                f"h = s{slot}",
+                f"{name} = h if h.__class__ is _Tensor else _view_as(storage_of(h), {k(ref)})",
+            ]
+        elif how == AS_VIEW:
             r = k(ref)
             lines += [
                 f"h = s{slot}",
@@ -296,6 +305,17 @@ def _call_source(call: Any, filled: dict[int, str], k: Callable[[Any], str]) -> 
 
 def _plain_name(key: str) -> bool:
     return key.isidentifier() and not iskeyword(key)
+
+
+def _same_view(x: Ref, view_of: tuple[Any, int, Any, Any]) -> bool:
+    """Recorded argument ``x`` is the view ``view_of`` (dtype, offset, shape, strides)."""
+    dtype, offset, size, stride = view_of
+    return (
+        x.dtype == dtype
+        and x.offset == offset
+        and tuple(x.size) == tuple(size)
+        and tuple(x.stride) == tuple(stride)
+    )
 
 
 def _not_resident(e: Entry) -> None:
@@ -366,6 +386,8 @@ def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
     inputs: dict[int, int] = {}  # rebuild input value -> its slot
     externals: dict[int, int] = {}
     assumed: dict[int, tuple[int, bool]] = {}
+    whole = getattr(rb, "whole", None)
+    whole_inputs: set[int] = set()  # the slots of inputs whose `Entry.tensor` is a whole view
     n = [0]
 
     def new_slot() -> int:
@@ -385,6 +407,8 @@ def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
             if v not in inputs:
                 inputs[v] = new_slot()
                 steps.append((INPUT, inputs[v], rb.entry_of_value[v]))
+                if whole is not None and whole[rb.entry_of_value[v]] is not None:
+                    whole_inputs.add(inputs[v])
             return inputs[v]
         return compute(v)
 
@@ -420,6 +444,10 @@ def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
                 continue
             slot = resolve(x.value)
             how = SCRATCH if written and x.value not in cached else AS_VIEW
+            if how == AS_VIEW and slot in whole_inputs:
+                assert whole is not None
+                if _same_view(x, whole[rb.entry_of_value[x.value]]):
+                    how = WHOLE_INPUT
             fills.append((i, slot, x, how))
         writes = []
         for v, where in rec.writes.items():

@@ -142,6 +142,7 @@ class FastStep:
                 quiet=None,
                 programs=rp.programs,
                 values=rp.values,
+                whole=self._whole,
             )
             self.rebuilder.records = dict(rp.records)  # random ones get today's RNG state
             self.rebuilder.allocs = rp.allocs
@@ -457,7 +458,18 @@ class FastStep:
             with put_back(buffers):
                 t = self.rebuilder.rebuild(e)
         whole = self._whole[e.index]
-        if whole is not None and _is_whole(t, whole):
+        if whole is None:
+            return
+        known = self.learned.rebuilt_whole
+        is_whole = known.get(e.index)
+        if is_whole is None:
+            is_whole = known[e.index] = _is_whole(t, whole)
+        elif self._check_states and is_whole is not _is_whole(t, whole):
+            raise StateError(
+                f"saved tensor {e.name!r} (#{e.index}) was rebuilt in another layout than at "
+                "the plan's first rebuild of it"
+            )
+        if is_whole:
             e.tensor = t  # the unpacks of its whole view return it as it is
 
     def _done(self, v: int) -> None:
@@ -568,11 +580,12 @@ def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
 
 
 def pack_program(learned: Learned, late: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:
-    """Per pack of a fast step, in order: (shape, dtype, storage bytes or -1 for a tensor with
-    no storage to check, plan entry, what to do, the entry's whole view (`whole_views`) when
-    this pack was that view in the first step, else None; the random operators a rebuild
-    replays from the RNG state at this pack (`Replay.random_after_pack`), else None), from what
-    the first step learned; ``late``: the swapped entries the simulator keeps on the device."""
+    """Per pack of a fast step, in order: (shape, dtype, storage bytes or -1 for a tensor whose
+    storage is not checked (none, or handed back as it is), plan entry, what to do, the entry's
+    whole view (`whole_views`) when this pack was that view in the first step, else None; the
+    random operators a rebuild replays from the RNG state at this pack
+    (`Replay.random_after_pack`), else None), from what the first step learned; ``late``: the
+    swapped entries the simulator keeps on the device."""
     read = set(learned.replay.consumers) if learned.replay is not None else set()
     random = learned.replay.random_after_pack if learned.replay is not None else {}
     whole = learned.whole if learned.whole is not None else whole_views(learned)
@@ -603,8 +616,11 @@ def pack_program(learned: Learned, late: frozenset[int] = frozenset()) -> list[t
             and p.dtype == view_of[0]
             and torch.Size(p.shape) == view_of[2]
         )
+        # A tensor handed back as it is needs no storage read: its shape and dtype tell a
+        # step that differs, and nothing of it is counted or moved.
+        nbytes = -1 if do == PASS else p.nbytes
         out.append(
-            (torch.Size(p.shape), p.dtype, p.nbytes, i, do, view_of if same else None,
+            (torch.Size(p.shape), p.dtype, nbytes, i, do, view_of if same else None,
              random.get(k))
         )  # fmt: skip
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -95,6 +95,10 @@ class Learned:
     whole: list[Any] | None = None
     #: Per plan entry, (action, bytes, name) as Python values, for a fast step's entries.
     entry_fields: list[tuple[int, int, str]] | None = None
+    #: Per recomputed entry with a whole view, whether its rebuild came out as that view (its
+    #: operator, run on the same views of the same shapes, makes the same layout each step):
+    #: seen at the first fast step's rebuild, checked again only with `CHECK_FAST_STATES`.
+    rebuilt_whole: dict[int, bool] = field(default_factory=dict)
 
 
 class FirstStepObserver(StepObserver):
