@@ -1011,3 +1011,31 @@ def test_a_fast_step_keeps_what_the_simulator_never_copies_back() -> None:
     stats = _planned_beside_unplanned(model, x, plan, 1.0)
     assert [st.h2d_bytes for st in stats] == [copied_back] * 3
     assert {st.swapped_bytes for st in stats} == {int(inst.tensor_bytes.sum())}
+
+
+def test_a_rebuilt_tensor_in_another_layout_than_before_is_caught_when_checking(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A fast step takes a rebuilt tensor's layout (its whole view or not) from the plan's
+    first fast rebuild of it; with the state checks on, a rebuild that comes out otherwise is
+    a `StateError` naming the tensor, not a wrong view handed to autograd."""
+    from slackswap.runtime.entry import StateError
+    from slackswap.runtime.training import fast as fast_module
+
+    m = _model("plain_cnn")
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, _cnn_swap_and_recompute(m.inst), 1.0)
+    for _ in range(2):  # the checked step, then the fast one that sees each rebuild's layout
+        model.zero_grad(set_to_none=True)
+        with planned.step():
+            m.loss_fn(model(*m.inputs)).backward()
+    assert planned.fast, planned.reason
+    seen = planned._learned.rebuilt_whole
+    assert seen, "the plan rebuilds no tensor that has a whole view"
+    monkeypatch.setattr(fast_module, "CHECK_FAST_STATES", True)
+    model.zero_grad(set_to_none=True)
+    with planned.step():  # as seen: the checks pass
+        m.loss_fn(model(*m.inputs)).backward()
+    i = next(iter(seen))
+    seen[i] = not seen[i]
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(StateError, match=r"rebuilt in another layout"), planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
