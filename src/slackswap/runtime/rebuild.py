@@ -29,7 +29,6 @@ from slackswap.runtime.records import (
     OpRecord,
     Ref,
     rng_state,
-    storage_of,
     tensors_of,
     written_arguments,
 )
@@ -194,6 +193,6 @@ class Rebuilder:
         else:
             with self.quiet():
                 tensor = program.run(self)
-        e.move(Residency.DEVICE, device=storage_of(tensor))
+        e.move(Residency.DEVICE, device=tensor.untyped_storage())
         self.rebuilds += 1
         return tensor

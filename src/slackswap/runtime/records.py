@@ -68,8 +68,18 @@ def view(storage: Any, dtype: Any, offset: int, size: Any, stride: Any) -> torch
     return empty.new().set_(storage, offset, size, stride)
 
 
-#: An empty tensor per (dtype, device), for `view`.
+def cpu_view(storage: Any, dtype: Any, offset: int, size: Any, stride: Any) -> torch.Tensor:
+    """`view` of a storage known to be on the CPU (a fast step's, on a CPU): its device is not
+    read."""
+    empty = _EMPTY_CPU.get(dtype)
+    if empty is None:
+        empty = _EMPTY_CPU[dtype] = torch.empty((0,), dtype=dtype)
+    return empty.new().set_(storage, offset, size, stride)
+
+
+#: An empty tensor per (dtype, device), for `view`; per dtype on the CPU, for `cpu_view`.
 _EMPTY: dict[tuple[Any, Any], torch.Tensor] = {}
+_EMPTY_CPU: dict[Any, torch.Tensor] = {}
 
 
 class Ref:
@@ -218,8 +228,15 @@ def set_rng(rng: Any) -> Any:
         with disable_current_modes():
             return set_rng(rng)
     cpu, cuda = rng
-    saved = torch.get_rng_state(), [(d, torch.cuda.get_rng_state(d)) for d, _ in cuda]
-    torch.set_rng_state(cpu)
+    # The CPU generator itself (what torch.get_rng_state and set_rng_state call).
+    saved_cpu = _CPU_GENERATOR.get_state()
+    _CPU_GENERATOR.set_state(cpu)
+    if not cuda:
+        return saved_cpu, cuda
+    saved = saved_cpu, [(d, torch.cuda.get_rng_state(d)) for d, _ in cuda]
     for d, s in cuda:
         torch.cuda.set_rng_state(s, d)
     return saved
+
+
+_CPU_GENERATOR = torch.default_generator

@@ -1013,7 +1013,9 @@ def test_a_fast_step_keeps_what_the_simulator_never_copies_back() -> None:
     assert {st.swapped_bytes for st in stats} == {int(inst.tensor_bytes.sum())}
 
 
-def test_a_rebuilt_tensor_in_another_layout_than_before_is_caught_when_checking(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_rebuilt_tensor_in_another_layout_than_before_is_caught_when_checking(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
     """A fast step takes a rebuilt tensor's layout (its whole view or not) from the plan's
     first fast rebuild of it; with the state checks on, a rebuild that comes out otherwise is
     a `StateError` naming the tensor, not a wrong view handed to autograd."""

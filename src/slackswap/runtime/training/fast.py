@@ -24,7 +24,7 @@ from slackswap.runtime.executor import StepMismatchError
 from slackswap.runtime.memory import SavedBytesTracker
 from slackswap.runtime.policy import RuntimePolicy
 from slackswap.runtime.rebuild import Rebuilder
-from slackswap.runtime.records import rng_state, view
+from slackswap.runtime.records import cpu_view, rng_state, view
 from slackswap.runtime.stats import RunStats, forward_hooked_modules
 from slackswap.runtime.training.checkpointing import checkpointed_block
 from slackswap.runtime.training.facts import PlanFacts
@@ -105,6 +105,7 @@ class FastStep:
         )
         self.copies.use_device(self.cuda)
         self._first_bwd_reader = facts.first_bwd_reader
+        self._view = view if self.cuda else cpu_view
         # The simulator's evictions (CPU), replayed where an unpack shows the step has reached
         # their operator: ``_next_evict`` the next one's operator (past the last: none left).
         self._evictions = facts.evictions
@@ -411,7 +412,7 @@ class FastStep:
             t = e.tensor
             if t is not None:
                 return t  # type: ignore[no-any-return]
-        return view(storage, h.dtype, h.offset, h.size, h.stride)
+        return self._view(storage, h.dtype, h.offset, h.size, h.stride)
 
     def _evict_due(self, o: int) -> None:
         """The step is at operator ``o`` (an unpack's first backward reader): let go of the
