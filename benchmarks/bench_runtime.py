@@ -341,6 +341,8 @@ def _timed(f: Callable[..., Any], k: int, spent: list[float]) -> Callable[..., A
         finally:
             spent[k] += time.thread_time() - t0
 
+    if hasattr(f, "_schema"):  # an operator: a rebuild program reads what it returns
+        wrapper._schema = f._schema  # type: ignore[attr-defined]
     return wrapper
 
 

@@ -162,7 +162,8 @@ class RebuildProgram:
         """Every saved tensor the walk met is a rebuild input now exactly when it was then
         (``entries``: this step's)."""
         for i, was in self.assumed:  # a loop, not all(...): this runs once per rebuild
-            if _takes_as_it_is(entries[i]) is not was:
+            e = entries[i]
+            if (e.state is not _RELEASED or e.device is not None) is not was:  # _takes_as_it_is
                 return False
         return True
 
@@ -229,10 +230,12 @@ def program_source(steps: list[tuple[Any, ...]], target: int) -> tuple[str, list
 
 
 def _op_source(step: tuple[Any, ...], k: Callable[[Any], str]) -> list[str]:
-    """The lines of one `OP` step: ``(OP, operator, call, fills, writes, drops)``: its varying
-    arguments filled (`AS_VIEW`, `SCRATCH`, `BUFFER_CLONE`), its call in the recorded grad mode
-    and RNG state, the values it writes into their slots, the slots its last reads free."""
-    _, p, call, fills, writes, drops = step
+    """The lines of one `OP` step: ``(OP, operator, call, fills, writes, drops, returns)``: its
+    varying arguments filled (`AS_VIEW`, `SCRATCH`, `BUFFER_CLONE`, `WHOLE_INPUT`), its call in
+    the recorded grad mode and RNG state, the values it writes into their slots (``returns``:
+    how many tensors it returns when its schema returns tensors alone, else None), the slots
+    its last reads free."""
+    _, p, call, fills, writes, drops, returns = step
     lines = [f"rec = records[{k(p)}]"]
     if any(how == BUFFER_CLONE for *_, how in fills) or any(not out for _, out, _ in writes):
         lines.append("flat = rec.args[1]")
@@ -271,7 +274,11 @@ def _op_source(step: tuple[Any, ...], k: Callable[[Any], str]) -> list[str]:
         "        set_rng(saved)",
     ]
     from_output = [kk for _, out, kk in writes if out]
-    if from_output:
+    # Its schema returns ``returns`` tensors: the output is that tensor, or their tuple.
+    known = from_output and returns is not None and max(from_output) < returns
+    if known and returns > 1:
+        lines.append("o = out")
+    elif from_output and not known:
         lines += [
             "o = (out,) if out.__class__ is _Tensor else _outputs(out)",
             f"if len(o) <= {max(from_output)}:",
@@ -279,7 +286,7 @@ def _op_source(step: tuple[Any, ...], k: Callable[[Any], str]) -> list[str]:
         ]
     for slot, out, kk in writes:
         if out:
-            lines.append(f"s{slot} = o[{kk}]")
+            lines.append(f"s{slot} = out" if known and returns == 1 else f"s{slot} = o[{kk}]")
         else:
             lines.append(f"s{slot} = {filled.get(kk, f'flat[{kk}]')}")
     lines += [f"s{slot} = None" for slot in drops]
@@ -305,6 +312,17 @@ def _call_source(call: Any, filled: dict[int, str], k: Callable[[Any], str]) -> 
 
 def _plain_name(key: str) -> bool:
     return key.isidentifier() and not iskeyword(key)
+
+
+def _tensor_returns(func: Any) -> int | None:
+    """How many tensors operator ``func`` returns when its schema returns tensors alone (no
+    list, optional or number), else None (also for a callable with no schema)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.returns:
+        return None
+    if all(isinstance(r.type, torch.TensorType) for r in schema.returns):
+        return len(schema.returns)
+    return None
 
 
 def _same_view(x: Ref, view_of: tuple[Any, int, Any, Any]) -> bool:
@@ -467,7 +485,8 @@ def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
                 if v != value and reads.get(v, 1) <= 0 and v in cached:
                     cached.discard(v)
                     drops.append(slot_of[v])
-        steps.append((OP, p, call, tuple(fills), tuple(writes), tuple(drops)))
+        returns = _tensor_returns(rec.func)
+        steps.append((OP, p, call, tuple(fills), tuple(writes), tuple(drops), returns))
 
     target = compute(value)
     return RebuildProgram(steps, target, list(assumed.values()))

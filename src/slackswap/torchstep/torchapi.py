@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -111,9 +112,9 @@ def dispatch_mode_active() -> bool:
     return bool(_dispatch_stack_len())
 
 
-def below_autograd() -> AbstractContextManager[Any]:
-    """A context in which operators run below autograd (no graph, no saved tensors)."""
-    return _below_autograd()  # type: ignore[no-any-return]
+#: A context in which operators run below autograd (no graph, no saved tensors): torch's own
+#: guard, with no Python function around it (a rebuild enters one each time).
+below_autograd: Callable[[], AbstractContextManager[Any]] = _below_autograd
 
 
 def autocast_caching() -> bool:

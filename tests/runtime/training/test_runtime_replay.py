@@ -150,7 +150,7 @@ def test_a_replay_sets_the_grad_mode_only_where_the_record_differs(monkeypatch) 
     flat, spec = tree_flatten(((x,), {}))
     for grad in (False, True):
         rec = OpRecord(op, (spec, flat), frozenset(), None, grad, {})
-        step = (rebuild_program.OP, 0, rec.call(), (), ((0, True, 0),), ())
+        step = (rebuild_program.OP, 0, rec.call(), (), ((0, True, 0),), (), None)
         program = rebuild_program.RebuildProgram([step], 0, [])
         with torch.no_grad():
             set_to.clear()
@@ -213,8 +213,9 @@ def test_a_compiled_rebuild_takes_the_walks_steps_and_is_made_again_when_an_inpu
     assert not one.holds(entries)
     two = compile_rebuild(rb, 2)
     assert [s[0] for s in two.steps] == [EXTERNAL_INPUT, OP, OP]
-    (_, _, _, _, writes, _), (_, _, _, _, _, drops) = two.steps[1], two.steps[2]
+    (_, _, _, _, writes, _, returns), (_, _, _, _, _, drops, _) = two.steps[1], two.steps[2]
     assert drops == (writes[0][0],)  # value 1 goes after its last reader; the target stays
+    assert returns == 1  # aten.mul.Tensor returns one tensor: its output is taken as it is
     assert torch.equal(two.run(rb), torch.ones(3))  # 1 * 1, from the model input
 
 
@@ -228,7 +229,10 @@ def _one_op_program(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     ref = Ref(1, flat[at])
     flat[at] = ref
     rec = OpRecord(func, (spec, flat), frozenset(), None, False, {2: ("out", 0)})
-    steps = [(INPUT, 0, 0), (OP, 7, rec.call(), ((at, 0, ref, AS_VIEW),), ((1, True, 0),), ())]
+    steps = [
+        (INPUT, 0, 0),
+        (OP, 7, rec.call(), ((at, 0, ref, AS_VIEW),), ((1, True, 0),), (), None),
+    ]
     return RebuildProgram(steps, 1, [(0, True)]), rec
 
 
@@ -557,3 +561,17 @@ def test_a_replay_inside_an_autocast_region_runs_the_operators_as_recorded() -> 
     got, rebuilds = _adamw_steps(mine, xs, prepare(mine, plan, 1.0), loss_of=loss_of, region=bf16)
     assert rebuilds == [1, 1, 1]
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+def test_a_program_reads_an_operators_outputs_by_its_schema() -> None:
+    """An operator whose schema returns tensors alone has its output taken as it is (one
+    tensor, or the tuple of them); a list among its returns, or a callable with no schema, goes
+    the general way (outputs flattened, their count checked)."""
+    from slackswap.runtime.rebuild_program import _tensor_returns
+
+    assert _tensor_returns(torch.ops.aten.mul.Tensor) == 1
+    assert _tensor_returns(torch.ops.aten.native_dropout.default) == 2
+    assert _tensor_returns(torch.ops.aten.native_layer_norm.default) == 3
+    assert _tensor_returns(torch.ops.aten.split.Tensor) is None  # Tensor[]
+    assert _tensor_returns(torch.ops.aten._local_scalar_dense.default) is None  # a number
+    assert _tensor_returns(lambda t: t + 1) is None
