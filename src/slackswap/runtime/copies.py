@@ -39,7 +39,11 @@ from slackswap.instance import Instance
 from slackswap.plan import RECOMP, SWAP
 from slackswap.runtime.entry import Entry, EntryState, EntryTable, Residency
 from slackswap.runtime.schedule import base_resident, rebuild_points
-from slackswap.torchstep.torchapi import disable_current_modes, dispatch_mode_active
+from slackswap.torchstep.torchapi import (
+    disable_current_modes,
+    dispatch_mode_active,
+    dispatch_mode_depth,
+)
 
 __all__ = ["CopyEngine", "CopyModel", "copy_model", "copy_to_host"]
 
@@ -423,6 +427,8 @@ def copy_to_host(src: Any, copy_stream: Any, whole: Any = None) -> tuple[Any, An
     ``whole``: on a CPU, a tensor that is all of ``src`` (contiguous, from its start): the copy
     is its clone (a fast step's; no tensor is made over the storage).
     """
+    if whole is not None and not dispatch_mode_depth():
+        return whole.clone(), None  # a fast step's swapped tensor, once per pack: no more calls
     if dispatch_mode_active():
         with disable_current_modes():
             return _copy_to_host(src, copy_stream, whole)

@@ -33,6 +33,7 @@ __all__ = [
     "current_node_key",
     "disable_current_modes",
     "dispatch_mode_active",
+    "dispatch_mode_depth",
     "node_key",
     "set_grad_mode",
     "storage_key",
@@ -110,6 +111,11 @@ def disable_current_modes() -> AbstractContextManager[Any]:
 def dispatch_mode_active() -> bool:
     """Whether a dispatch mode (the checked path's, a `StorageTracker`) sees operators now."""
     return bool(_dispatch_stack_len())
+
+
+#: How many dispatch modes see operators now (0: none), one C call: `dispatch_mode_active`
+#: with no Python function around it, for a fast step's hot path.
+dispatch_mode_depth: Callable[[], int] = _dispatch_stack_len
 
 
 #: A context in which operators run below autograd (no graph, no saved tensors): torch's own
