@@ -134,7 +134,10 @@ def test_first_candidate_is_the_first_in_order_whose_interval_holds_the_op(
 def test_planning_time_grows_at_most_about_linearly() -> None:
     """Algorithm 1 on GPT-2 XL at 192 and 768 layers (4,234 and 16,906 operators), 30% of P:
     best-of-9 CPU time of the planning thread, as a ratio measured in one run (the machine's
-    load cancels). Before the indexes the ratio was about 16 (n^2); n log n gives about 4.6."""
+    load cancels). Before the indexes the ratio was about 16 (n^2); n log n gives about 4.6.
+    The bound is 8, about the geometric middle of the two (sqrt(4.6 * 16) = 8.6): a quadratic
+    pass fails it by a factor of 2, and the few-millisecond runs' noise (5.5 seen once in a
+    CI run on the 2-core VM) does not."""
 
     def best_cpu_s(layers: int) -> float:
         inst = build_model("gpt2-xl", layers=layers)
@@ -149,4 +152,4 @@ def test_planning_time_grows_at_most_about_linearly() -> None:
         return min(times)
 
     small, large = best_cpu_s(192), best_cpu_s(768)
-    assert large / small <= 5.0, f"4x the operators took {large / small:.1f}x the time"
+    assert large / small <= 8.0, f"4x the operators took {large / small:.1f}x the time"
