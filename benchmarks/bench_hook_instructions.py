@@ -76,7 +76,7 @@ def measure(src: str, model: int, steps: int, out: Path) -> dict[str, float]:
     """One tree and model under callgrind: instructions per step in the hooks, in the replayed
     operators, in the clones, and the rest (per step and per pack)."""
     # One hash seed, so sets of strings iterate alike in every run: with a random seed each,
-    # two runs of one tree differed by 2.4% (the seed is one thing that differed between them).
+    # two runs of one tree differed by 2.4%; with this one, two runs gave the same count.
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()), PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
            *[f"--toggle-collect={h}" for h in HOOKS], f"--callgrind-out-file={out}",
