@@ -3,10 +3,7 @@ aside (the replayed operators, the clones) and which it keeps."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from tests.support.benchmarks import load_benchmark
 
 # Lines as `callgrind_annotate --inclusive=yes` prints them (names shortened): a function of a
 # file with a path, functions of a library with no line information ("???"), C++ names with
@@ -23,18 +20,8 @@ Ir                    file:function
 """
 
 
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_hook_instructions.py"
-    spec = importlib.util.spec_from_file_location("bench_hook_instructions_under_test", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_operators_and_clones_are_read_from_their_own_lines() -> None:
-    bench = _bench()
+    bench = load_benchmark("bench_hook_instructions")
     assert bench.inclusive(REPORT, bench.OPERATORS) == 82_418_066
     assert bench.inclusive(REPORT, bench.CLONES) == 1_885_341
     assert bench.inclusive(REPORT, "_PyEval_EvalFrameDefault") == 131_822_153

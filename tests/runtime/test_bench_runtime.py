@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
-import sys
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -18,19 +15,14 @@ else:
     torch = pytest.importorskip("torch")
 
 from tests.support import profiling_factories as pf  # noqa: E402
+from tests.support.benchmarks import load_benchmark  # noqa: E402
 
 # It runs the benchmark's own steps (profiling and planning real models): the slow suite's.
 pytestmark = pytest.mark.slow
 
 
 def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_runtime.py"
-    spec = importlib.util.spec_from_file_location("bench_runtime_under_test", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_runtime")
 
 
 @pytest.fixture(scope="module")

@@ -275,7 +275,7 @@ def _op_source(step: tuple[Any, ...], k: Callable[[Any], str]) -> list[str]:
     ]
     from_output = [kk for _, out, kk in writes if out]
     # Its schema returns ``returns`` tensors: the output is that tensor, or their tuple.
-    known = from_output and returns is not None and max(from_output) < returns
+    known = bool(from_output) and returns is not None and max(from_output) < returns
     if known and returns > 1:
         lines.append("o = out")
     elif from_output and not known:
@@ -404,7 +404,7 @@ def compile_rebuild(rb: RecordedStep, value: int) -> RebuildProgram:
     inputs: dict[int, int] = {}  # rebuild input value -> its slot
     externals: dict[int, int] = {}
     assumed: dict[int, tuple[int, bool]] = {}
-    whole = getattr(rb, "whole", None)
+    whole = rb.whole
     whole_inputs: set[int] = set()  # the slots of inputs whose `Entry.tensor` is a whole view
     n = [0]
 
