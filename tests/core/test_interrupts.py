@@ -122,7 +122,8 @@ def test_a_library_import_leaves_sigint_alone() -> None:
 
 
 @LINUX
-@pytest.mark.parametrize("offset", [0.0, 0.7])
+# The later offset of each window runs with the slow tests (the fast suite's wall time).
+@pytest.mark.parametrize("offset", [0.0, pytest.param(0.7, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("window", ["fork", "after-fork"])
 def test_ctrl_c_inside_a_fork_is_held_then_ends_the_solve(tmp_path, window, offset) -> None:
     # Raised in an at-fork hook, KeyboardInterrupt would be "Exception ignored" and the search
@@ -143,7 +144,10 @@ def test_ctrl_c_inside_a_fork_is_held_then_ends_the_solve(tmp_path, window, offs
 
 
 @LINUX
-@pytest.mark.parametrize("offset", [0.5, 2.0, 4.0, 6.0])
+# The two later moments run with the slow tests (the fast suite's wall time).
+@pytest.mark.parametrize(
+    "offset", [0.5, 2.0, *(pytest.param(x, marks=pytest.mark.slow) for x in (4.0, 6.0))]
+)
 def test_ctrl_c_into_compare_jobs_2_at_several_moments(tmp_path, offset) -> None:
     out = tmp_path / "r.csv"
     proc = _start(
@@ -176,7 +180,7 @@ def test_ctrl_c_into_compare_on_dask_is_one_line_and_130(tmp_path) -> None:
 
 
 @LINUX
-@pytest.mark.parametrize("what", ["compare", "dask", "ga"])
+@pytest.mark.parametrize("what", ["compare", "dask", pytest.param("ga", marks=pytest.mark.slow)])
 def test_kill_9_leaves_no_worker_behind(tmp_path, what) -> None:
     out = tmp_path / "r.csv"
     argv = (
@@ -236,7 +240,7 @@ def test_a_swallowed_ctrl_c_still_ends_with_130(monkeypatch, capfd, fresh_state)
 
 
 @LINUX
-@pytest.mark.parametrize("window", ["exit", "shutdown"])
+@pytest.mark.parametrize("window", ["exit", pytest.param("shutdown", marks=pytest.mark.slow)])
 def test_ctrl_c_after_compare_jobs_2_returned_ends_after_the_clean_up(tmp_path, window) -> None:
     # The results are written: ending at once there left the workers' temporary folders for
     # loky's resource tracker to warn about; raised, it was an exit hook's traceback or an exit
