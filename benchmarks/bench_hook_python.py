@@ -22,6 +22,13 @@ whether it rebuilt the tensor, copied it back, found it resident or was handed t
 itself. Timed on ``time.perf_counter_ns`` (a few tens of ns a reading, where the thread CPU
 clock costs a system call), the copies and the replayed operators' calls left out, so the
 total is close to the "net of the timer" column.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_hook_python.py --by-function
+
+splits it instead by the fast step's functions the hooks run through (`by_function`): each
+one's exclusive time in the step (its own lines, the functions listed below it, the copies and
+the replayed operators left out), per call and per step, where `--by-kind` says which hook
+call it was. Every timed call adds its timer (about 0.3 us) to its caller's time.
 """
 
 from __future__ import annotations
@@ -158,6 +165,103 @@ def by_kind(model: int, steps: int) -> None:
         )
 
 
+class ExclusiveTimer:
+    """Times wrapped functions exclusively: a call's time less that of the wrapped calls made
+    inside it. ``spent`` and ``calls`` per label, in the clock's units; a call wrapped with the
+    label "" is left out of every label's time, its own included (the copies, the operators)."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+        self.spent: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self._inner = [0]  # per wrapped call running now, the time of the wrapped calls in it
+
+    def wrap(self, label: str, f: Any) -> Any:
+        clock, inner, spent, calls = self.clock, self._inner, self.spent, self.calls
+
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            inner.append(0)
+            t0 = clock()
+            try:
+                return f(*a, **kw)
+            finally:
+                took = clock() - t0
+                within = inner.pop()
+                inner[-1] += took
+                if label:
+                    spent[label] = spent.get(label, 0) + took - within
+                    calls[label] = calls.get(label, 0) + 1
+
+        if hasattr(f, "_schema"):  # an operator: a rebuild program reads what it returns
+            wrapper._schema = f._schema  # type: ignore[attr-defined]
+        return wrapper
+
+
+def by_function(model: int, steps: int) -> None:
+    """Print, for one model under SlackSwap at 50%, the exclusive time per step of each of the
+    fast step's functions the hooks run through (see the module docstring)."""
+    import time
+
+    _, case, step, planned = slackswap_at_half(model)
+
+    from slackswap.runtime import copies, memory, rebuild, rebuild_program
+    from slackswap.runtime.training import fast
+
+    timer = ExclusiveTimer(time.perf_counter_ns)
+    timed, spent, calls = timer.wrap, timer.spent, timer.calls
+
+    # (owner, attribute, label): the label "" leaves the call out (the copies, the operators)
+    patched = [
+        (fast.FastStep, "_pack", "FastStep._pack"),
+        (fast.FastStep, "_unpack", "FastStep._unpack"),
+        (fast.FastStep, "_materialise", "FastStep._materialise"),
+        (fast.FastStep, "_rebuild", "FastStep._rebuild"),
+        (fast.FastStep, "_done", "FastStep._done"),
+        (fast.FastStep, "_note_rng", "FastStep._note_rng"),
+        (fast._Entries, "__missing__", "_Entries.__missing__ (a new Entry)"),
+        (rebuild.Rebuilder, "rebuild", "Rebuilder.rebuild"),
+        (rebuild_program.RebuildProgram, "run", "RebuildProgram.run (the written program)"),
+        (rebuild_program.RebuildProgram, "holds", "RebuildProgram.holds"),
+        (rebuild_program, "set_rng", "set_rng"),
+        (memory.SavedBytesTracker, "add", "SavedBytesTracker.add"),
+        (copies.CopyEngine, "offload", "CopyEngine.offload"),
+        (copies.CopyEngine, "fetch", ""),
+        (copies, "copy_to_host", ""),
+    ]
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patched]
+    for (owner, attr, label), (_, _, f) in zip(patched, saved, strict=True):
+        setattr(owner, attr, timed(label, f))
+    learned = planned._learned
+    records = learned.replay.records if learned.replay is not None else {}
+    funcs = {p: rec.func for p, rec in records.items()}
+    for p, rec in records.items():
+        rec.func = timed("", funcs[p])
+    try:
+        for warm in (True, False):
+            spent.clear()
+            calls.clear()
+            for _ in range(3 if warm else steps):
+                for q in case.model.parameters():
+                    q.grad = None
+                with step():
+                    case.loss_fn(case.model(*case.inputs)).backward()
+    finally:
+        for owner, attr, f in saved:
+            setattr(owner, attr, f)
+        for p, rec in records.items():
+            rec.func = funcs[p]
+    n = len(learned.expected)
+    total = sum(spent.values()) / steps / 1e3
+    print(f"{case.label}: {n} packs, {total:.1f} us a step in these functions (timers included)")
+    print("| function (exclusive) | calls a step | us each | us a step |")
+    print("|---|---|---|---|")
+    for name in sorted(spent, key=lambda k: -spent[k]):
+        each = spent[name] / calls[name] / 1e3
+        print(
+            f"| {name} | {calls[name] / steps:.1f} | {each:.2f} | {spent[name] / steps / 1e3:.1f} |"
+        )
+
+
 def measure(src: str, model: int, tries: int, steps: int) -> list[float]:
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     cmd = [sys.executable, __file__, "--child", str(model), "--tries", str(tries),
@@ -177,14 +281,24 @@ def main() -> None:
     ap.add_argument("--by-kind-child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--by-kind", action="store_true",
                     help="split this tree's Python per pack by what each hook call did")  # fmt: skip
+    ap.add_argument("--by-function-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--by-function", action="store_true",
+                    help="split this tree's hook time by the fast step's functions")  # fmt: skip
     args = ap.parse_args()
-    if args.by_kind:
-        for m in range(len(MODELS)):
-            subprocess.run([sys.executable, __file__, "--by-kind-child", str(m), "--steps",
-                            str(args.steps)], check=True)  # fmt: skip
-        return
+    for split, flag in (
+        (args.by_kind, "--by-kind-child"),
+        (args.by_function, "--by-function-child"),
+    ):
+        if split:
+            for m in range(len(MODELS)):
+                subprocess.run([sys.executable, __file__, flag, str(m), "--steps",
+                                str(args.steps)], check=True)  # fmt: skip
+            return
     if args.by_kind_child is not None:
         by_kind(args.by_kind_child, args.steps)
+        return
+    if args.by_function_child is not None:
+        by_function(args.by_function_child, args.steps)
         return
     if args.child is not None:
         child(args.child, args.tries, args.steps)
