@@ -198,10 +198,18 @@ def test_five_adamw_steps_of_the_resnet_all_recompute(resnet) -> None:  # type: 
     assert train_difference(got, ref) is None
 
 
-def test_statistics_that_are_no_buffer_are_updated_once() -> None:
+def test_statistics_that_are_no_buffer_are_updated_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """F.batch_norm on running statistics the module holds as plain attributes: the rebuild
-    found them as the caller's tensors and updated them a second time."""
+    found them as the caller's tensors and updated them a second time. A profile now gives
+    such a batch-norm no rebuild (the statistics are no input, parameter or buffer: a fast step
+    never sees them); profiled as before, without the model's inputs noted, the checked path
+    still rebuilds it, and must update them once."""
+    from slackswap.profiling.recorder import Recorder
+
     model, inputs, loss_fn = _made("functional_batch_norm")
+    now = profile_step(model, inputs, loss_fn)
+    assert not _recomputes_batch_norm(now, _all_recompute(now))
+    monkeypatch.setattr(Recorder, "note_model_inputs", lambda self, inputs: None)
     inst = profile_step(model, inputs, loss_fn)
     acts = _all_recompute(inst)
     assert _recomputes_batch_norm(inst, acts)

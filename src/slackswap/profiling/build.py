@@ -511,8 +511,12 @@ def _rebuild_chain(
     trace: Trace, v: int, saved: set[int], t_index: dict[int, int]
 ) -> tuple[list[int] | None, set[int]]:
     """Operators that rebuild value ``v`` from saved tensors (in execution order), and the
-    saved tensors they read."""
+    saved tensors they read; no chain (None) when it reads a tensor a rebuild cannot have: one
+    with data that the step did not make and that is no input of the model (a loss's targets,
+    a constant the model makes each call with ``torch.tensor``), which a fast step of the
+    training path, running no dispatch mode, never sees (`Trace.model_inputs`)."""
     ops, values = trace.ops, trace.values
+    model_inputs = trace.model_inputs
     chain: list[int] = []
     inputs: set[int] = set()
     stack = [values[v].producer]
@@ -529,4 +533,10 @@ def _rebuild_chain(
                 inputs.add(t_index[values[u].storage])
             elif values[u].producer != EXTERNAL:
                 stack.append(values[u].producer)
+            elif (
+                model_inputs is not None
+                and values[u].storage not in model_inputs
+                and values[u].nbytes > 0
+            ):
+                return None, inputs
     return sorted(chain), inputs

@@ -95,6 +95,12 @@ class Recorder(TorchDispatchMode):
                 self.context.add_hook(p.register_post_accumulate_grad_hook(self._grad_accumulated))
         self.context.attach(model, blocks)
 
+    def note_model_inputs(self, inputs: tuple[Any, ...]) -> None:
+        """The model's positional arguments this step: its tensors' storages are the inputs a
+        rebuild may read (`Trace.model_inputs`)."""
+        keys = {self._key(t) for t in inputs if isinstance(t, torch.Tensor)}
+        self.trace.model_inputs = {k for k in keys if k is not None}
+
     # ----- storages and values -------------------------------------------------------------------
     def _key(self, t: torch.Tensor) -> int | None:
         return self.numbering.key(t)

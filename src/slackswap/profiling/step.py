@@ -90,6 +90,7 @@ def profile_step(
             for p in params:
                 p.grad = None  # as after zero_grad(): the step writes gradients, no accumulate
             recorder = Recorder(model, block_modules, timing=timing == "measured")
+            recorder.note_model_inputs(inputs)
             try:
                 _step(model, inputs, loss_of, recorder)
             finally:

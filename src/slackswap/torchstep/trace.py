@@ -80,6 +80,10 @@ class Trace:
     # storage keys of storages that existed before the step (no recorded operator allocated
     # them: model inputs, targets, constants)
     preexisting: set[int] = field(default_factory=set)
+    # storage keys of the model's own input tensors (its positional arguments), which a fast
+    # step of the training path hands a rebuild; None: not recorded (every value the step
+    # did not make is taken to be there when a rebuild reads it)
+    model_inputs: set[int] | None = None
 
     @property
     def n_blocks(self) -> int:
