@@ -628,3 +628,67 @@ def test_a_program_reads_an_operators_outputs_by_its_schema() -> None:
     assert _tensor_returns(torch.ops.aten.split.Tensor) is None  # Tensor[]
     assert _tensor_returns(torch.ops.aten._local_scalar_dense.default) is None  # a number
     assert _tensor_returns(lambda t: t + 1) is None
+
+
+class _SinCos(torch.nn.Module):
+    """``cos`` reads ``sin``'s output: recomputing both, the first backward reader of ``cos``'s
+    output (the second linear's backward) rebuilds it, and ``sin``'s output with it, well before
+    ``sin``'s output has a reader of its own (``cos``'s backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.cos(torch.sin(self.a(x))))
+
+
+def test_a_rebuilds_inputs_are_counted_at_the_operator_the_step_is_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The memory tracker counts a tensor rebuilt for another's rebuild where the step is (the
+    first reader of the tensor being unpacked), with that operator's transient bytes, not at
+    its own first reader, later: there, another operator's transient bytes on top of it made a
+    fast step report itself over a budget the step kept (a Hugging Face GPT-2 plan, 3,231 B)."""
+    from slackswap.plan import Plan
+    from slackswap.profiling import profile_step
+    from slackswap.runtime import memory, prepare
+    from slackswap.runtime.training import fast
+
+    torch.manual_seed(0)
+    model = _SinCos()
+    xs = [torch.randn(4, 8) for _ in range(2)]
+    inst = profile_step(model, (xs[0],), _square_sum, blocks=[])  # no block inputs: all rebuilt
+    names = [str(n) for n in inst.tensor_name]
+    (sin,) = [i for i, n in enumerate(names) if n.endswith("/sin.out")]
+    (cos,) = [i for i, n in enumerate(names) if n.endswith("/cos.out")]
+    acts = [KEEP] * inst.n_tensors
+    acts[sin] = acts[cos] = RECOMP
+    fbr = inst.tensor_first_bwd_reader
+    assert fbr[cos] < fbr[sin]  # cos's output is read first: its rebuild rebuilds sin's
+
+    counted: list[tuple[int, int]] = []  # (entry materialised, operator it was counted at)
+    making: list[int] = []
+    add, materialise = memory.SavedBytesTracker.add, fast.FastStep._materialise
+
+    def noting_add(self: Any, storage: Any, nbytes: int, op: int) -> Any:
+        if making:
+            counted.append((making[-1], op))
+        return add(self, storage, nbytes, op)
+
+    def noting_materialise(self: Any, e: Any) -> Any:
+        making.append(e.index)
+        try:
+            return materialise(self, e)
+        finally:
+            making.pop()
+
+    planned = prepare(model, Plan(inst, acts), 1.0)
+    _adamw_steps(model, xs[:1], planned)  # the checked first step
+    monkeypatch.setattr(memory.SavedBytesTracker, "add", noting_add)
+    monkeypatch.setattr(fast.FastStep, "_materialise", noting_materialise)
+    _, rebuilds = _adamw_steps(model, xs[1:], planned)
+    assert planned.fast, planned.reason
+    assert rebuilds == [2]
+    assert sorted(counted) == sorted([(sin, int(fbr[cos])), (cos, int(fbr[cos]))])

@@ -120,6 +120,9 @@ class FastStep:
         self._moved: list[tuple[int, Any]] = []
         self._kept: list[tuple[int, Any]] = []
         self._backward = False
+        #: The operator the step is at while an unpack materialises a tensor: the unpacked
+        #: tensor's first backward reader (`_unpack`), also for the inputs its rebuild reads.
+        self._at = 0
         self._held: set[int] = set()
         self._cuda_start = 0
         self._inner: ExitStack | None = None  # the new plan's checked step, after a replan
@@ -397,14 +400,15 @@ class FastStep:
         e = h.entry
         if not self._backward:
             self._backward_begins()
-        if self._first_bwd_reader[e.index] >= self._next_evict:
-            self._evict_due(self._first_bwd_reader[e.index])
+        at = self._first_bwd_reader[e.index]  # where the step is: this tensor's first reader
+        if at >= self._next_evict:
+            self._evict_due(at)
         if self._prefetch:
-            # The step is at this tensor's first backward reader: the copies back the
-            # look-ahead admits from there start now.
-            self.copies.admit(self._first_bwd_reader[e.index])
+            # The copies back the look-ahead admits from here start now.
+            self.copies.admit(at)
         storage = e.device
         if storage is None:
+            self._at = at
             storage = self._materialise(e)
         if e.event is not None:
             torch.cuda.current_stream().wait_event(e.event)
@@ -443,8 +447,9 @@ class FastStep:
             raise StateError(
                 f"saved tensor {e.name!r} (#{e.index}) is needed while {e.residency.value}"
             )
-        # Copied back or rebuilt: counted until Python frees it.
-        self.tracker.add(e.device, e.nbytes, self._first_bwd_reader[e.index])
+        # Copied back or rebuilt: counted until Python frees it, at the operator the step is
+        # at (a rebuild's inputs are made there too, not at their own first readers).
+        self.tracker.add(e.device, e.nbytes, self._at)
         return e.device
 
     def _rebuild(self, e: Entry) -> None:
