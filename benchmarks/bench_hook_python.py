@@ -139,14 +139,7 @@ def by_kind(model: int, steps: int) -> None:
     for p, rec in records.items():
         rec.func = outside(funcs[p])
     try:
-        for warm in (True, False):
-            spent.clear()
-            calls.clear()
-            for _ in range(3 if warm else steps):
-                for q in case.model.parameters():
-                    q.grad = None
-                with step():
-                    case.loss_fn(case.model(*case.inputs)).backward()
+        _warm_then_timed_steps(case, step, steps, (spent, calls))
     finally:
         fast.FastStep._pack, fast.FastStep._unpack = pack, unpack  # type: ignore[method-assign]
         copies.CopyEngine.fetch = fetch  # type: ignore[method-assign]
@@ -156,12 +149,33 @@ def by_kind(model: int, steps: int) -> None:
     n = len(learned.expected)
     total = sum(spent.values()) / steps / 1e3
     print(f"{case.label}: {n} packs, {total:.1f} us of Python a step, {total / n:.2f} us per pack")
-    print("| hook call | per step | us each | us a step |")
+    _print_tally("hook call", spent, calls, steps)
+
+
+def _warm_then_timed_steps(
+    case: Any, step: Any, steps: int, tallies: tuple[dict[str, int], ...]
+) -> None:
+    """Three warm-up steps, then ``steps`` timed ones, the ``tallies`` emptied before each
+    part (each step: gradients set to None, forward and backward under ``step()``)."""
+    for warm in (True, False):
+        for tally in tallies:
+            tally.clear()
+        for _ in range(3 if warm else steps):
+            for q in case.model.parameters():
+                q.grad = None
+            with step():
+                case.loss_fn(case.model(*case.inputs)).backward()
+
+
+def _print_tally(what: str, spent: dict[str, int], calls: dict[str, int], steps: int) -> None:
+    """A Markdown row per label, most time first: calls a step, us each, us a step."""
+    print(f"| {what} | calls a step | us each | us a step |")
     print("|---|---|---|---|")
-    for kind in sorted(spent, key=lambda k: -spent[k]):
-        each = spent[kind] / calls[kind] / 1e3
+    for label in sorted(spent, key=lambda k: -spent[k]):
+        each = spent[label] / calls[label] / 1e3
         print(
-            f"| {kind} | {calls[kind] / steps:.1f} | {each:.2f} | {spent[kind] / steps / 1e3:.1f} |"
+            f"| {label} | {calls[label] / steps:.1f} | {each:.2f} | "
+            f"{spent[label] / steps / 1e3:.1f} |"
         )
 
 
@@ -237,14 +251,7 @@ def by_function(model: int, steps: int) -> None:
     for p, rec in records.items():
         rec.func = timed("", funcs[p])
     try:
-        for warm in (True, False):
-            spent.clear()
-            calls.clear()
-            for _ in range(3 if warm else steps):
-                for q in case.model.parameters():
-                    q.grad = None
-                with step():
-                    case.loss_fn(case.model(*case.inputs)).backward()
+        _warm_then_timed_steps(case, step, steps, (spent, calls))
     finally:
         for owner, attr, f in saved:
             setattr(owner, attr, f)
@@ -253,13 +260,7 @@ def by_function(model: int, steps: int) -> None:
     n = len(learned.expected)
     total = sum(spent.values()) / steps / 1e3
     print(f"{case.label}: {n} packs, {total:.1f} us a step in these functions (timers included)")
-    print("| function (exclusive) | calls a step | us each | us a step |")
-    print("|---|---|---|---|")
-    for name in sorted(spent, key=lambda k: -spent[k]):
-        each = spent[name] / calls[name] / 1e3
-        print(
-            f"| {name} | {calls[name] / steps:.1f} | {each:.2f} | {spent[name] / steps / 1e3:.1f} |"
-        )
+    _print_tally("function (exclusive)", spent, calls, steps)
 
 
 def measure(src: str, model: int, tries: int, steps: int) -> list[float]:

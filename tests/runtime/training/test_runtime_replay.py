@@ -356,12 +356,9 @@ def test_a_tensor_with_data_made_outside_the_operators_keeps_its_readers_from_re
     later steps fast, bitwise. Empty, or made once as a buffer, it is read as it is."""
     import copy
 
-    from slackswap.plan import Plan
     from slackswap.profiling import profile_step
     from slackswap.runtime import prepare
-    from slackswap.simulator import simulate
-    from slackswap.solvers import run
-    from slackswap.solvers.registry import REGISTRY
+    from tests.support.plans import static_solver_plans
 
     x = torch.randn(4, 8)
     costs = {}
@@ -378,17 +375,7 @@ def test_a_tensor_with_data_made_outside_the_operators_keeps_its_readers_from_re
     xs = [torch.randn(4, 8) for _ in range(4)]
     inst = profile_step(model, (xs[0],), _square_sum)
     ref, _ = _adamw_steps(copy.deepcopy(model), xs)
-    plans: dict[bytes, tuple[Any, float]] = {}
-    for budget in (1.0, 0.8, 0.6, 0.5):
-        for entry in REGISTRY:
-            if not entry.tags.static_plan:
-                continue
-            res = run(inst, budget, entry.name, time_limit=0.3, find_min_budget=False)
-            if res.plan is None:
-                continue
-            acts = np.asarray(res.plan.actions)
-            if simulate(inst, acts, budget).feasible:  # run barrier-free, as the runtime runs
-                plans.setdefault(acts.tobytes(), (Plan(inst, acts), budget))
+    plans = static_solver_plans(inst, (1.0, 0.8, 0.6, 0.5))
     recomputing = [p for p, _ in plans.values() if RECOMP in np.asarray(p.actions)]
     assert recomputing, "no solver recomputes anything here: the test shows nothing"
     for plan, budget in plans.values():

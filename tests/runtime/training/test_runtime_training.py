@@ -24,6 +24,7 @@ from slackswap.simulator import policies  # noqa: E402
 from slackswap.simulator.policies import ExecutionMode, RuntimeSpec  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
 from tests.support import profiling_factories as pf  # noqa: E402
+from tests.support.plans import static_solver_plans  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -565,31 +566,6 @@ def test_random_mixes_in_fast_steps_are_bitwise_identical(name: str, seed: int) 
     assert _differences(ref, got) == [], planned.reason
 
 
-def _solver_plans(inst: Any) -> dict[str, tuple[Plan, float]]:
-    """Every registered static solver's plan at 50% and 30% of P that fits there barrier-free,
-    as run barrier-free (the runtime tests' set); identical plans once."""
-    from slackswap.simulator import simulate
-    from slackswap.solvers.registry import REGISTRY
-
-    out: dict[str, tuple[Plan, float]] = {}
-    seen: set[tuple[bytes, float]] = set()
-    for b in (0.5, 0.3):
-        for entry in REGISTRY:
-            if not entry.tags.static_plan:
-                continue
-            rec = run(inst, b, entry.name, time_limit=0.3, find_min_budget=False)
-            if rec.plan is None:
-                continue
-            acts = np.asarray(rec.plan.actions)
-            if not simulate(inst, acts, b).feasible:  # e.g. offload plans meant for "sync"
-                continue
-            key = (acts.tobytes(), b)
-            if key not in seen:
-                seen.add(key)
-                out[f"{entry.name}@{b:.0%}"] = (Plan(inst, acts), b)
-    return out
-
-
 @pytest.mark.parametrize(
     "name",
     # every solver's plan trained on every model: minutes; the fast suite keeps the quicker two
@@ -602,7 +578,7 @@ def test_every_static_solvers_plan_trains_bitwise_identically(name: str) -> None
     # Five AdamW steps per plan; the checked first step is synchronised to the reference (its
     # batch-norm double update is the executor's), so the four fast steps are what is compared.
     m = _model(name)
-    plans = _solver_plans(m.inst)
+    plans = static_solver_plans(m.inst)
     assert plans
     wrong, slow = [], []
     for label, (plan, budget) in plans.items():
