@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -12,7 +13,7 @@ from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point, ref_
 from slackswap.analysis.results import TIMING_COLUMNS, read_results
 from slackswap.analysis.runner import run_sweep
 from slackswap.instances.catalog import build_model
-from tests.support.analysis_toys import ToyBoom, ToyKeep, ToyRecompute, ToySleep
+from tests.support.analysis_toys import ToyBoom, ToyKeep, ToyRecompute, ToySleep, ToySleepOn
 
 
 def small_sweep(**kw) -> Sweep:
@@ -161,3 +162,30 @@ def test_first_job_of_a_solver_is_warmed_up_untimed() -> None:
     row = execute(sweep.jobs()[0])
     assert repr(solver) in warmup._warm
     assert 0.3 <= row["plan_s"] < 0.55 <= row["wall_s"]  # two solves ran, one was timed
+
+
+def test_a_sweep_stopped_early_says_nothing_of_joblibs_cancelled_tasks(recwarn) -> None:
+    """A sweep that stops while workers still run (a Ctrl-C, a full disk: here ``on_row``
+    raises) stops them without joblib's warning about cancelled tasks: the command's own
+    message says what happened, and a Ctrl-C's one line must be the last."""
+    inst = build_model("gpt2-xl", layers=1, seq=64, batch=1, name="slow-here")
+    slow = ToySleepOn(name="slow-here", seconds=60)
+    sweep = Sweep(
+        [ref_from_instance(inst)],
+        ["1", "0.9"],
+        [SolverSpec.of_object(ToyKeep()), SolverSpec.of_object(slow)],
+    )
+
+    def stop(row) -> None:
+        raise _Stop
+
+    t0 = time.perf_counter()
+    with pytest.raises(_Stop):
+        run_sweep(sweep, jobs=2, progress=False, on_row=stop)
+    # the first row came and the sweep stopped without waiting for the sleeping jobs
+    assert time.perf_counter() - t0 < 40
+    assert not [w for w in recwarn if "joblib" in str(w.filename)], [str(w) for w in recwarn]
+
+
+class _Stop(Exception):
+    pass

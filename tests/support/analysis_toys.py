@@ -87,6 +87,21 @@ class ToySleep(Solver):
         return Plan.keep_all(instance)
 
 
+class ToySleepOn(Solver):
+    """Sleeps ``seconds`` on the instance named ``name`` only (not on the warm-up's): keep-all."""
+
+    key = "toy-sleep-on"
+
+    def __init__(self, *, name: str, seconds: float = 60.0) -> None:
+        self.name = name
+        self.seconds = seconds
+
+    def solve(self, instance, budget, *, deadline, seed):  # type: ignore[no-untyped-def]
+        if instance.name == self.name:
+            time.sleep(self.seconds)
+        return Plan.keep_all(instance)
+
+
 class ToyOutOfTime(Solver):
     """A search that spends its whole time limit and returns its best plan: keep-all."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -170,7 +171,30 @@ def _joblib(pending: list[Job], jobs: int) -> Iterator[dict[str, Any]]:
         start = getattr(getattr(par._backend, "_workers", None), "_ensure_executor_running", None)
         if start is not None:
             start()
-    yield from rows
+    try:
+        # Not `yield from rows`: closing this generator would close `rows` itself, with
+        # joblib's warning, before `_close_quietly` could.
+        for row in rows:  # noqa: UP028
+            yield row
+    finally:
+        _close_quietly(rows)
+
+
+def _close_quietly(rows: Iterator[dict[str, Any]]) -> None:
+    """Close joblib's row generator without its warning about tasks cancelled or not used.
+
+    A sweep that stops early (a Ctrl-C, a full disk, an ``on_row`` that raises) says so in its
+    own words; joblib's advice to adjust the task iterator is no news to the user, and after a
+    Ctrl-C it would follow the command's one line.
+    """
+    close = getattr(rows, "close", None)
+    if close is None:
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r".*tasks .*(cancelled|not used)", category=UserWarning
+        )
+        close()
 
 
 def _dask(
