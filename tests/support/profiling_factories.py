@@ -380,6 +380,50 @@ def checkpoint_nonreentrant():
     return CheckpointedMLP(False), torch.randn(4, 32)
 
 
+class _TwoInputBlock(nn.Module):
+    """A block of two inputs: ``x`` read first in the forward pass (so last in the backward
+    pass), ``ctx`` (an encoder's output, as in a decoder's cross-attention) in the middle."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        h = self.q(x) + self.k(ctx)
+        return x + self.down(torch.nn.functional.gelu(self.up(h)))
+
+
+class CrossCheckpointed(nn.Module):
+    """An encoder, then two `_TwoInputBlock`s under ``torch.utils.checkpoint(use_reentrant=False)``
+    (as a Hugging Face encoder-decoder with gradient checkpointing), each given the running
+    hidden state and the encoder's output, then a head."""
+
+    def __init__(self, width: int = 32, blocks: int = 2):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, width))
+        self.inp = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(_TwoInputBlock(width) for _ in range(blocks))
+        self.head = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        ctx = self.enc(x)
+        h = self.inp(x)
+        for blk in self.blocks:
+            h = checkpoint(blk, h, ctx, use_reentrant=False)
+        return self.head(h)
+
+
+def checkpoint_cross_inputs():
+    """(model, x): non-reentrant checkpointed blocks of two inputs each."""
+    torch.manual_seed(0)
+    return CrossCheckpointed(), torch.randn(8, 32)
+
+
 class ReentrantFirstBlock(nn.Module):
     """A reentrant-checkpointed block whose input requires grad without a layer of the model
     before it: the model's input (``x.requires_grad_()``, as the checkpoint's docs ask) or an

@@ -12,8 +12,13 @@ Modelling choices:
   backward pass, other nodes' operators, before its own last one, or after it: it returns
   before the next operator of its own backward pass, `_to_node_returns`); a node that reads
   it holds it so too, also when the unpack went through other hooks than the recorder's (a
-  non-reentrant checkpoint's). A saved tensor that no backward node unpacked is released with
-  the graph: it is read by the last backward operator. A value the backward pass itself saved
+  non-reentrant checkpoint's). A tensor a node reads without the recorder's unpack was held
+  for it since the recorder's unpack that gave it out (a non-reentrant checkpoint's re-run
+  keeps aliases of its block's inputs), and a tensor is held until autograd lets go of what
+  its pack returned, when that is after its last reader (the checkpoint's input saver goes
+  with the block's last saved tensor): `_held_since_unpack`, `_held_until_let_go`. A saved
+  tensor that no backward node unpacked is released with the graph: it is read by the last
+  backward operator. A value the backward pass itself saved
   (the checkpoint's re-run forward) is no saved tensor of the instance: it counts as transient
   to the last operator of the node that unpacked it.
 - Recompute cost: the time of the operator chain that rebuilds the tensor from saved tensors, the
@@ -181,6 +186,8 @@ def build_instance(
             node_held[k] = max(node_held.get(k, end), end)
         else:
             bwd_readers[t].update(op_of(o) for o in range(nxt, end + 1))
+    _held_since_unpack(trace, t_index, saved_values, unpacked_by, bwd_readers, op_of)
+    _held_until_let_go(trace, t_index, bwd_readers, op_of)
     for t in range(n_t):
         if not bwd_readers[t]:
             bwd_readers[t].add(last_op)
@@ -390,6 +397,61 @@ def _running_sum(delta: list[int]) -> list[int]:
         run += d
         out.append(run)
     return out
+
+
+def _held_since_unpack(
+    trace: Trace,
+    t_index: dict[int, int],
+    saved_values: set[int],
+    unpacked_by: list[int],
+    bwd_readers: list[set[int]],
+    op_of: Any,
+) -> None:
+    """A saved tensor that a backward node reads without unpacking it through the recorder's
+    hooks was handed to that node by another holder, which has held it since the recorder's
+    unpack that gave it out: every operator from that unpack to the read uses it.
+
+    A non-reentrant ``torch.utils.checkpoint`` unpacks its block's inputs once, to re-run the
+    block, and keeps what the re-run saves (aliases of those inputs: a linear layer's input)
+    until the nodes that read them run, operators later. Between the unpack and those reads no
+    operator reads the tensor, yet its storage cannot go: a copy back let go there (the
+    simulator, short of memory, evicting it between readers) frees nothing, and the copy back
+    made again for the later reader is a second one."""
+    unpacks: list[list[int]] = [[] for _ in range(len(bwd_readers))]
+    nodes: list[set[int]] = [set() for _ in range(len(bwd_readers))]
+    values, ops = trace.values, trace.ops
+    for (v, nxt), node in zip(trace.unpacked_before, unpacked_by, strict=True):
+        t = t_index.get(values[v].storage)
+        if t is not None:
+            unpacks[t].append(nxt)
+            nodes[t].add(node)
+    for i, op in enumerate(ops):
+        if op.phase == 0 or op.node < 0:
+            continue
+        for v in op.reads:
+            t = t_index.get(values[v].storage)
+            if t is None or v not in saved_values or op.node in nodes[t]:
+                continue
+            since = [u for u in unpacks[t] if u <= i]
+            if since:
+                bwd_readers[t].update(op_of(o) for o in range(min(since), i))
+
+
+def _held_until_let_go(
+    trace: Trace, t_index: dict[int, int], bwd_readers: list[set[int]], op_of: Any
+) -> None:
+    """A saved tensor read in the backward pass is held to the operator after which autograd
+    let go of it (`Trace.let_go_after`), when that is after its last reader: the node that
+    saved it may run after the nodes that read it (a non-reentrant checkpoint saves its
+    block's inputs in a node of its own, which runs once the block's backward pass is done),
+    and a copy back stays on the device until autograd lets go of the tensor."""
+    values = trace.values
+    for pack, after in trace.let_go_after.items():
+        t = t_index.get(values[trace.saved[pack]].storage)
+        if t is None or not bwd_readers[t]:
+            continue
+        last = max(bwd_readers[t])
+        bwd_readers[t].update(range(last + 1, op_of(after) + 1))
 
 
 def _to_node_returns(ops: list[Any], node_last: dict[int, int]) -> None:

@@ -16,6 +16,10 @@ How each piece is observed:
   aliases (`torchapi.storage_use_count`) are known to have been dropped by the step (a
   Python local such as ``q`` in an attention block keeps its buffer until the function
   returns, after its last reader): `Trace.released_after`.
+- Let go: a ``weakref.finalize`` on each object the pack hook returns notes the backward
+  operator after which autograd dropped it (`Trace.let_go_after`): a node's saved tensors go
+  after the node ran, but a node that saved a tensor may run long after the nodes that read
+  it (a non-reentrant checkpoint's input saver runs after the whole block's backward pass).
 - Frees: a ``weakref.finalize`` on each storage an operator allocates notes the operator after
   which it was freed (`Trace.freed_after`): an unsaved buffer a Python local holds lives past
   its last reader too.
@@ -50,7 +54,7 @@ from slackswap.torchstep.values import ValueNumbering, number_call, tensors
 class _Handle:
     """What the pack hook hands autograd for an activation: an index into the saved table."""
 
-    __slots__ = ("index",)
+    __slots__ = ("index", "__weakref__")
 
     def __init__(self, index: int):
         self.index = index
@@ -149,7 +153,14 @@ class Recorder(TorchDispatchMode):
         k = self._key(t)
         if k is not None and k not in self.trace.released_after:
             self._aliases[k] = self._aliases.get(k, 0) + 1
-        return _Handle(len(self._saved_tensors) - 1)
+        handle = _Handle(len(self._saved_tensors) - 1)
+        weakref.finalize(handle, self._let_go, len(self.trace.saved) - 1)
+        return handle
+
+    def _let_go(self, pack: int) -> None:
+        """Autograd dropped what pack ``pack`` returned: `Trace.let_go_after`."""
+        if self.watch_frees and self.phase == 1 and self.trace.ops:
+            self.trace.let_go_after[pack] = len(self.trace.ops) - 1
 
     def _watch(self, t: torch.Tensor) -> None:
         """Note in `Trace.freed_after` when ``t``'s (new) storage is freed during the step."""

@@ -64,6 +64,10 @@ class Trace:
     # per entry of `unpacked_before`, the autograd node that unpacked it (-1: none); the node
     # holds what it unpacked until it has run all its operators
     unpacked_by: list[int] = field(default_factory=list)
+    # per entry of `saved` (a pack), the backward operator after which autograd let go of what
+    # the pack hook returned (the node that saved it ran, or the graph went); absent: let go in
+    # the forward pass, or not observed
+    let_go_after: dict[int, int] = field(default_factory=dict)
     block_inputs: dict[int, int] = field(default_factory=dict)  # value id -> block it enters
     block_outputs: dict[int, int] = field(default_factory=dict)  # value id -> block it leaves
     block_modules: list[str] = field(default_factory=list)  # module path of each block call
