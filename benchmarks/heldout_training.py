@@ -16,7 +16,9 @@ simulator finds feasible. Each plan trains ``--steps`` AdamW steps under `prepar
 first step, then fast ones), a new batch each step, against the same steps unplanned from the
 same start and RNG seeds. Prints a Markdown row per plan: bitwise or not, whether the steps
 after the first ran fast (`PlannedStep.fast`, else its ``reason``), the rebuilds per step and
-the largest bytes a step went over its budget. Exit status 1 when a plan's training differs or
+the largest bytes a step went over its budget, and how far the checked first step's measured
+peak (every operator's outputs) ended from the simulator's (the profile's memory model against
+the real step: 0 when they agree). Exit status 1 when a plan's training differs or
 raises. ``--autocast``: the profile and every step (forward and backward) inside
 ``torch.autocast("cpu", torch.bfloat16, cache_enabled=False)``. ``--checkpointing``: the Hugging
 Face model's own ``gradient_checkpointing_enable`` (``torch.utils.checkpoint``, reentrant or
@@ -255,15 +257,16 @@ def main() -> int:
     torch.set_num_threads(1)
     failed = 0
     print(
-        "| model | plan | bitwise | fast after step 1 | rebuilds per step | most over budget (B) |"
+        "| model | plan | bitwise | fast after step 1 | rebuilds per step | most over budget (B) "
+        "| step 1: measured - simulated peak (B) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         model = build(name)
         if args.checkpointing:
             inner = getattr(model, "inner", None)  # PyTorch's GRU and LSTM have none
             if not getattr(inner, "supports_gradient_checkpointing", False):
-                print(f"| {name} | (no gradient checkpointing in Hugging Face's model) | | | | |")
+                print(f"| {name} | (no gradient checkpointing in Hugging Face's model) | | | | | |")
                 continue
             reentrant = args.checkpointing == "reentrant"
             inner.gradient_checkpointing_enable(  # type: ignore[operator]
@@ -276,7 +279,7 @@ def main() -> int:
         except RuntimeError as exc:  # torch's own step, no plan (LSTM under bfloat16 autocast
             # on a CPU whose oneDNN has no such primitive): nothing of slackswap's to try
             why = str(exc).splitlines()[0][:120]
-            print(f"| {name} | (its own step raises here, with no plan: {why}) | | | | |")
+            print(f"| {name} | (its own step raises here, with no plan: {why}) | | | | | |")
             continue
         with REGION():
             inst = profile_step(model, (ids,), lambda out, ids=ids: next_token_loss(out, ids))
@@ -286,15 +289,17 @@ def main() -> int:
                 got, planned, stats = train(model, args.steps, plan, budget)
             except Exception as exc:  # a row for it, and the status says so
                 failed += 1
-                print(f"| {name} | {label} | raised {type(exc).__name__}: {exc} | | | |")
+                print(f"| {name} | {label} | raised {type(exc).__name__}: {exc} | | | | |")
                 continue
             same = bitwise(got, ref)
             failed += not same
             fast = "yes" if planned.fast else f"no: {planned.reason}"
             rebuilds = " ".join(str(s.rebuilds) for s in stats)
             over = max(s.over_budget_bytes for s in stats)
+            first = stats[0]
+            gap = (first.measured_peak_bytes or 0) - first.simulated_peak_bytes
             print(f"| {name} | {label} | {'yes' if same else 'NO'} | {fast} | {rebuilds} | "
-                  f"{over} |")  # fmt: skip
+                  f"{over} | {gap:+d} |")  # fmt: skip
         sys.stdout.flush()
     print()
     print(f"{failed} plan(s) differ or raised")
