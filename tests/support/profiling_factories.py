@@ -486,9 +486,10 @@ class ReentrantClosure(nn.Module):
     also multiplies by ``cos``, so autograd saves it in the forward pass too, and lets it go
     (the head's backward) before the checkpoints save it again."""
 
-    def __init__(self, head_reads: bool, layers: int = 2, width: int = 32):
+    def __init__(self, head_reads: bool, layers: int = 2, width: int = 32, reentrant: bool = True):
         super().__init__()
         self.head_reads = head_reads
+        self.reentrant = reentrant
         self.emb = nn.Embedding(64, width)
         self.register_buffer("inv_freq", torch.linspace(0.1, 1.0, width))
         self.layers = nn.ModuleList(_RotatedLayer(width) for _ in range(layers))
@@ -504,7 +505,7 @@ class ReentrantClosure(nn.Module):
             angle = torch.arange(ids.shape[1], dtype=torch.float32)[:, None] * self.inv_freq
             cos, sin = angle.cos(), angle.sin()
         for layer in self.layers:
-            x = x + checkpoint(partial(layer, cos=cos, sin=sin), x, use_reentrant=True)
+            x = x + checkpoint(partial(layer, cos=cos, sin=sin), x, use_reentrant=self.reentrant)
         out = self.head(x)
         return out * cos[:, :8] if self.head_reads else out
 
@@ -519,6 +520,13 @@ def checkpoint_closure_head():
     """(model, ids): as `checkpoint_closure`, and the head saves ``cos`` in the forward pass."""
     torch.manual_seed(0)
     return ReentrantClosure(True), torch.randint(0, 64, (2, 16))
+
+
+def checkpoint_closure_head_nonreentrant():
+    """(model, ids): as `checkpoint_closure_head`, the layers under a non-reentrant checkpoint
+    (whose function, and so the closure, goes with each layer's backward)."""
+    torch.manual_seed(0)
+    return ReentrantClosure(True, reentrant=False), torch.randint(0, 64, (2, 16))
 
 
 class _CrossBlock(nn.Module):

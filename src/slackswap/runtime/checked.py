@@ -166,7 +166,8 @@ def _fill(stats: RunStats, ex: Any, tracker: StorageTracker, own: bool) -> None:
     stats.held_tensors = [str(inst.tensor_name[i]) for i in held]
     stats.held_bytes = sum(ex.entries[i].nbytes for i in held)
     stats.autocast_cache = ex.autocast_cache
-    stats.checkpoint_closure = bool(ex.resaved_after_release.intersection(held))
+    closure = ex.resaved_after_release | ex.freed_in_backward
+    stats.checkpoint_closure = bool(closure.intersection(held))
     if held:
         stats.hooked_modules = hooked
     stats.measured = "operator outputs"

@@ -162,6 +162,12 @@ class PlanExecutor(TorchDispatchMode):
         #: Entries autograd saved again after their last backward reader (`_pack_planned`):
         #: a reentrant checkpoint's closure held them.
         self.resaved_after_release: set[int] = set()
+        #: Swapped or recomputed entries held outside autograd when backward began (`held`)
+        #: whose storage went during the backward pass (`_note_held_freed`): the holder was
+        #: part of the graph (a non-reentrant checkpoint's function, which holds what it reads
+        #: through a closure until its block's backward), not a hook or a variable.
+        self.freed_in_backward: set[int] = set()
+        self._held_refs: dict[int, Any] = {}  # such an entry -> a weak reference to its storage
         self._packed_earlier = False  # the pack being made is of an earlier value (`_pack`)
         #: The forward ran inside ``torch.autocast`` with its cache of casts on (looked at
         #: when the model is called; `RunStats.autocast_cache`).
@@ -329,6 +335,7 @@ class PlanExecutor(TorchDispatchMode):
             self.context.resolve_grad_fns()
             self.phase = 1
             self.held = self._held_outside()
+            self._held_refs = self._refs_of(self.held)
         self.copies.let_go_due()
         # Copies start right before the next profiled operator itself (or its autograd node's
         # first unpack, see `_unpack`), not before the calls that precede it without a kernel
@@ -364,10 +371,32 @@ class PlanExecutor(TorchDispatchMode):
         out, call = number_call(self.numbering, func, args, kwargs, _run, len(self.trace.ops))
         if self.phase == 0:
             self.context.note_outputs((*call.outputs, *call.mutated), ctx)
+        elif self._held_refs:
+            self._note_held_freed()
         if call.writes is not None:
             aten = func.overloadpacket.__name__
             self.trace.ops.append(StepOp(aten, self.phase, ctx[0], call.writes))
         return out
+
+    def _refs_of(self, entries: list[int]) -> dict[int, Any]:
+        """A weak reference to the storage of each swapped or recomputed entry of ``entries``
+        (a kept one stays autograd's, which hands it to its readers)."""
+        out: dict[int, Any] = {}
+        for i in entries:
+            if self.entries[i].action == KEEP:
+                continue
+            ref = self.numbering.ref(self.saved_storages.get(i, -1))
+            if ref is not None:
+                out[i] = ref
+        return out
+
+    def _note_held_freed(self) -> None:
+        """After a backward operator: held entries whose storage is gone now were held by the
+        graph (`freed_in_backward`)."""
+        gone = [i for i, ref in self._held_refs.items() if ref.expired()]
+        for i in gone:
+            self.freed_in_backward.add(i)
+            del self._held_refs[i]
 
     def _check_op(self, index: int) -> None:
         op = self.trace.ops[index]

@@ -60,8 +60,10 @@ class RunStats:
     #: a global forward hook), named when tensors were held: the likely holders.
     hooked_modules: list[str] = field(default_factory=list)
     #: A held tensor was saved again by a reentrant ``torch.utils.checkpoint``'s re-run forward
-    #: after its last backward reader: the checkpointed function reads it through a closure
-    #: (``functools.partial`` keyword arguments, say), which holds it from the forward pass on.
+    #: after its last backward reader, or (a swapped or recomputed one) freed during the
+    #: backward pass, as a non-reentrant checkpoint's function goes with its block's backward:
+    #: the checkpointed function holds it through a closure (``functools.partial`` keyword
+    #: arguments, say) from the forward pass on.
     checkpoint_closure: bool = False
     #: What ``measured_peak_bytes`` counts: "operator outputs" (the checked path's
     #: `StorageTracker`: every storage an operator allocates) or "saved tensors, with
@@ -132,8 +134,9 @@ def _known_holder(stats: RunStats) -> str:
     """A holder the step noted itself (not a guess among hooks and variables), with the fix."""
     if stats.checkpoint_closure:
         return (
-            "a reentrant torch.utils.checkpoint whose function reads it through a closure, "
-            "which holds it until that block's backward: pass it to checkpoint as an argument"
+            "a torch.utils.checkpoint whose function holds it through a closure, such as "
+            "keyword arguments bound with functools.partial, until that block's backward: "
+            "pass it to checkpoint as a positional argument"
         )
     if stats.autocast_cache:
         return (

@@ -86,8 +86,9 @@ class Learned:
     replay: Replay | None = None
     #: Entries whose storage the step also saved unplanned (autograd holds it itself).
     shared: frozenset[int] = frozenset()
-    #: Entries a reentrant checkpoint saved again after their last backward reader (the
-    #: checked path's `PlanExecutor.resaved_after_release`): a closure holds them.
+    #: Entries a checkpoint's closure held: a reentrant one saved them again after their last
+    #: backward reader; a non-reentrant one let them go during the backward pass (the checked
+    #: path's `PlanExecutor.resaved_after_release`, `PlanExecutor.freed_in_backward`).
     closure_held: frozenset[int] = frozenset()
     #: What a fast step does per pack (`fast.pack_program`): made by the first fast step.
     program: list[tuple[Any, ...]] | None = None
@@ -120,7 +121,7 @@ class FirstStepObserver(StepObserver):
         self.records: FirstStepRecords | None = None
         #: Entries whose storage the step also saved unplanned (autograd holds it itself).
         self.shared: frozenset[int] = frozenset()
-        #: Entries a reentrant checkpoint's closure held (`Learned.closure_held`).
+        #: Entries a checkpoint's closure held (`Learned.closure_held`).
         self.closure_held: frozenset[int] = frozenset()
 
     def before_forward_op(self, func: Any, args: Any, kwargs: Any) -> Any:
@@ -179,7 +180,7 @@ class FirstStepObserver(StepObserver):
         self.shared = frozenset(
             i for i, k in saved.items() if entries[i].action != KEEP and k in holds
         )
-        self.closure_held = frozenset(executor.resaved_after_release)
+        self.closure_held = frozenset(executor.resaved_after_release | executor.freed_in_backward)
         self.records = FirstStepRecords(
             executor.trace,
             dict(rb.records),
