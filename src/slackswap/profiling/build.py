@@ -5,7 +5,9 @@ Modelling choices:
   whole storage: that is what the saved view keeps alive. Parameters and buffers are excluded,
   and so are storages that existed before the step and that the step still held when backward
   began (model inputs, targets): the caller holds them for the whole step, so no action frees
-  them (``meta["caller_held_bytes"]``).
+  them (``meta["caller_held_bytes"]``). Nor are storages something besides autograd held
+  from the forward pass into the backward pass and let go there (a non-reentrant checkpoint's
+  closure, `Trace.let_go_in_backward`): they count as transient from their producer until then.
 - Backward readers: every backward operator that reads the storage, plus the operators from
   the one right after the unpack to the last of the node that unpacked it (the node holds what
   it unpacked until it returns; a reentrant ``torch.utils.checkpoint`` node runs a whole inner
@@ -109,12 +111,17 @@ def build_instance(
     # So do forward values that only such a re-run saves (handed to the block by a closure, as
     # Hugging Face's layers get their rotary cos and sin): the closure holds them from their
     # producer to that node, where no action can free them.
+    # So do storages a holder besides autograd kept from the forward pass into the backward
+    # pass and let go there (a checkpoint's closure, an autograd Function's ``ctx``): no
+    # action frees them before that holder does; they count from their producer until then.
+    graph_held = trace.let_go_in_backward
     saved_values = {
         v
         for v in trace.saved
         if values[v].storage not in caller_held
         and values[v].producer < n_fwd
         and v not in trace.saved_first_in_backward
+        and values[v].storage not in graph_held
     }
     by_storage: dict[int, int] = {}
     for v in trace.saved:
@@ -167,8 +174,9 @@ def build_instance(
     # A value the backward pass made and saved (a reentrant checkpoint's re-run forward) is no
     # saved tensor of the instance, but the node that unpacks it holds it in the same way:
     # an unsaved storage alive to the node's last operator (`Trace.freed_after` cannot say: the
-    # recorder's own aliases keep it from being seen freed).
-    node_held: dict[int, int] = {}
+    # recorder's own aliases keep it from being seen freed). A storage a holder kept into the
+    # backward pass is alive until it let go (`graph_held`), in the same way.
+    node_held: dict[int, int] = dict(graph_held)
     for (v, nxt), node in zip(trace.unpacked_before, unpacked_by, strict=True):
         k = values[v].storage
         if k in caller_held:

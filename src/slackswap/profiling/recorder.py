@@ -15,7 +15,10 @@ How each piece is observed:
   so before each forward operator the storages whose only remaining references are those
   aliases (`torchapi.storage_use_count`) are known to have been dropped by the step (a
   Python local such as ``q`` in an attention block keeps its buffer until the function
-  returns, after its last reader): `Trace.released_after`.
+  returns, after its last reader): `Trace.released_after`. Those still held so when the
+  backward pass begins are watched through it, before each backward operator: one a holder
+  inside the graph lets go there (a non-reentrant checkpoint's function holding it through a
+  closure) is noted in `Trace.let_go_in_backward`.
 - Let go: a ``weakref.finalize`` on each object the pack hook returns notes the backward
   operator after which autograd dropped it (`Trace.let_go_after`): a node's saved tensors go
   after the node ran, but a node that saved a tensor may run long after the nodes that read
@@ -79,6 +82,9 @@ class Recorder(TorchDispatchMode):
         self._saved_tensors: list[torch.Tensor] = []  # detached aliases, held until the end
         self._saved_values: set[int] = set()  # the values packed so far
         self._aliases: dict[int, int] = {}  # storage key -> aliases held, until released
+        #: Saved storages the step made, still held besides our aliases when the backward
+        #: pass began -> our aliases of each (`_note_let_go_in_backward`).
+        self._held_into_backward: dict[int, int] = {}
         #: Note when each storage an operator allocates is freed (`Trace.freed_after`).
         self.watch_frees = True
         self._watched: set[int] = set()
@@ -132,7 +138,11 @@ class Recorder(TorchDispatchMode):
         self.resolve_grad_fns()
         if self.phase == 0 and self._aliases:
             self._note_released()
-        self._aliases.clear()  # still held when backward begins: held through it
+        # Still held when backward begins (by the caller, or by something the graph keeps):
+        # watched through the backward pass (`_note_let_go_in_backward`).
+        preexisting = self.numbering.preexisting
+        self._held_into_backward = {k: n for k, n in self._aliases.items() if k not in preexisting}
+        self._aliases.clear()
         self.phase = 1
 
     # ----- saved-tensor hooks --------------------------------------------------------------------
@@ -153,6 +163,8 @@ class Recorder(TorchDispatchMode):
         k = self._key(t)
         if k is not None and k not in self.trace.released_after:
             self._aliases[k] = self._aliases.get(k, 0) + 1
+            if k in self._held_into_backward:  # saved again in backward: one alias more
+                self._held_into_backward[k] += 1
         handle = _Handle(len(self._saved_tensors) - 1)
         weakref.finalize(handle, self._let_go, len(self.trace.saved) - 1)
         return handle
@@ -184,6 +196,17 @@ class Recorder(TorchDispatchMode):
                 self.trace.released_after[k] = after
                 del self._aliases[k]
 
+    def _note_let_go_in_backward(self) -> None:
+        """Saved storages held into the backward pass whose only references are our aliases
+        now were let go by their holder after the last recorded operator
+        (`Trace.let_go_in_backward`)."""
+        after = len(self.trace.ops) - 1
+        for k, n in list(self._held_into_backward.items()):
+            ref = self.numbering.ref(k)
+            if ref is not None and storage_use_count(ref) <= n + 1:
+                self.trace.let_go_in_backward[k] = after
+                del self._held_into_backward[k]
+
     def _unpack(self, h: Any) -> torch.Tensor:
         if not isinstance(h, _Handle):
             return h
@@ -197,6 +220,7 @@ class Recorder(TorchDispatchMode):
         self.watch_frees = False  # what the end of the step frees is not the step's doing
         self._saved_tensors.clear()
         self._aliases.clear()
+        self._held_into_backward.clear()
         self.context.release()
         self.numbering.release()
 
@@ -215,6 +239,8 @@ class Recorder(TorchDispatchMode):
                 self._note_released()
             ctx = self.context.forward_context()
         else:
+            if self._held_into_backward:
+                self._note_let_go_in_backward()
             ctx = self.context.backward_context()
         cuda = self.timing and any(t.is_cuda for t in tensors((args, kwargs)))
         elapsed = 0.0

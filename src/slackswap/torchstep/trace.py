@@ -78,6 +78,11 @@ class Trace:
     # references (Python locals, C++ frames; not autograd's) were all gone; absent when still
     # held when the backward pass began (model inputs the caller holds) or not observed
     released_after: dict[int, int] = field(default_factory=dict)
+    # storage key of a saved storage the step made that something besides autograd still held
+    # when the backward pass began (a checkpoint's closure, an autograd Function's ``ctx``) ->
+    # the backward operator after which that holder let go of it; absent: let go in the
+    # forward pass, or held to the step's end (the caller's output)
+    let_go_in_backward: dict[int, int] = field(default_factory=dict)
     # storage key of a storage an operator allocated -> the operator after which it was freed
     # (absent: still alive when the step ended)
     freed_after: dict[int, int] = field(default_factory=dict)
