@@ -196,6 +196,16 @@ class Recorder(TorchDispatchMode):
                 self.trace.released_after[k] = after
                 del self._aliases[k]
 
+    def end_backward(self) -> None:
+        """The backward pass returned: saved storages still held into it are held past it (by
+        the graph the step's loss keeps, as a reentrant checkpoint's function, or by a forward
+        hook of the caller's): let go after the last operator, for the profile."""
+        self._note_let_go_in_backward()
+        last = len(self.trace.ops) - 1
+        for k in self._held_into_backward:
+            self.trace.let_go_in_backward[k] = last
+        self._held_into_backward.clear()
+
     def _note_let_go_in_backward(self) -> None:
         """Saved storages held into the backward pass whose only references are our aliases
         now were let go by their holder after the last recorded operator

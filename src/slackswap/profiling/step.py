@@ -151,6 +151,7 @@ def _step(
         _check_loss(loss)
         rec.start_backward()
         _call(loss.backward, "backward")
+        rec.end_backward()
 
 
 def _check_loss(loss: Any) -> None:

@@ -61,11 +61,24 @@ def _train(model: torch.nn.Module, xs: list[Any], planned: Any, cache: bool) -> 
     return [p.detach().clone() for p in model.parameters()]
 
 
-def test_a_weight_cast_autocasts_cache_keeps_is_named_as_its_holder() -> None:
+def test_a_profile_under_autocasts_cache_offers_its_casts_to_no_plan() -> None:
+    """The cache keeps each weight's cast from the forward pass past the backward pass: no
+    action frees it, so a profile made with the cache on does not offer it to a plan."""
     torch.manual_seed(0)
     model = _TwoLinears()
     x = torch.randn(8, 16)
-    planned = prepare(model, _recompute_casts(model, x, cache=True), 1.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inst = profile_step(model, (x,), _loss)
+    assert not [n for n in inst.tensor_name if str(n).startswith("b/_to_copy")]
+
+
+def test_a_weight_cast_autocasts_cache_keeps_is_named_as_its_holder() -> None:
+    """A plan made without the cache (that recomputes the casts) run with it on: the cache
+    keeps the casts, and the step names it."""
+    torch.manual_seed(0)
+    model = _TwoLinears()
+    x = torch.randn(8, 16)
+    planned = prepare(model, _recompute_casts(model, x, cache=False), 1.0)
     with pytest.warns(HeldTensorWarning, match=r"torch.autocast's cache of casts") as caught:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             with planned.step() as stats:
