@@ -106,6 +106,21 @@ def test_rebuilds_use_no_more_memory_than_simulated(name: str, gpt2) -> None:
     assert not _above_simulated(r, inst, plan, "100%")
 
 
+def test_a_profile_with_the_hooks_offers_what_they_keep_to_no_plan(hooked) -> None:
+    """Profiled with its hooks, the step's fc1 outputs are kept past the backward pass by them:
+    no action frees them, so they are no saved tensors of the instance, and their bytes count
+    to the step's end."""
+    model, inputs, loss_fn, plain_inst, _, _ = hooked
+    inst = profile_step(model, inputs, loss_fn)
+    kept = {"blocks.0.fc1/addmm.out", "blocks.1.fc1/addmm.out"}
+    assert kept <= set(plain_inst.tensor_name) and not kept & set(inst.tensor_name)
+    fc1 = list(inst.op_name).index("blocks.1.fc1/addmm")
+    nbytes = int(
+        plain_inst.tensor_bytes[list(plain_inst.tensor_name).index("blocks.1.fc1/addmm.out")]
+    )
+    assert min(int(inst.op_transient_bytes[o]) for o in range(fc1 + 1, inst.n_ops)) >= nbytes
+
+
 def test_a_reference_outside_autograd_is_named_and_not_counted_as_swapped(hooked) -> None:
     model, inputs, loss_fn, inst, plan, budget = hooked
     with warnings.catch_warnings(record=True) as caught:
