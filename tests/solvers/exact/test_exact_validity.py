@@ -59,6 +59,21 @@ def test_random_runs_embed_in_both_models(inst: Instance, seed: int) -> None:
         check_run(inst, acts, tight_budget(inst, acts, rng))
 
 
+def test_a_prefetch_that_starts_as_an_operator_ends_embeds_as_present() -> None:
+    """A random instance hypothesis found (in the lowest-versions venv's CI run): tensor 3's
+    copy back starts at the instant its last forward reader ends, where its buffer is freed.
+    The embedding took that end as S + d, which rounded past the run's own float of it, so the
+    free sorted after the copy back and the tensor counted as absent at the next operator (a
+    prefetch-deadline row short by 0.25 P). It now reads each operator's end off the run."""
+    from pathlib import Path
+
+    from slackswap.instances.format import load_instance
+
+    inst = load_instance(Path(__file__).with_name("embed_tie_random4.json"))
+    acts = np.array([1, 1, 1, 1, 1, 2, 1], dtype=np.int8)
+    assert check_run(inst, acts, 25009971, cp=False)
+
+
 @pytest.mark.parametrize("inst", small_catalog_instances(), ids=lambda i: i.name)
 def test_catalog_runs_embed(inst: Instance) -> None:
     rng = np.random.default_rng(7)

@@ -494,6 +494,11 @@ class BoundProgram:
         start = np.full(self.n, np.nan)
         start[np.asarray(timeline.compute_op)[is_op]] = np.asarray(timeline.compute_start_s)[is_op]
         S = start / self.time_unit
+        # Each operator's end as the run has it, not S + d: a copy that starts as an operator
+        # ends carries the run's own float of that instant, and S + d can round past it.
+        end = np.full(self.n, np.nan)
+        end[np.asarray(timeline.compute_op)[is_op]] = np.asarray(timeline.compute_end_s)[is_op]
+        E = end / self.time_unit
         x[self.T] = S - self.D
         is_rb = kind == COMPUTE_KINDS.index("rebuild")
         rb_start = np.asarray(timeline.compute_start_s)[is_rb] / self.time_unit
@@ -526,7 +531,7 @@ class BoundProgram:
         SB = S[nf - 1] + self.d[nf - 1]
         F = np.zeros(nf)
         X = np.zeros(n - nf)
-        end_lfr = S[self.lfr] + self.d[self.lfr]
+        end_lfr = E[self.lfr]
         for t in np.flatnonzero(acts == SWAP):
             out_end = c1[(eng == d2h) & (ct == t)]
             done = float(out_end.min()) if out_end.size else np.inf
