@@ -188,13 +188,19 @@ class Recorder(TorchDispatchMode):
     def _note_released(self) -> None:
         """Saved storages nothing but our aliases holds any more were released by the step
         after the last recorded operator."""
+        self._note_unheld(self._aliases, self.trace.released_after)
+
+    def _note_unheld(self, watched: dict[int, int], into: dict[int, int]) -> None:
+        """The storages of ``watched`` (storage key -> our aliases of it) that nothing but
+        those aliases holds now: noted in ``into`` at the last recorded operator, and no longer
+        watched."""
         after = len(self.trace.ops) - 1
-        for k, n in list(self._aliases.items()):
+        for k, n in list(watched.items()):
             # +1: the storage's Python object, which PyTorch keeps while the storage lives.
             ref = self.numbering.ref(k)
             if ref is not None and storage_use_count(ref) <= n + 1:
-                self.trace.released_after[k] = after
-                del self._aliases[k]
+                into[k] = after
+                del watched[k]
 
     def end_backward(self) -> None:
         """The backward pass returned: saved storages still held into it are held past it (by
@@ -210,12 +216,7 @@ class Recorder(TorchDispatchMode):
         """Saved storages held into the backward pass whose only references are our aliases
         now were let go by their holder after the last recorded operator
         (`Trace.let_go_in_backward`)."""
-        after = len(self.trace.ops) - 1
-        for k, n in list(self._held_into_backward.items()):
-            ref = self.numbering.ref(k)
-            if ref is not None and storage_use_count(ref) <= n + 1:
-                self.trace.let_go_in_backward[k] = after
-                del self._held_into_backward[k]
+        self._note_unheld(self._held_into_backward, self.trace.let_go_in_backward)
 
     def _unpack(self, h: Any) -> torch.Tensor:
         if not isinstance(h, _Handle):
