@@ -6,8 +6,9 @@ Modelling choices:
   and so are storages that existed before the step and that the step still held when backward
   began (model inputs, targets): the caller holds them for the whole step, so no action frees
   them (``meta["caller_held_bytes"]``). Nor are storages something besides autograd held
-  from the forward pass into the backward pass and let go there (a non-reentrant checkpoint's
-  closure, `Trace.let_go_in_backward`): they count as transient from their producer until then.
+  from the forward pass into the backward pass (a checkpoint's closure, a forward hook storing
+  them, autocast's cache; `Trace.let_go_in_backward`): they count as transient from their
+  producer until that holder let go, or to the last operator.
 - Backward readers: every backward operator that reads the storage, plus the operators from
   the one right after the unpack to the last of the node that unpacked it (the node holds what
   it unpacked until it returns; a reentrant ``torch.utils.checkpoint`` node runs a whole inner
@@ -112,8 +113,9 @@ def build_instance(
     # Hugging Face's layers get their rotary cos and sin): the closure holds them from their
     # producer to that node, where no action can free them.
     # So do storages a holder besides autograd kept from the forward pass into the backward
-    # pass and let go there (a checkpoint's closure, an autograd Function's ``ctx``): no
-    # action frees them before that holder does; they count from their producer until then.
+    # pass (a checkpoint's closure, an autograd Function's ``ctx``, a forward hook, autocast's
+    # cache): no action frees them before that holder does; they count from their producer
+    # until it let go (the last operator when it held them past the backward pass).
     graph_held = trace.let_go_in_backward
     saved_values = {
         v

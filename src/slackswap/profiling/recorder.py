@@ -16,9 +16,10 @@ How each piece is observed:
   aliases (`torchapi.storage_use_count`) are known to have been dropped by the step (a
   Python local such as ``q`` in an attention block keeps its buffer until the function
   returns, after its last reader): `Trace.released_after`. Those still held so when the
-  backward pass begins are watched through it, before each backward operator: one a holder
-  inside the graph lets go there (a non-reentrant checkpoint's function holding it through a
-  closure) is noted in `Trace.let_go_in_backward`.
+  backward pass begins are watched through it, before each backward operator: where a holder
+  lets go of one there (a non-reentrant checkpoint's function holding it through a closure),
+  or holds it past the backward pass's end (a forward hook, a reentrant checkpoint's closure,
+  autocast's cache), is noted in `Trace.let_go_in_backward`.
 - Let go: a ``weakref.finalize`` on each object the pack hook returns notes the backward
   operator after which autograd dropped it (`Trace.let_go_after`): a node's saved tensors go
   after the node ran, but a node that saved a tensor may run long after the nodes that read

@@ -79,9 +79,10 @@ class Trace:
     # held when the backward pass began (model inputs the caller holds) or not observed
     released_after: dict[int, int] = field(default_factory=dict)
     # storage key of a saved storage the step made that something besides autograd still held
-    # when the backward pass began (a checkpoint's closure, an autograd Function's ``ctx``) ->
-    # the backward operator after which that holder let go of it; absent: let go in the
-    # forward pass, or held to the step's end (the caller's output)
+    # when the backward pass began (a checkpoint's closure, an autograd Function's ``ctx``, a
+    # forward hook storing it, autocast's cache) -> the operator after which that holder let
+    # go of it, the last one when it held it past the backward pass; absent: let go in the
+    # forward pass
     let_go_in_backward: dict[int, int] = field(default_factory=dict)
     # storage key of a storage an operator allocated -> the operator after which it was freed
     # (absent: still alive when the step ended)
