@@ -17,7 +17,8 @@ Ctrl-C there is Python's traceback, or a death by the signal before Python has a
   ``GRACE_S`` seconds later;
 * inside ``os.fork`` (the fork and every at-fork hook) a Ctrl-C is held and ends the process
   as the call returns; while worker processes start (`spawning`) it is held and raised as the
-  window closes; inside numba's compiler (`begin_ending_at_once`) it ends the process at once;
+  window closes; inside numba's compiler and the solver modules' import, which a sweep does
+  inside the command (`begin_ending_at_once`), it ends the process at once;
 * once the command has returned (its output written; the interpreter shutting down, exit hooks
   stopping workers and removing their temporary folders) a Ctrl-C lets that clean-up finish,
   then ends the process with the line and 130 (see `command_ends`; a second Ctrl-C ends it at

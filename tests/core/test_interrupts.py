@@ -380,6 +380,29 @@ def test_numba_compiles_inside_the_warm_up_end_at_once_on_ctrl_c() -> None:
     assert not interrupts.ends_at_once()
 
 
+def test_the_solver_modules_import_ending_at_once_on_ctrl_c(monkeypatch) -> None:
+    """A sweep completes the registry inside the command; OR-Tools' extension calls protobuf's
+    ``descriptor_pool.Default`` from C++ as it initialises and prints, as a traceback, a
+    KeyboardInterrupt raised there (CI, ``compare --jobs 2`` interrupted at 2 s)."""
+    import importlib
+
+    import slackswap.solvers as solvers
+
+    real = importlib.import_module
+    seen: dict[str, bool] = {}
+
+    def watched(name: str, package: str | None = None):
+        seen[name] = interrupts.ends_at_once()
+        return real(name, package)
+
+    monkeypatch.setattr(solvers, "_loaded", False)
+    monkeypatch.setattr(importlib, "import_module", watched)
+    solvers.load_solver_modules()
+    assert set(solvers.SOLVER_MODULES) <= set(seen)
+    assert all(seen.values()), seen
+    assert not interrupts.ends_at_once()
+
+
 @pytest.mark.parametrize(
     "argv,status",
     [

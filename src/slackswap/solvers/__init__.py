@@ -50,13 +50,21 @@ def load_solver_modules() -> None:
     global _loaded
     if not _loaded:
         interrupts.window("registry")  # the OR-Tools import comes next (a test may sleep here)
-        for name in SOLVER_MODULES:
-            importlib.import_module(name)
-        plugins.import_modules(
-            __name__,
-            skip={"base", "running", "registry", "options", "display", "deadline"},
-            recurse=True,
-        )
+        # A Ctrl-C ends the process at once while these import: the registry is often first
+        # completed inside the command (a sweep's solver names), and a KeyboardInterrupt raised
+        # in an extension's initialisation comes out as a traceback, not an exception (OR-Tools'
+        # C++ calls protobuf's descriptor_pool.Default and prints what it raised).
+        interrupts.begin_ending_at_once()
+        try:
+            for name in SOLVER_MODULES:
+                importlib.import_module(name)
+            plugins.import_modules(
+                __name__,
+                skip={"base", "running", "registry", "options", "display", "deadline"},
+                recurse=True,
+            )
+        finally:
+            interrupts.end_ending_at_once()
         _loaded = True
     plugins.load_group(plugins.SOLVERS, REGISTRY.registered_names)
 
