@@ -38,3 +38,13 @@ def check_solver_names(
             raise UserError(
                 f"{where}: {name!r} is a search or a run-time policy, not a static planner"
             )
+
+
+def check_hint(owner: str, hint: str) -> None:
+    """An exact solver's ``hint`` option: one registered solver other than ``owner``, or
+    ``none`` (a `UserError` otherwise). One solver by name, never looked up by what is
+    registered: a new solver changes no exact solver's starts."""
+    hints = solver_names(hint)
+    if len(hints) > 1:
+        raise UserError(f"solver {owner!r} option hint: one solver or none, got {hint!r}")
+    check_solver_names(owner, "hint", hints, static_only=False)

@@ -40,11 +40,10 @@ import math
 
 import numpy as np
 
-from slackswap.errors import UserError
 from slackswap.instance import Instance
 from slackswap.plan import Budget, Plan
 from slackswap.simulator import simulate
-from slackswap.solvers._named_solvers import check_solver_names, solver_names
+from slackswap.solvers._named_solvers import check_hint
 from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.display import Display
@@ -121,15 +120,7 @@ class CpSat(Solver):
         self.max_evaluations = max_evaluations
 
     def check_options(self) -> None:
-        # One registered solver by name (or "none"), never looked up by what is registered:
-        # a new solver changes no exact solver's starts. A misspelt hint is the user's error
-        # rather than a start silently missing.
-        hints = solver_names(self.hint)
-        if len(hints) > 1:
-            raise UserError(
-                f"solver {self.key!r} option hint: one solver or none, got {self.hint!r}"
-            )
-        check_solver_names(self.key, "hint", hints, static_only=False)
+        check_hint(self.key, self.hint)  # a misspelt hint is an error, not a start missing
 
     def solve(
         self, instance: Instance, budget: Budget, *, deadline: Deadline, seed: int
