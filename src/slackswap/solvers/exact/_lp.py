@@ -491,14 +491,17 @@ class BoundProgram:
         x[self.r] = r
         kind = np.asarray(timeline.compute_kind)
         is_op = kind == COMPUTE_KINDS.index("op")
-        start = np.full(self.n, np.nan)
-        start[np.asarray(timeline.compute_op)[is_op]] = np.asarray(timeline.compute_start_s)[is_op]
-        S = start / self.time_unit
+        op_of_row = np.asarray(timeline.compute_op)[is_op]
+
+        def per_op(seconds: Any) -> np.ndarray:  # one value per operator, in time units
+            out = np.full(self.n, np.nan)
+            out[op_of_row] = np.asarray(seconds)[is_op]
+            return out / self.time_unit
+
+        S = per_op(timeline.compute_start_s)
         # Each operator's end as the run has it, not S + d: a copy that starts as an operator
         # ends carries the run's own float of that instant, and S + d can round past it.
-        end = np.full(self.n, np.nan)
-        end[np.asarray(timeline.compute_op)[is_op]] = np.asarray(timeline.compute_end_s)[is_op]
-        E = end / self.time_unit
+        E = per_op(timeline.compute_end_s)
         x[self.T] = S - self.D
         is_rb = kind == COMPUTE_KINDS.index("rebuild")
         rb_start = np.asarray(timeline.compute_start_s)[is_rb] / self.time_unit
