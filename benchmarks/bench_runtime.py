@@ -28,6 +28,10 @@ beside the simulator's prediction.
     PYTHONPATH=src .venv/bin/python benchmarks/bench_runtime.py --repeat 20
     PYTHONPATH=src .venv/bin/python benchmarks/bench_runtime.py --quick   # tiny sizes, 3 steps
 
+``--warm`` times each CPU step right after an untimed run of the same step, with the collector
+off for both (`interleaved`): a training loop's warm caches. By default each step is timed
+after a full collection, which leaves the caches cold for the step's first Python.
+
 ``--quick`` (what ``benchmarks/gpu_check.sh --dry-run`` runs) checks that every case runs, at
 the tests' tiny sizes; its figures mean nothing. ``--cpu-only`` / ``--gpu-only`` run one half.
 """
@@ -251,32 +255,55 @@ def checkpointed_spans(case: Case, spans: list[tuple[str, int, int]]) -> Any:
 
 
 def interleaved(
-    case: Case, repeat: int, runs: list[tuple[str, Callable[[], Any], Any]], cuda: bool = False
+    case: Case,
+    repeat: int,
+    runs: list[tuple[str, Callable[[], Any], Any]],
+    cuda: bool = False,
+    warm: bool = False,
 ) -> dict[str, tuple[float, int]]:
     """Per label, (median seconds, highest max_memory_allocated above the step's start on CUDA)
     of one forward and backward inside ``ctx()`` on ``model`` (None: the case's). Every case
     runs once per round, ``repeat`` rounds after a warm-up one, so a change in the machine's
-    load falls on all of them alike."""
+    load falls on all of them alike. Each timed step follows a full collection (``gc.collect``),
+    so what an earlier case left is not collected inside it; that collection also leaves the
+    CPU's caches cold, so the step's first Python (a planned step's set-up) runs several times
+    slower than in a loop. ``warm``: the collection, then the same step once untimed, then the
+    timed one, with the collector off for both (a loop's steady state, the caches holding the
+    step's own code and objects)."""
     times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     peaks: dict[str, list[int]] = {label: [] for label, _, _ in runs}
+
+    def one_step(ctx: Callable[[], Any], model: torch.nn.Module) -> None:
+        for p in model.parameters():
+            p.grad = None
+        with ctx():
+            case.loss_fn(model(*case.inputs)).backward()
+
     for k in range(repeat + 1):
         for label, ctx, model in runs:
             if label in SLOW and k > SLOW_ROUNDS:
                 continue
             model = model if model is not None else case.model
-            for p in model.parameters():
-                p.grad = None
             gc.collect()  # what an earlier case left is not collected inside this one's step
-            _sync(cuda)
-            base = torch.cuda.memory_allocated() if cuda else 0
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            with ctx():
-                case.loss_fn(model(*case.inputs)).backward()
-            _sync(cuda)
+            try:
+                if warm:
+                    gc.disable()
+                    one_step(ctx, model)
+                for p in model.parameters():
+                    p.grad = None
+                _sync(cuda)
+                base = torch.cuda.memory_allocated() if cuda else 0
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                with ctx():
+                    case.loss_fn(model(*case.inputs)).backward()
+                _sync(cuda)
+                seconds = time.perf_counter() - t0
+            finally:
+                gc.enable()
             if k:
-                times[label].append(time.perf_counter() - t0)
+                times[label].append(seconds)
                 if cuda:
                     peaks[label].append(torch.cuda.max_memory_allocated() - base)
     return {
@@ -441,9 +468,10 @@ CPU_ROWS = (
 )
 
 
-def cpu_half(repeat: int, quick: bool) -> None:
+def cpu_half(repeat: int, quick: bool, warm: bool = False) -> None:
     print(f"CPU ({platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads), median of {repeat} interleaved rounds")  # fmt: skip
+          f"{torch.get_num_threads()} threads), median of {repeat} interleaved rounds"
+          + (", each timed step after an untimed one of its own (--warm)" if warm else ""))  # fmt: skip
     print(f"(the hook timer adds {timer_us_per_call():.2f} us per timed call to what it times, "
           "measured now; the Python us/pack column includes it)")  # fmt: skip
     print()
@@ -480,7 +508,7 @@ def cpu_half(repeat: int, quick: bool) -> None:
         runs.append(("keep-all, checked path (apply)",
                      partial(apply, uniform(inst, "keep"), 1.0, model=case.model), None))  # fmt: skip
         fast["keep-all, checked path (apply)"] = "no"
-        got = interleaved(case, repeat, runs)
+        got = interleaved(case, repeat, runs, warm=warm)
         plain = got["unplanned"][0]
         head = f"| {case.label} | {inst.n_ops} | {inst.n_tensors} |"
         for label, vs in CPU_ROWS:
@@ -567,6 +595,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (default 1: on a shared machine more threads "
                     "oversubscribe the cores and every figure moves)")  # fmt: skip
+    ap.add_argument("--warm", action="store_true",
+                    help="CPU half: time each step right after an untimed run of the same "
+                    "step, the collector off (`interleaved`): a loop's warm caches, where the "
+                    "default times each step after a full collection")  # fmt: skip
     half = ap.add_mutually_exclusive_group()
     half.add_argument("--cpu-only", action="store_true")
     half.add_argument("--gpu-only", action="store_true")
@@ -574,7 +606,7 @@ def main() -> None:
     repeat = args.repeat or (3 if args.quick else 20)
     torch.set_num_threads(args.threads)
     if not args.gpu_only:
-        cpu_half(repeat, args.quick)
+        cpu_half(repeat, args.quick, warm=args.warm)
     if args.cpu_only:
         return
     if torch.cuda.is_available():

@@ -88,3 +88,33 @@ def test_the_checkpoint_baseline_takes_each_block_with_the_batch_norm_after_it(
     assert isinstance(model.features[convs[1] + 1], torch.nn.Identity)
     gpt, x, lf = pf.gpt_dropout()
     assert bench.batch_norm_spans(bench.Case("GPT", gpt, x, lf)) == []
+
+
+def test_the_warm_protocol_times_each_step_after_an_untimed_one_with_the_collector_off(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each context records whether the collector was on as it was entered: the default enters
+    # each case once per round with the collector on; --warm twice, off, the second timed.
+    import gc
+    from contextlib import contextmanager
+
+    entered: dict[str, list[bool]] = {"a": [], "b": []}
+
+    def noting(label: str) -> Any:
+        @contextmanager
+        def ctx() -> Any:
+            entered[label].append(gc.isenabled())
+            yield
+
+        return ctx
+
+    case = _cnn_case(bench)
+    runs = [("a", noting("a"), None), ("b", noting("b"), None)]
+    got = bench.interleaved(case, 2, runs)
+    assert entered == {"a": [True] * 3, "b": [True] * 3}  # a warm-up round, then 2 timed
+    assert set(got) == {"a", "b"} and all(t > 0 for t, _ in got.values())
+    entered = {"a": [], "b": []}
+    runs = [("a", noting("a"), None), ("b", noting("b"), None)]
+    got = bench.interleaved(case, 2, runs, warm=True)
+    assert entered == {"a": [False] * 6, "b": [False] * 6}
+    assert gc.isenabled()
