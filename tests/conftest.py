@@ -1,6 +1,7 @@
 """Shared test configuration: hypothesis profiles sized for a 2-core CI machine, and fixtures
 more than one test module uses."""
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,23 @@ settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci")
+
+
+def _take_ctrl_c() -> None:
+    """Let SIGINT in when the suite was started with it ignored.
+
+    A shell without job control starts a background command (``cmd &`` in a script) with
+    SIGINT ignored. Python then leaves it ignored, and so do the processes the tests start.
+    The tests that send Ctrl-C (tests/core/test_interrupts.py,
+    tests/solvers/exact/test_exact_interrupt.py) would then fail because of how the suite was
+    launched, not because of the code. So this puts back Python's default handler, in every
+    process the suite runs (the workers load this file too). The commands those tests start
+    inherit a handled signal as the default disposition, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_take_ctrl_c()
 
 
 def pytest_configure(config: pytest.Config) -> None:
