@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import multiprocessing
 import threading
 import time
+from collections.abc import Iterator
 
 import pandas as pd
 import pytest
 
+from slackswap.analysis import runner
 from slackswap.analysis.execute import execute
 from slackswap.analysis.jobs import SolverSpec, Sweep, ref_from_grid_point, ref_from_instance
 from slackswap.analysis.results import TIMING_COLUMNS, read_results
@@ -184,6 +189,35 @@ def test_a_sweep_stopped_early_says_nothing_of_joblibs_cancelled_tasks(recwarn) 
         run_sweep(sweep, jobs=2, progress=False, on_row=stop)
     # the first row came and the sweep stopped without waiting for the sleeping jobs
     assert time.perf_counter() - t0 < 40
+    assert not [w for w in recwarn if "joblib" in str(w.filename)], [str(w) for w in recwarn]
+
+
+@pytest.mark.parametrize("backend", ["joblib", "dask"])
+def test_a_ctrl_c_held_while_workers_start_stops_them_and_says_nothing_more(
+    recwarn, monkeypatch, backend
+) -> None:
+    """A Ctrl-C during `spawning` is held and raised as the block ends, when the workers have
+    started (and joblib has dispatched its first tasks): they are stopped then, not left to
+    the collector, whose close of joblib's rows warned of the cancelled tasks after the
+    command's one line."""
+    if backend == "dask":
+        pytest.importorskip("dask.distributed")
+    inst = build_model("gpt2-xl", layers=1, seq=64, batch=1, name="slow-here")
+    slow = ToySleepOn(name="slow-here", seconds=60)
+    sweep = Sweep([ref_from_instance(inst)], ["1", "0.9"], [SolverSpec.of_object(slow)])
+
+    @contextlib.contextmanager
+    def interrupted_as_it_ends() -> Iterator[None]:
+        yield
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "spawning", interrupted_as_it_ends)
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, jobs=2, progress=False, backend=backend)
+    assert multiprocessing.active_children() == []
+    gc.collect()  # what the interpreter's exit would collect
+    assert time.perf_counter() - t0 < 40  # the sleeping jobs were not waited for
     assert not [w for w in recwarn if "joblib" in str(w.filename)], [str(w) for w in recwarn]
 
 

@@ -165,19 +165,26 @@ def _joblib(pending: list[Job], jobs: int) -> Iterator[dict[str, Any]]:
     # it would begin life with SIGINT unblocked (a Ctrl-C while they import: their tracebacks).
     with trackers_quiet_about_leaks():
         loky_resource_tracker.ensure_running()
-    with spawning():
-        rows = par(delayed(execute_in_worker)(j, _payload(j), parent) for j in pending)
-        # Start every worker now, inside `spawning` (loky would start some at a later submit).
-        start = getattr(getattr(par._backend, "_workers", None), "_ensure_executor_running", None)
-        if start is not None:
-            start()
+    rows: Iterator[dict[str, Any]] | None = None
     try:
+        # Inside the try: a Ctrl-C held by `spawning` is raised as the block ends, after
+        # joblib has dispatched its first tasks, and `rows` must still be closed quietly
+        # (left to the collector, it warns of them after the command's one line).
+        with spawning():
+            rows = par(delayed(execute_in_worker)(j, _payload(j), parent) for j in pending)
+            # Start every worker now, inside `spawning` (loky would start some at a later
+            # submit).
+            workers = getattr(par._backend, "_workers", None)
+            start = getattr(workers, "_ensure_executor_running", None)
+            if start is not None:
+                start()
         # Not `yield from rows`: closing this generator would close `rows` itself, with
         # joblib's warning, before `_close_quietly` could.
         for row in rows:  # noqa: UP028
             yield row
     finally:
-        _close_quietly(rows)
+        if rows is not None:
+            _close_quietly(rows)
 
 
 def _close_quietly(rows: Iterator[dict[str, Any]]) -> None:
@@ -206,25 +213,28 @@ def _dask(
         raise UserError(
             "the dask backend needs dask.distributed: pip install 'slackswap[dask]'"
         ) from None
-    own: list[Any] = []
-    if client is None:
-        if scheduler:
-            try:
-                client = Client(scheduler, timeout="20s")
-            except (OSError, TimeoutError) as exc:
-                raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
-        else:
-            with spawning():
-                cluster = LocalCluster(
-                    n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
-                )
-                client = Client(cluster)
-            own.append(cluster)
-            # Local workers are this process's children: tie them to it (kill -9, Ctrl-C).
-            client.run(tie_to_parent)
-        own.insert(0, client)
+    own: list[Any] = []  # what this sweep started, closed at its end (the client first)
     futures: dict[Any, Job] = {}
     try:
+        # Inside the try: a Ctrl-C held by `spawning` is raised as the block ends, and the
+        # cluster started meanwhile must still be closed.
+        if client is None:
+            if scheduler:
+                try:
+                    client = Client(scheduler, timeout="20s")
+                except (OSError, TimeoutError) as exc:
+                    raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+                own.append(client)
+            else:
+                with spawning():
+                    cluster = LocalCluster(
+                        n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
+                    )
+                    own.append(cluster)
+                    client = Client(cluster)
+                    own.insert(0, client)
+                # Local workers are this process's children: tie them to it (kill -9, Ctrl-C).
+                client.run(tie_to_parent)
         scattered: dict[str, Any] = {}
         for j in pending:
             h = j.instance.content_hash
@@ -242,7 +252,7 @@ def _dask(
                 row.update(job.columns())
             yield row
     finally:
-        if own and was_interrupted():
+        if own and client is not None and was_interrupted():
             # Our own cluster stops after a Ctrl-C: its workers log each task cancelled (a
             # WARNING per task) and, once the watchdog has ended this process with the
             # scheduler in it, their failed heartbeats (an ERROR with a traceback), after

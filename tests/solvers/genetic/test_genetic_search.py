@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import multiprocessing
 import os
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -502,6 +505,26 @@ def test_islands_in_fresh_worker_processes_give_the_same_result(
     assert np.array_equal(turns.best, fresh.best)
     assert fresh.evaluations == turns.evaluations and fresh.generations == turns.generations == 30
     assert [h[1:] for h in fresh.history] == [h[1:] for h in turns.history]
+
+
+@pytest.mark.skipif(not FRESH_METHODS, reason="needs forkserver or spawn")
+def test_a_ctrl_c_held_while_a_fresh_worker_starts_stops_that_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `spawning` holds a Ctrl-C and raises it as its block ends, the worker started.
+    @contextlib.contextmanager
+    def interrupted_as_it_ends() -> Iterator[None]:
+        yield
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("slackswap.solvers.genetic._islands.spawning", interrupted_as_it_ends)
+    monkeypatch.setattr(
+        "slackswap.solvers.genetic._search.worker_start_method", lambda: FRESH_METHODS[0]
+    )
+    cfg = SearchConfig(pop_size=8, islands=2, max_generations=50)
+    with pytest.raises(KeyboardInterrupt):
+        search(N_GENES, Placeholder(), cfg, seed=0, n_jobs=2, processes=True)
+    assert multiprocessing.active_children() == []
 
 
 class BreaksAway(Placeholder):

@@ -561,6 +561,7 @@ def run_islands(
                 )  # fmt: skip
                 runner = ctx.Process(target=_worker, args=args, daemon=True)
                 runner.start()
+                runners.append(runner)
             else:
                 runner = ctx.Process(
                     target=_fresh_worker,
@@ -569,9 +570,11 @@ def run_islands(
                 )
                 with _without_main(), spawning():
                     runner.start()
+                    # Inside the block: a Ctrl-C it held is raised as it ends, and the
+                    # worker started must still be stopped below.
+                    runners.append(runner)
             theirs.close()  # the child holds its end; EOF then means it exited
             links[g] = mine
-            runners.append(runner)
         deadline = None
         if rules.deadline.limited:
             deadline = rules.deadline.at + WORKER_GRACE_S
