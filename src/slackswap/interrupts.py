@@ -34,6 +34,7 @@ after its early `install`), ``start`` (before the command line's
 modules are imported), ``imports`` (before the parser and its commands), ``registry`` (before
 the solver modules and OR-Tools), ``command`` (the command runs), ``fork`` (inside ``os.fork``,
 in its at-fork hooks), ``after-fork`` (in an at-fork hook registered after ours, in the parent),
+``spawned`` (the end of a `spawning` block, its workers started, a Ctrl-C held),
 ``exit`` (the command has returned), ``shutdown`` (the entry point is about to return to the
 interpreter, whose shutdown runs exit hooks and joins workers).
 """
@@ -329,6 +330,7 @@ def spawning() -> Iterator[None]:
     _state["spawning"] += 1
     try:
         yield
+        window("spawned")
     finally:
         _state["spawning"] -= 1
         # A Ctrl-C still pending runs the handler as the mask comes back (not held now).

@@ -162,6 +162,25 @@ def test_ctrl_c_into_compare_jobs_2_at_several_moments(tmp_path, offset) -> None
 
 
 @LINUX
+@pytest.mark.parametrize("backend", ["joblib", pytest.param("dask", marks=pytest.mark.slow)])
+def test_ctrl_c_while_compare_starts_its_workers_is_one_line_and_130(tmp_path, backend) -> None:
+    # Held until the workers have started, then raised as the block ends: the jobs joblib
+    # had dispatched, left to the collector, warned of themselves after the line.
+    if backend == "dask":
+        pytest.importorskip("dask.distributed")
+    proc = _start(
+        ["compare", "gpt2-xl", "--budgets", "0.5,0.6,0.7", "--solvers", "ga,vdnn",
+         "--time-limit", "2", "--jobs", "2", "-o", str(tmp_path / "r.csv"), "--no-progress",
+         "--backend", backend],
+        tmp_path, "spawned", seconds=1.0,
+    )  # fmt: skip
+    _wait_for((tmp_path / "flag").exists)
+    _interrupted(proc)
+    time.sleep(5.0)
+    assert _alive(proc.pid) == []
+
+
+@LINUX
 def test_ctrl_c_into_compare_on_dask_is_one_line_and_130(tmp_path) -> None:
     # While the jobs run, the cluster's workers logged a WARNING per task cancelled
     # and its close outlasted the watchdog; loky's and Python's trackers warned of what they
