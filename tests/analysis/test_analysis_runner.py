@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import multiprocessing
 import threading
 import time
-from collections.abc import Iterator
 
 import pandas as pd
 import pytest
@@ -19,6 +17,7 @@ from slackswap.analysis.results import TIMING_COLUMNS, read_results
 from slackswap.analysis.runner import run_sweep
 from slackswap.instances.catalog import build_model
 from tests.support.analysis_toys import ToyBoom, ToyKeep, ToyRecompute, ToySleep, ToySleepOn
+from tests.support.interrupts import interrupted_as_it_ends
 
 
 def small_sweep(**kw) -> Sweep:
@@ -205,11 +204,6 @@ def test_a_ctrl_c_held_while_workers_start_stops_them_and_says_nothing_more(
     inst = build_model("gpt2-xl", layers=1, seq=64, batch=1, name="slow-here")
     slow = ToySleepOn(name="slow-here", seconds=60)
     sweep = Sweep([ref_from_instance(inst)], ["1", "0.9"], [SolverSpec.of_object(slow)])
-
-    @contextlib.contextmanager
-    def interrupted_as_it_ends() -> Iterator[None]:
-        yield
-        raise KeyboardInterrupt
 
     monkeypatch.setattr(runner, "spawning", interrupted_as_it_ends)
     t0 = time.perf_counter()

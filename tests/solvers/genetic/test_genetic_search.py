@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import multiprocessing
 import os
 import random
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from slackswap.solvers.deadline import Deadline
 from slackswap.solvers.genetic._islands import Pace, Rules
 from slackswap.solvers.genetic._repair import Repair, static_profile
 from slackswap.solvers.genetic._search import SearchConfig, deap_random, search
+from tests.support.interrupts import interrupted_as_it_ends
 from tests.support.strategies import small_instances
 
 N_GENES = 40
@@ -511,12 +510,7 @@ def test_islands_in_fresh_worker_processes_give_the_same_result(
 def test_a_ctrl_c_held_while_a_fresh_worker_starts_stops_that_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # `spawning` holds a Ctrl-C and raises it as its block ends, the worker started.
-    @contextlib.contextmanager
-    def interrupted_as_it_ends() -> Iterator[None]:
-        yield
-        raise KeyboardInterrupt
-
+    # `spawning` held a Ctrl-C while the worker started and raises it as its block ends.
     monkeypatch.setattr("slackswap.solvers.genetic._islands.spawning", interrupted_as_it_ends)
     monkeypatch.setattr(
         "slackswap.solvers.genetic._search.worker_start_method", lambda: FRESH_METHODS[0]
