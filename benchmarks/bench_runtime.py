@@ -264,7 +264,8 @@ def interleaved(
     """Per label, (median seconds, highest max_memory_allocated above the step's start on CUDA)
     of one forward and backward inside ``ctx()`` on ``model`` (None: the case's). Every case
     runs once per round, ``repeat`` rounds after a warm-up one, so a change in the machine's
-    load falls on all of them alike. Each timed step follows a full collection (``gc.collect``),
+    load falls on all of them alike; each round starts one case further on, so every case
+    takes every place in the round. Each timed step follows a full collection (``gc.collect``),
     so what an earlier case left is not collected inside it; that collection also leaves the
     CPU's caches cold, so the step's first Python (a planned step's set-up) runs several times
     slower than in a loop. ``warm``: the collection, then the same step once untimed, then the
@@ -280,7 +281,11 @@ def interleaved(
             case.loss_fn(model(*case.inputs)).backward()
 
     for k in range(repeat + 1):
-        for label, ctx, model in runs:
+        # Each round starts at another case: a case's place in the round (what ran just before
+        # it, how warm the caches are) moves its time by a percent or two, and a fixed order
+        # would put that bias into the ratios.
+        start = k % len(runs)
+        for label, ctx, model in runs[start:] + runs[:start]:
             if label in SLOW and k > SLOW_ROUNDS:
                 continue
             model = model if model is not None else case.model
