@@ -180,6 +180,52 @@ def resnet():
     return model, (images,), lambda logits: F.cross_entropy(logits, labels)
 
 
+class Fire(nn.Module):
+    """SqueezeNet's Fire module: a 1x1 squeeze, then 1x1 and 3x3 expands, each with an in-place
+    ReLU, concatenated: the block's output is made by its last operator."""
+
+    def __init__(self, width: int, squeeze: int, expand: int):
+        super().__init__()
+        self.squeeze = nn.Conv2d(width, squeeze, 1)
+        self.squeeze_relu = nn.ReLU(inplace=True)
+        self.expand1x1 = nn.Conv2d(squeeze, expand, 1)
+        self.expand1x1_relu = nn.ReLU(inplace=True)
+        self.expand3x3 = nn.Conv2d(squeeze, expand, 3, padding=1)
+        self.expand3x3_relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.squeeze_relu(self.squeeze(x))
+        return torch.cat(
+            [self.expand1x1_relu(self.expand1x1(x)), self.expand3x3_relu(self.expand3x3(x))], 1
+        )
+
+
+class FireNet(nn.Module):
+    """A SqueezeNet-like network: a stem, Fire blocks each followed by a max-pooling (which
+    saves the block's output, outside the block), then pooling and a linear head."""
+
+    def __init__(self, width: int = 8, blocks: int = 2, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 2 * width, 3, padding=1)
+        self.fires = nn.ModuleList(Fire(2 * width, width // 2, width) for _ in range(blocks))
+        self.head = nn.Linear(2 * width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.stem(x))
+        for fire in self.fires:
+            x = F.max_pool2d(fire(x), 2, ceil_mode=True)
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def fire_net():
+    """(model, images, loss_fn): `FireNet` with cross-entropy, batch 2 on 16x16 images."""
+    torch.manual_seed(0)
+    model = FireNet()
+    images = torch.randn(2, 3, 16, 16)
+    labels = torch.randint(0, 10, (2,))
+    return model, (images,), lambda logits: F.cross_entropy(logits, labels)
+
+
 class TinyLSTM(nn.Module):
     """An embedding, a recurrent layer (``nn.LSTM`` or ``nn.GRU``) and a linear head."""
 

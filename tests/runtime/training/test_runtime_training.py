@@ -238,6 +238,43 @@ def test_a_cnns_block_recompute_is_replayed_with_the_convolutions_alone() -> Non
     assert rebuilds == [len(convs) - 2] * (STEPS - 1)
 
 
+def test_a_block_whose_recomputed_output_is_saved_after_it_is_replayed_not_checkpointed() -> None:
+    # Each Fire block's output (the concatenation) is saved by the max-pooling after the block.
+    # A plan recomputing everything the blocks make (block checkpointing's plan) recomputes the
+    # first block's output too (the profile keeps the last one's, a boundary of the step),
+    # which torch.utils.checkpoint on the block would not make again: that block is replayed
+    # from the first step's records instead, the other checkpointed, the steps fast, bitwise.
+    m = _model("fire_net")
+    assert m.inst.meta["block_modules"] == ["fires.0", "fires.1"]
+    plan, budget = m.plan("blocks-recompute")
+    first_block = [k for k, p in enumerate(m.inst.tensor_producer)
+                   if m.inst.op_name[int(p)].startswith("fires.0")]  # fmt: skip
+    names = [m.inst.tensor_name[k] for k in first_block]
+    assert "fires.0/cat.out" in names and all(plan.actions[k] == RECOMP for k in first_block)
+    torch.manual_seed(1)
+    ref = _train(m, 1)
+    model = copy.deepcopy(ref[0])
+    planned = prepare(model, plan, budget)
+    model.zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    model.load_state_dict(ref[0].state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    ref = _train(m, STEPS - 1, start=ref)
+    rebuilds = []
+    for _ in range(STEPS - 1):
+        opt.zero_grad(set_to_none=True)
+        with planned.step() as stats:
+            m.loss_fn(model(*m.inputs)).backward()
+        opt.step()
+        rebuilds.append((stats.rebuilds, stats.over_budget_bytes))
+    assert _differences(ref, (model, opt)) == []
+    assert planned.fast, planned.reason
+    assert planned.checkpointed_blocks == ["fires.1"]
+    assert rebuilds == [(len(first_block), 0)] * (STEPS - 1)
+
+
 def test_a_replay_reads_a_convolutions_input_the_plan_swaps() -> None:
     # Each convolution's input swapped, its output recomputed (what SlackSwap chooses for the
     # CNN): the replay of the convolution reads the input fetched back, within the simulated

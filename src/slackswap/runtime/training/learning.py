@@ -309,6 +309,15 @@ def learn(
     for p in packs:
         if p.block >= 0:
             by_block.setdefault(p.block, []).append(p)
+    # A block's recomputed tensor that a later operator outside it saves (its output, say) is
+    # one torch.utils.checkpoint does not make again: such a block's tensors are replayed.
+    leaves = {
+        b
+        for p in packs
+        if p.entry >= 0 and actions[p.entry] == RECOMP
+        for b, name in enumerate(blocks)
+        if b != p.block and _inside(produced_in[p.entry], name)
+    }
     checkpointed: list[int] = []
     for b, ps in sorted(by_block.items()):
         inside = [p for p in ps if p.entry >= 0 and _inside(produced_in[p.entry], blocks[b])]
@@ -316,6 +325,7 @@ def learn(
         if (
             inside
             and b not in given_objects
+            and b not in leaves
             and all(actions[p.entry] == RECOMP for p in inside)
             and all(actions[p.entry] == KEEP for p in outside)
         ):
