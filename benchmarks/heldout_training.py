@@ -180,24 +180,37 @@ def autocast_region() -> AbstractContextManager[Any]:
 
 def train(model: torch.nn.Module, steps: int, plan: Plan | None = None,
           budget: Budget | None = None) -> tuple[list[torch.Tensor], Any, list[Any]]:  # fmt: skip
-    """``steps`` AdamW steps on a copy of ``model`` (under ``plan`` when given): every tensor
-    the run ends with (losses, parameters, buffers, optimizer state), the `PlannedStep` and
-    each step's stats."""
+    """``steps`` AdamW steps on token batches (`train_on`)."""
+    data = [(ids, ids) for ids in batches(steps)]
+    return train_on(model, data, next_token_loss, plan, budget, region=REGION)
+
+
+def train_on(
+    model: torch.nn.Module,
+    data: list[tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+    plan: Plan | None = None,
+    budget: Budget | None = None,
+    region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> tuple[list[torch.Tensor], Any, list[Any]]:
+    """An AdamW step per (input, target) of ``data`` on a copy of ``model`` (under ``plan``
+    when given), the RNG seeded alike before each step: every tensor the run ends with
+    (losses, parameters, buffers, optimizer state), the `PlannedStep` and each step's stats."""
     model = copy.deepcopy(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     planned = prepare(model, plan, budget) if plan is not None and budget is not None else None
     out: list[torch.Tensor] = []
     stats = []
-    for k, ids in enumerate(batches(steps)):
+    for k, (x, target) in enumerate(data):
         opt.zero_grad(set_to_none=True)
         torch.manual_seed(100 + k)
-        with REGION():
+        with region():
             if planned is None:
-                loss = next_token_loss(model(ids), ids)
+                loss = loss_fn(model(x), target)
                 loss.backward()
             else:
                 with planned.step() as st:
-                    loss = next_token_loss(model(ids), ids)
+                    loss = loss_fn(model(x), target)
                     loss.backward()
                 stats.append(st)
         out.append(loss.detach())
@@ -215,6 +228,25 @@ def bitwise(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
         and torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
         for x, y in zip(a, b, strict=True)
     )  # fmt: skip
+
+
+#: The header of `plan_row`'s table.
+ROW_HEADER = (
+    "| model | plan | bitwise | fast after step 1 | rebuilds per step | most over budget (B) "
+    "| step 1: measured - simulated peak (B) |\n|---|---|---|---|---|---|---|"
+)
+
+
+def plan_row(name: str, label: str, same: bool, planned: Any, stats: list[Any]) -> str:
+    """A Markdown row for one plan's run: bitwise or not, whether the steps after the first
+    ran fast (else why not), the rebuilds per step, the most a step went over its budget, and
+    how far the checked first step's measured peak ended from the simulator's."""
+    fast = "yes" if planned.fast else f"no: {planned.reason}"
+    rebuilds = " ".join(str(s.rebuilds) for s in stats)
+    over = max(s.over_budget_bytes for s in stats)
+    first = stats[0]
+    gap = (first.measured_peak_bytes or 0) - first.simulated_peak_bytes
+    return f"| {name} | {label} | {'yes' if same else 'NO'} | {fast} | {rebuilds} | {over} | {gap:+d} |"
 
 
 def static_plans(inst: Any, budgets: list[float]) -> dict[str, tuple[Plan, Budget]]:
@@ -256,11 +288,7 @@ def main() -> int:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     failed = 0
-    print(
-        "| model | plan | bitwise | fast after step 1 | rebuilds per step | most over budget (B) "
-        "| step 1: measured - simulated peak (B) |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    print(ROW_HEADER)
     for name in args.models.split(","):
         model = build(name)
         if args.checkpointing:
@@ -293,13 +321,7 @@ def main() -> int:
                 continue
             same = bitwise(got, ref)
             failed += not same
-            fast = "yes" if planned.fast else f"no: {planned.reason}"
-            rebuilds = " ".join(str(s.rebuilds) for s in stats)
-            over = max(s.over_budget_bytes for s in stats)
-            first = stats[0]
-            gap = (first.measured_peak_bytes or 0) - first.simulated_peak_bytes
-            print(f"| {name} | {label} | {'yes' if same else 'NO'} | {fast} | {rebuilds} | "
-                  f"{over} | {gap:+d} |")  # fmt: skip
+            print(plan_row(name, label, same, planned, stats))
         sys.stdout.flush()
     print()
     print(f"{failed} plan(s) differ or raised")
