@@ -118,6 +118,24 @@ def _train(m: Model, steps: int, planned: Any = None, *, start: Any = None) -> t
     return model, opt
 
 
+def _after_a_synced_first_step(m: Model, plan: Plan, budget: Any) -> tuple[Any, Any, Any]:
+    """A one-step reference run (seed 1), and a copy of its model prepared under ``plan`` whose
+    checked first step ran and was then set to the reference's state (its batch-norm double
+    update is the executor's), so later steps compare with the reference's: (reference (model,
+    optimizer), the `PlannedStep`, (model, optimizer))."""
+    torch.manual_seed(1)
+    ref = _train(m, 1)
+    model = copy.deepcopy(ref[0])
+    planned = prepare(model, plan, budget)
+    model.zero_grad(set_to_none=True)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    model.load_state_dict(ref[0].state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    return ref, planned, (model, opt)
+
+
 def _differences(a: tuple[Any, Any], b: tuple[Any, Any]) -> list[str]:
     """Parameters, buffers and optimizer state that are not bitwise equal."""
     out = [k for (k, x), (_, y) in zip(a[0].state_dict().items(), b[0].state_dict().items(),
@@ -209,16 +227,7 @@ def test_a_cnns_block_recompute_is_replayed_with_the_convolutions_alone() -> Non
     # and the state stays one step's.
     m = _model("plain_cnn")
     plan, budget = m.plan("blocks-recompute")
-    torch.manual_seed(1)
-    ref = _train(m, 1)
-    model = copy.deepcopy(ref[0])
-    planned = prepare(model, plan, budget)
-    model.zero_grad(set_to_none=True)
-    with planned.step():
-        m.loss_fn(model(*m.inputs)).backward()
-    model.load_state_dict(ref[0].state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    ref, planned, (model, opt) = _after_a_synced_first_step(m, plan, budget)
     torch.manual_seed(2)
     ref = _train(m, STEPS - 1, start=ref)
     torch.manual_seed(2)
@@ -251,16 +260,7 @@ def test_a_block_whose_recomputed_output_is_saved_after_it_is_replayed_not_check
                    if m.inst.op_name[int(p)].startswith("fires.0")]  # fmt: skip
     names = [m.inst.tensor_name[k] for k in first_block]
     assert "fires.0/cat.out" in names and all(plan.actions[k] == RECOMP for k in first_block)
-    torch.manual_seed(1)
-    ref = _train(m, 1)
-    model = copy.deepcopy(ref[0])
-    planned = prepare(model, plan, budget)
-    model.zero_grad(set_to_none=True)
-    with planned.step():
-        m.loss_fn(model(*m.inputs)).backward()
-    model.load_state_dict(ref[0].state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    ref, planned, (model, opt) = _after_a_synced_first_step(m, plan, budget)
     ref = _train(m, STEPS - 1, start=ref)
     rebuilds = []
     for _ in range(STEPS - 1):
@@ -291,16 +291,7 @@ def test_a_replay_reads_a_convolutions_input_the_plan_swaps() -> None:
         elif name.startswith("block") and name.endswith(".in"):
             acts[k] = SWAP
     plan = Plan(inst, acts)
-    torch.manual_seed(1)
-    ref = _train(m, 1)
-    model = copy.deepcopy(ref[0])
-    planned = prepare(model, plan, 1.0)
-    model.zero_grad(set_to_none=True)
-    with planned.step():
-        m.loss_fn(model(*m.inputs)).backward()
-    model.load_state_dict(ref[0].state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+    ref, planned, (model, opt) = _after_a_synced_first_step(m, plan, 1.0)
     ref = _train(m, STEPS - 1, start=ref)
     got = []
     for _ in range(STEPS - 1):
@@ -619,16 +610,7 @@ def test_every_static_solvers_plan_trains_bitwise_identically(name: str) -> None
     assert plans
     wrong, slow = [], []
     for label, (plan, budget) in plans.items():
-        torch.manual_seed(1)
-        ref = _train(m, 1)
-        model = copy.deepcopy(ref[0])
-        planned = prepare(model, plan, budget)
-        model.zero_grad(set_to_none=True)
-        with planned.step():
-            m.loss_fn(model(*m.inputs)).backward()
-        model.load_state_dict(ref[0].state_dict())
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        opt.load_state_dict(copy.deepcopy(ref[1].state_dict()))
+        ref, planned, (model, opt) = _after_a_synced_first_step(m, plan, budget)
         torch.manual_seed(2)
         ref = _train(m, STEPS - 1, start=ref)
         torch.manual_seed(2)
