@@ -136,6 +136,18 @@ def _after_a_synced_first_step(m: Model, plan: Plan, budget: Any) -> tuple[Any, 
     return ref, planned, (model, opt)
 
 
+def _planned_steps(m: Model, planned: Any, model: Any, opt: Any, steps: int) -> list[Any]:
+    """``steps`` AdamW steps of ``model`` under ``planned``: each step's `RunStats`."""
+    stats = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with planned.step() as st:
+            m.loss_fn(model(*m.inputs)).backward()
+        opt.step()
+        stats.append(st)
+    return stats
+
+
 def _differences(a: tuple[Any, Any], b: tuple[Any, Any]) -> list[str]:
     """Parameters, buffers and optimizer state that are not bitwise equal."""
     out = [k for (k, x), (_, y) in zip(a[0].state_dict().items(), b[0].state_dict().items(),
@@ -231,13 +243,7 @@ def test_a_cnns_block_recompute_is_replayed_with_the_convolutions_alone() -> Non
     torch.manual_seed(2)
     ref = _train(m, STEPS - 1, start=ref)
     torch.manual_seed(2)
-    rebuilds = []
-    for _ in range(STEPS - 1):
-        opt.zero_grad(set_to_none=True)
-        with planned.step() as stats:
-            m.loss_fn(model(*m.inputs)).backward()
-        opt.step()
-        rebuilds.append(stats.rebuilds)
+    rebuilds = [st.rebuilds for st in _planned_steps(m, planned, model, opt, STEPS - 1)]
     assert _differences(ref, (model, opt)) == []
     assert planned.fast, planned.reason
     assert planned.checkpointed_blocks == []
@@ -262,13 +268,8 @@ def test_a_block_whose_recomputed_output_is_saved_after_it_is_replayed_not_check
     assert "fires.0/cat.out" in names and all(plan.actions[k] == RECOMP for k in first_block)
     ref, planned, (model, opt) = _after_a_synced_first_step(m, plan, budget)
     ref = _train(m, STEPS - 1, start=ref)
-    rebuilds = []
-    for _ in range(STEPS - 1):
-        opt.zero_grad(set_to_none=True)
-        with planned.step() as stats:
-            m.loss_fn(model(*m.inputs)).backward()
-        opt.step()
-        rebuilds.append((stats.rebuilds, stats.over_budget_bytes))
+    stats = _planned_steps(m, planned, model, opt, STEPS - 1)
+    rebuilds = [(st.rebuilds, st.over_budget_bytes) for st in stats]
     assert _differences(ref, (model, opt)) == []
     assert planned.fast, planned.reason
     assert planned.checkpointed_blocks == ["fires.1"]
