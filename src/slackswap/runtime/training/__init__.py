@@ -28,8 +28,10 @@ and nothing else, no dispatch mode:
   kept (its inputs), and none of whose recomputed tensors is saved after it (its output, which
   the checkpoint does not make again, saved by a pooling after the block): the block is run
   again in backward with the RNG state it first ran with, and buffers it updates (batch-norm
-  statistics) are restored after the recomputation, so the model's state is that of one step. Other recomputed tensors (a convolution's output, which
-  the batch-norm after the block saves) are replayed from the first step's operator records,
+  statistics) are restored after the recomputation, so the model's state is that of one step.
+  Other recomputed tensors (a convolution's output, which the batch-norm after the block saves;
+  every recomputed tensor of a block whose output is saved after it) are replayed from the
+  first step's operator records,
   only the operators that make them (random ones from this step's RNG state, noted at the
   start of their module call or, when another random operator drew since, in the pack hook of
   the last tensor saved before them: `Replay.random_after_pack`); a plan whose recomputation needs a dispatch mode is run by the

@@ -316,7 +316,8 @@ def learn(
         for p in packs
         if p.entry >= 0 and actions[p.entry] == RECOMP
         for b, name in enumerate(blocks)
-        if b != p.block and _inside(produced_in[p.entry], name)
+        if _inside(produced_in[p.entry], name)
+        and not (p.block >= 0 and _inside(blocks[p.block], name))
     }
     checkpointed: list[int] = []
     for b, ps in sorted(by_block.items()):
