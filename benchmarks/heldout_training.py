@@ -249,6 +249,29 @@ def plan_row(name: str, label: str, same: bool, planned: Any, stats: list[Any]) 
     return f"| {name} | {label} | {'yes' if same else 'NO'} | {fast} | {rebuilds} | {over} | {gap:+d} |"
 
 
+def run_plans(
+    name: str,
+    plans: dict[str, tuple[Plan, Budget]],
+    ref: list[torch.Tensor],
+    train_plan: Callable[[Plan, Budget], tuple[list[torch.Tensor], Any, list[Any]]],
+) -> int:
+    """Train under each of ``plans`` (``train_plan(plan, budget)``, as `train_on` returns) and
+    print its `plan_row` against the unplanned run's tensors ``ref`` (a row saying so when it
+    raises); how many plans differ or raised."""
+    failed = 0
+    for label, (plan, budget) in plans.items():
+        try:
+            got, planned, stats = train_plan(plan, budget)
+        except Exception as exc:  # a row for it, and the status says so
+            failed += 1
+            print(f"| {name} | {label} | raised {type(exc).__name__}: {exc} | | | | |")
+            continue
+        same = bitwise(got, ref)
+        failed += not same
+        print(plan_row(name, label, same, planned, stats))
+    return failed
+
+
 def static_plans(inst: Any, budgets: list[float]) -> dict[str, tuple[Plan, Budget]]:
     """Every distinct feasible plan of each static solver at each budget (or, where it finds
     none, at the smallest budget it reports)."""
@@ -311,17 +334,9 @@ def main() -> int:
             continue
         with REGION():
             inst = profile_step(model, (ids,), lambda out, ids=ids: next_token_loss(out, ids))
-        for label, (plan, budget) in static_plans(inst, [float(x) for x in
-                                                         args.budgets.split(",")]).items():  # fmt: skip
-            try:
-                got, planned, stats = train(model, args.steps, plan, budget)
-            except Exception as exc:  # a row for it, and the status says so
-                failed += 1
-                print(f"| {name} | {label} | raised {type(exc).__name__}: {exc} | | | | |")
-                continue
-            same = bitwise(got, ref)
-            failed += not same
-            print(plan_row(name, label, same, planned, stats))
+        plans = static_plans(inst, [float(x) for x in args.budgets.split(",")])
+        failed += run_plans(name, plans, ref,
+                            lambda plan, budget, m=model: train(m, args.steps, plan, budget))  # fmt: skip
         sys.stdout.flush()
     print()
     print(f"{failed} plan(s) differ or raised")

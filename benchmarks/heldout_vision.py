@@ -147,16 +147,10 @@ def main() -> int:
         inst = profile_step(copy.deepcopy(model), (x,),
                             lambda out, labels=labels: cross_entropy(out, labels))  # fmt: skip
         plans = ht.static_plans(inst, [float(b) for b in args.budgets.split(",")])
-        for label, (plan, budget) in plans.items():
-            try:
-                got, planned, stats = ht.train_on(model, data, cross_entropy, plan, budget)
-            except Exception as exc:  # a row for it, and the status says so
-                failed += 1
-                print(f"| {name} | {label} | raised {type(exc).__name__}: {exc} | | | | |")
-                continue
-            same = ht.bitwise(got, ref)
-            failed += not same
-            print(ht.plan_row(name, label, same, planned, stats))
+        failed += ht.run_plans(
+            name, plans, ref,
+            lambda plan, budget, m=model, d=data: ht.train_on(m, d, cross_entropy, plan, budget),
+        )  # fmt: skip
         print(f"| {name} | ({inst.n_ops} operators, {inst.n_tensors} saved tensors, "
               f"{len(plans)} plans, {time.perf_counter() - t0:.0f} s) | | | | | |")  # fmt: skip
         sys.stdout.flush()

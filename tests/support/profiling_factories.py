@@ -4,6 +4,8 @@ models themselves live in examples/models.py)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -171,13 +173,19 @@ class TinyResNet(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
-def resnet():
-    """(model, images, loss_fn): a tiny ResNet step with cross-entropy, batch 2 on 16x16."""
+def _classifying(make: Callable[[], nn.Module]) -> tuple[Any, ...]:
+    """(model, images, loss_fn): ``make()`` seeded, cross-entropy over 10 classes, batch 2 on
+    16x16 images."""
     torch.manual_seed(0)
-    model = TinyResNet()
+    model = make()
     images = torch.randn(2, 3, 16, 16)
     labels = torch.randint(0, 10, (2,))
     return model, (images,), lambda logits: F.cross_entropy(logits, labels)
+
+
+def resnet():
+    """(model, images, loss_fn): a tiny ResNet step with cross-entropy, batch 2 on 16x16."""
+    return _classifying(TinyResNet)
 
 
 class Fire(nn.Module):
@@ -219,11 +227,7 @@ class FireNet(nn.Module):
 
 def fire_net():
     """(model, images, loss_fn): `FireNet` with cross-entropy, batch 2 on 16x16 images."""
-    torch.manual_seed(0)
-    model = FireNet()
-    images = torch.randn(2, 3, 16, 16)
-    labels = torch.randint(0, 10, (2,))
-    return model, (images,), lambda logits: F.cross_entropy(logits, labels)
+    return _classifying(FireNet)
 
 
 class TinyLSTM(nn.Module):
