@@ -667,7 +667,8 @@ def _fast_step_paths(
 
     def counting(self: FastStep, h: Any) -> Any:
         back = sum(e.nbytes for e in self.entries.values() if e.residency is Residency.TO_DEVICE)
-        counted.append((self.copies.admitted_bytes, back))
+        # a plan that swaps nothing has no copy engine, and copies nothing back
+        counted.append((self.copies.admitted_bytes if self.copies is not None else 0, back))
         return unpack(self, h)
 
     monkeypatch.setattr(Entry, "move", recording)

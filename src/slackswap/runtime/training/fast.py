@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -94,16 +94,20 @@ class FastStep:
         # Bound once: each handle of a swapped or recomputed tensor takes it (no new bound
         # method object per saved tensor).
         self._release = self._release  # type: ignore[method-assign]
-        self.copies = CopyEngine(
-            self.inst,
-            self.entries,
-            self.stats.budget_bytes,
-            facts.copies,
-            lookahead_ops=self.policy.lookahead_ops,
-            overlap=self.policy.overlap,
-            prefetch=self._prefetch,
-        )
-        self.copies.use_device(self.cuda)
+        #: The step's copies out and back; None for a plan that swaps nothing, whose steps
+        #: then make no engine (a step's set-up is a cost every step pays).
+        self.copies: CopyEngine | None = None
+        if facts.copies.deadline_order:
+            self.copies = CopyEngine(
+                self.inst,
+                self.entries,
+                self.stats.budget_bytes,
+                facts.copies,
+                lookahead_ops=self.policy.lookahead_ops,
+                overlap=self.policy.overlap,
+                prefetch=self._prefetch,
+            )
+            self.copies.use_device(self.cuda)
         self._first_bwd_reader = facts.first_bwd_reader
         self._view = view if self.cuda else cpu_view
         # The simulator's evictions (CPU), replayed where an unpack shows the step has reached
@@ -130,7 +134,11 @@ class FastStep:
         #: (which measured it and warned itself).
         self.replanned = False
         self._inner_stats: Any = None
-        self._stack = ExitStack()
+        #: The contexts a step enters besides its hooks (`__enter__`), when it has any.
+        self._stack: ExitStack | None = None
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._inputs_hook: Any = None
+        self._installed = False
         self._saving_inputs = [False]  # checkpoint is saving a block's (kept) inputs
         self.rebuilder: Rebuilder | None = None
         self._pending: dict[int, set[int]] = {}  # rebuild input -> recomputed ones still to come
@@ -152,51 +160,69 @@ class FastStep:
             self.rebuilder.allocs = rp.allocs
             self._pending = {u: set(vs) for u, vs in rp.consumers.items()}
 
-    @contextmanager
-    def running(self) -> Iterator[RunStats]:
+    # ----- the step as a context: ``with FastStep(...) as stats:`` -----------------------------
+    def __enter__(self) -> RunStats:
+        """Install the step's hooks: the checkpointed blocks' wrappers, the check of the
+        model's inputs, the RNG capture of a replay with random operators, and the saved-tensor
+        hooks, always (also for a plan that keeps everything: they measure the step). A step
+        with neither checkpointed blocks nor random replays makes no `ExitStack`: the set-up
+        and end of a step are a fixed cost each step pays, so they stay short."""
         model = self.model
-        with ExitStack() as stack:
-            for b in self.learned.checkpointed:
+        learned = self.learned
+        if learned.checkpointed or (learned.replay is not None and learned.replay.random):
+            stack = self._stack = ExitStack()
+            for b in learned.checkpointed:
                 stack.enter_context(
                     checkpointed_block(model, self.facts.blocks[b], self._saving_inputs)
                 )
-            h = model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
-            stack.callback(h.remove)
-            if self.learned.replay is not None and self.learned.replay.random:
+            if learned.replay is not None and learned.replay.random:
                 assert self.rebuilder is not None
-                stack.enter_context(capturing_rng(model, self.learned.replay, self.rebuilder))
-            # Always, also for a plan that keeps everything: the hooks measure the step.
-            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
-            self._stack = stack
-            if self.cuda:
-                torch.cuda.reset_peak_memory_stats()
-                self._cuda_start = torch.cuda.memory_allocated()
-            try:
-                yield self.stats
-            except BaseException as exc:
-                if self._inner is not None:
-                    inner, self._inner = self._inner, None
-                    inner.__exit__(type(exc), exc, exc.__traceback__)
-                    raise
-                if self.error is not None and exc is not self.error:
-                    raise self.error from exc
-                raise
-            finally:
-                self._fill_stats()
-                self._drop_all()
-            if self._inner is not None:
-                inner, self._inner = self._inner, None
-                inner.__exit__(None, None, None)
-                self.stats.__dict__.update(self._inner_stats.__dict__)
-                return
-            if self.error is not None:
-                raise self.error
-            if self.pos != len(self.expected):
-                raise StepMismatchError(
-                    f"the step saved {self.pos} tensors for autograd where the first step of "
-                    f"the plan saved {len(self.expected)} (forward and backward must both run "
-                    "inside the with block)"
-                )
+                stack.enter_context(capturing_rng(model, learned.replay, self.rebuilder))
+        self._inputs_hook = model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
+        self._hooks.__enter__()
+        self._installed = True
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+            self._cuda_start = torch.cuda.memory_allocated()
+        return self.stats
+
+    def _uninstall(self) -> None:
+        """Undo `__enter__` (once: a replan does it before the step ends)."""
+        if not self._installed:
+            return
+        self._installed = False
+        self._hooks.__exit__(None, None, None)
+        self._inputs_hook.remove()
+        if self._stack is not None:
+            self._stack.close()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        """End the step: its hooks go, its stats are filled (also when it raised), and a step
+        that saved other tensors than the plan's first step raises."""
+        inner, self._inner = self._inner, None
+        try:
+            self._uninstall()
+            if exc is not None and inner is not None:
+                inner.__exit__(exc_type, exc, tb)  # the new plan's checked step raises it
+        finally:
+            self._fill_stats()
+            self._drop_all()
+        if exc is not None:
+            if inner is None and self.error is not None and exc is not self.error:
+                raise self.error from exc
+            return
+        if inner is not None:
+            inner.__exit__(None, None, None)
+            self.stats.__dict__.update(self._inner_stats.__dict__)
+            return
+        if self.error is not None:
+            raise self.error
+        if self.pos != len(self.expected):
+            raise StepMismatchError(
+                f"the step saved {self.pos} tensors for autograd where the first step of "
+                f"the plan saved {len(self.expected)} (forward and backward must both run "
+                "inside the with block)"
+            )
 
     def _fill_stats(self) -> None:
         """What the copy engine did and the tracker measured, into the step's stats. A swapped
@@ -210,8 +236,17 @@ class FastStep:
         if not self._backward:
             self._backward_begins()
         tr = self.tracker
-        held = set(self._held)
+        st.measured = "saved tensors, with modelled transients"
+        st.measured_peak_bytes = tr.peak_bytes
+        st.over_budget_bytes = max(0, tr.peak_bytes - st.budget_bytes)
+        st.peak_op = str(inst.op_name[tr.peak_op]) if 0 <= tr.peak_op < inst.n_ops else ""
+        if self.cuda:
+            st.cuda_peak_bytes = int(torch.cuda.max_memory_allocated() - self._cuda_start)
+        if self.copies is not None:
+            st.swapped_bytes = self.copies.swapped_bytes
+            st.h2d_bytes = self.copies.h2d_bytes
         shared = self.learned.shared
+        held = set(self._held)
         held.update(i for i, ref in self._moved if ref() is not None and i not in shared)
         kept_alive = [
             i
@@ -219,6 +254,8 @@ class FastStep:
             if ref() is not None and i not in shared and not self._external[i]
         ]
         handles = [e for e in self.entries.values() if e.handles > 0]
+        if not (held or kept_alive or handles):
+            return  # nothing outlived the step where the plan frees it: the usual step
         hooked = forward_hooked_modules(self.model) if held or kept_alive else []
         retained = [e.index for e in handles]
         if handles:
@@ -230,8 +267,7 @@ class FastStep:
         fields = self.entries.fields
         held_swap = sum(fields[i][1] for i in held if self.actions[i] == SWAP)
         held_recomp = sum(fields[i][1] for i in held if self.actions[i] == RECOMP)
-        st.swapped_bytes = self.copies.swapped_bytes - held_swap
-        st.h2d_bytes = self.copies.h2d_bytes
+        st.swapped_bytes -= held_swap
         st.recomputed_bytes -= held_recomp
         st.held_tensors = [str(inst.tensor_name[i]) for i in sorted(held)]
         st.held_bytes = sum(fields[i][1] for i in held)
@@ -239,12 +275,6 @@ class FastStep:
         st.checkpoint_closure = not held.isdisjoint(self.learned.closure_held)
         st.retained_tensors = len(set(retained))
         st.retained_bytes = sum(fields[i][1] for i in set(retained))
-        st.measured = "saved tensors, with modelled transients"
-        st.measured_peak_bytes = tr.peak_bytes
-        st.over_budget_bytes = max(0, tr.peak_bytes - st.budget_bytes)
-        st.peak_op = str(inst.op_name[tr.peak_op]) if 0 <= tr.peak_op < inst.n_ops else ""
-        if self.cuda:
-            st.cuda_peak_bytes = int(torch.cuda.max_memory_allocated() - self._cuda_start)
 
     def _backward_begins(self) -> None:
         """The first unpack: the forward pass and its own references are done, so a swapped or
@@ -291,7 +321,7 @@ class FastStep:
         """Profile and solve the step again, then run the rest of it as the checked first step
         of the new plan (its dispatch mode and hooks sit above this step's hooks)."""
         assert self.replan is not None
-        self._stack.close()  # this step's checkpoint wrappers and hooks go first
+        self._uninstall()  # this step's checkpoint wrappers and hooks go first
         self._inner, self._inner_stats = self.replan(args, kwargs)
         self.replanned = True
 
@@ -348,11 +378,13 @@ class FastStep:
             e.state = _SAVED
         if do == SWAP_FIRST:
             # A rebuild that reads it fetches it back.
+            assert self.copies is not None  # the plan swaps
             self.copies.offload(e, storage, None if whole is None else t)
         elif do == RECOMP_FIRST:
             self.stats.recomputed_bytes += e.nbytes
         elif do == SWAP_HELD_FIRST:
             # Copied out, and held on the device until released: never copied back.
+            assert self.copies is not None
             self.copies.offload(e, storage, None if whole is None else t, hold=True)
             if whole is not None:
                 e.tensor = t.detach()
@@ -403,7 +435,7 @@ class FastStep:
         at = self._first_bwd_reader[e.index]  # where the step is: this tensor's first reader
         if at >= self._next_evict:
             self._evict_due(at)
-        if self._prefetch:
+        if self._prefetch and self.copies is not None:
             # The copies back the look-ahead admits from here start now.
             self.copies.admit(at)
         storage = e.device
@@ -425,6 +457,7 @@ class FastStep:
         reader stays until its last, where the simulator, short of memory in between, evicts
         it and copies it back again."""
         evictions, k = self._evictions, self._evicted
+        assert self.copies is not None  # the simulator evicts swapped tensors alone
         while k < len(evictions) and evictions[k][0] <= o:
             for i in evictions[k][1]:
                 e = self.entries.get(i)
@@ -438,6 +471,7 @@ class FastStep:
         if e.device is not None:  # on the device (kept for a rebuild, copied back, rebuilt)
             return e.device
         if e.residency is Residency.HOST:
+            assert self.copies is not None  # only a swapped tensor is on the host
             self.copies.fetch(e)
         elif e.action == RECOMP and self.rebuilder is not None:
             self._rebuild(e)
@@ -508,7 +542,10 @@ class FastStep:
             e.to(EntryState.RELEASED)
         else:
             e.state = _RELEASED
-        self.copies.let_go(e)  # a copy back's device storage goes now
+        if self.copies is not None:
+            self.copies.let_go(e)  # a copy back's device storage goes now
+        else:
+            e.free()
 
 
 _SAVED, _RELEASED = EntryState.SAVED, EntryState.RELEASED

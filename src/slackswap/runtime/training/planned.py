@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -134,8 +134,7 @@ class PlannedStep:
         return list(dict.fromkeys(self.plan.instance.meta.get("block_modules", [])))
 
     # ----- the step ---------------------------------------------------------------------------
-    @contextmanager
-    def step(self, batch: Any = _NO_BATCH) -> Iterator[RunStats]:
+    def step(self, batch: Any = _NO_BATCH) -> _Stepping:
         """One forward and backward under the plan: the checked path the first time (and at
         every step when `fast` is False), saved-tensor hooks alone afterwards. Every step is
         measured (`RunStats`, also `last_stats` after it); a step that goes over its budget
@@ -150,28 +149,7 @@ class PlannedStep:
                 "planned.step(batch): the batch is handed to loss_fn(output, batch), and the "
                 "loss_fn given to prepare takes the output alone"
             )
-        self._batch = batch
-        try:
-            if not self.fast:
-                with self._checked_step() as stats:
-                    yield stats
-            else:
-                assert self._learned is not None
-                fast = FastStep(
-                    self.model,
-                    self._plan_facts(),
-                    self._learned,
-                    replan=self._switch_plan if self.replan else None,
-                )
-                with fast.running() as stats:
-                    yield stats
-                if not fast.replanned:
-                    warn_about(stats)
-        finally:
-            self._batch = _NO_BATCH
-        self._over = stats if stats.over_budget_bytes > 0 else None
-        self.last_stats = stats
-        self.steps += 1
+        return _Stepping(self, batch)
 
     @contextmanager
     def _checked_step(
@@ -270,6 +248,57 @@ class PlannedStep:
                 "hand it to: pass loss_fn=lambda output, batch: ... (the loss the loop computes)"
             )
         return lambda output: loss_fn(output, batch)
+
+
+class _Stepping:
+    """One step of a `PlannedStep` as a context (``with planned.step() as stats:``): a class
+    rather than a generator, as a fast step's set-up and end are a cost every step pays."""
+
+    __slots__ = ("_fast", "_planned", "_run", "_stats", "batch")
+
+    def __init__(self, planned: PlannedStep, batch: Any):
+        self._planned = planned
+        self.batch = batch
+        self._fast: FastStep | None = None
+        self._run: AbstractContextManager[RunStats] | None = None
+        self._stats: RunStats | None = None
+
+    def __enter__(self) -> RunStats:
+        p = self._planned
+        p._batch = self.batch
+        try:
+            if p.fast:
+                assert p._learned is not None
+                self._run = self._fast = FastStep(
+                    p.model,
+                    p._plan_facts(),
+                    p._learned,
+                    replan=p._switch_plan if p.replan else None,
+                )
+            else:
+                self._run = p._checked_step()
+            self._stats = self._run.__enter__()
+        except BaseException:
+            p._batch = _NO_BATCH
+            raise
+        return self._stats
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        p = self._planned
+        assert self._run is not None
+        try:
+            self._run.__exit__(exc_type, exc, tb)
+        finally:
+            p._batch = _NO_BATCH
+        if exc is not None:
+            return
+        stats = self._stats
+        assert stats is not None
+        if self._fast is not None and not self._fast.replanned:
+            warn_about(stats, stacklevel=3)  # at the caller's ``with`` statement
+        p._over = stats if stats.over_budget_bytes > 0 else None
+        p.last_stats = stats
+        p.steps += 1
 
 
 def prepare(
