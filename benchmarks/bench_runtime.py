@@ -8,7 +8,10 @@ and the training path with every saved tensor swapped; ``torch.utils.checkpoint`
 on the profiled blocks and the training path recomputing what those blocks make; SlackSwap at
 50% of P; the checked path (``apply``, every step checked operator by operator) with keep-all,
 for scale; and saved-tensor hooks that copy each tensor out when packed and back when unpacked
-(``copy-out-and-back hooks``: the least a swap does on a CPU, all-swap's yardstick). A held-out
+(``copy-out-and-back hooks``: the least a swap does on a CPU, all-swap's yardstick); and hooks
+that check each saved tensor's shape, dtype and storage size and count its storage's bytes
+until it is freed (``counting hooks``, `CountingHooks`: the least a hook that measures the step
+does, keep-all's yardstick). A held-out
 ``nn.TransformerDecoder`` (`HeldOutDecoder`) is the fourth model. "us/op over unplanned": the
 time above the unplanned step per operator of the profile; "packs": the saved tensors the
 training path's hooks see per step (autograd's saves, one per saved tensor a node keeps);
@@ -45,6 +48,7 @@ import platform
 import statistics
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
 from functools import partial
@@ -63,7 +67,7 @@ from slackswap.profiling import profile_step  # noqa: E402
 from slackswap.runtime import apply, prepare  # noqa: E402
 from slackswap.runtime import copies as copies_module  # noqa: E402
 from slackswap.runtime.copies import CopyEngine  # noqa: E402
-from slackswap.runtime.training.fast import FastStep  # noqa: E402
+from slackswap.runtime.training.fast import FastStep, pack_program  # noqa: E402
 from slackswap.simulator import simulate  # noqa: E402
 from slackswap.solvers import run  # noqa: E402
 from tests.support import profiling_factories as pf  # noqa: E402
@@ -442,6 +446,68 @@ def copy_out_and_back() -> Any:
     return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
+class CountingHooks:
+    """Saved-tensor hooks that check each saved tensor's shape, dtype and storage size against
+    ``expected`` (per pack, in order: shape, dtype, storage bytes or -1 for a tensor whose
+    storage is not counted) and count its storage's bytes from its pack until it is freed (a
+    weak reference on the storage, taken off in its callback), with the peak; the unpack hands
+    the tensor back. The least a hook that measures the step does: keep-all's yardstick beside
+    the unpatched step. A fresh object per step (``CountingHooks(expected)`` is the context)."""
+
+    def __init__(self, expected: list[tuple[Any, Any, int]]):
+        self.expected = expected
+        self.pos = self.live_bytes = self.peak_bytes = 0
+        #: id of each storage counted -> a weak reference to it (kept here: a dead reference
+        #: calls back no more), which knows that id and the storage's bytes.
+        self.alive: dict[int, _StorageRef] = {}
+
+    def __enter__(self) -> CountingHooks:
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, _same)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+
+    def _gone(self, ref: _StorageRef) -> None:
+        del self.alive[ref.key]
+        self.live_bytes -= ref.nbytes
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        k = self.pos
+        self.pos = k + 1
+        shape, dtype, nbytes = self.expected[k]
+        if t.shape != shape or t.dtype != dtype:
+            raise RuntimeError(f"pack {k}: not the profiled step")
+        if nbytes >= 0:
+            storage = t.untyped_storage()
+            if storage.nbytes() != nbytes:
+                raise RuntimeError(f"pack {k}: not the profiled step")
+            key = id(storage)
+            if key in self.alive:  # counted once, as the step's tracker does
+                return t
+            ref = self.alive[key] = _StorageRef(storage, self._gone)
+            ref.key, ref.nbytes = key, nbytes
+            self.live_bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        return t
+
+
+class _StorageRef(weakref.ref):  # type: ignore[type-arg]
+    __slots__ = ("key", "nbytes")
+    key: int
+    nbytes: int
+
+
+def _same(t: Any) -> Any:
+    return t
+
+
+#: `CountingHooks`: keep-all's yardstick beside the unplanned step (hooks cannot cost less and
+#: still measure the step).
+COUNT_HOOKS = "counting hooks"
+
+
 #: Cases timed in the first `SLOW_ROUNDS` rounds only (for scale, not a target).
 SLOW = {"keep-all, checked path (apply)"}
 SLOW_ROUNDS = 5
@@ -460,6 +526,8 @@ COPY_HOOKS = "copy-out-and-back hooks"
 CPU_ROWS = (
     ("unplanned", ""),
     ("keep-all, training path", "unplanned"),
+    (COUNT_HOOKS, "unplanned"),
+    ("keep-all, training path", COUNT_HOOKS),
     ("save_on_cpu", "unplanned"),
     (COPY_HOOKS, "unplanned"),
     ("all-swap, training path", COPY_HOOKS),
@@ -490,6 +558,7 @@ def cpu_half(repeat: int, quick: bool, warm: bool = False) -> None:
         cols: dict[str, tuple[str, str, str, str, str]] = {}
         floor = floors[case.label] = timer_floor_us_per_pack(case, repeat)
         runs: list[tuple[str, Callable[[], Any], Any]] = [("unplanned", nullcontext, None)]
+        planned_steps: dict[str, Any] = {}
         plans = [("keep-all, training path", uniform(inst, "keep"), 1.0),
                  ("all-swap, training path", uniform(inst, "swap"), 1.0),
                  ("recompute the blocks, training path", uniform(inst, "blocks"), 1.0)]  # fmt: skip
@@ -498,12 +567,18 @@ def cpu_half(repeat: int, quick: bool, warm: bool = False) -> None:
             plans.append(("SlackSwap 50%, training path", ss.plan, 0.5))
         for label, plan, b in plans:
             step, p = planned(case, plan, b)
+            planned_steps[label] = p
             runs.append((label, step, None))
             fast[label] = str(p.fast)
             packs = len(p._learned.expected) if p._learned is not None else 0
             us = hook_us_per_saved_tensor(case, step, p, repeat)
             cols[label] = (str(packs), f"{us[0]:.2f}", f"{us[1]:.2f}", f"{us[2]:.2f}",
                            f"{us[2] - floor:.2f}")  # fmt: skip
+        learned = planned_steps["keep-all, training path"]._learned
+        if learned is not None:  # the keep-all step's checks and counts, in hooks of their own
+            program = learned.program or pack_program(learned)
+            expected = [(shape, dtype, nbytes) for shape, dtype, nbytes, *_ in program]
+            runs.append((COUNT_HOOKS, partial(CountingHooks, expected), None))
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
         runs.append((COPY_HOOKS, copy_out_and_back, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))

@@ -118,3 +118,50 @@ def test_the_warm_protocol_times_each_step_after_an_untimed_one_with_the_collect
     got = bench.interleaved(case, 2, runs, warm=True)
     assert entered == {"a": [False] * 6, "b": [False] * 6}
     assert gc.isenabled()
+
+
+def test_the_counting_hooks_count_each_saved_storage_once_until_it_is_freed(
+    bench: ModuleType,
+) -> None:
+    """Keep-all's yardstick measures what the keep-all step counts: every saved storage once
+    (the oracle: the distinct storages the same step saves, from hooks of the test's own),
+    all live at the end of the forward pass, none after the step; another step is refused."""
+    case = _cnn_case(bench)
+    step, planned = bench.planned(case, bench.uniform(case.inst, "keep"), 1.0)
+    with step():  # a fast step makes the pack program the yardstick reads
+        case.loss_fn(case.model(*case.inputs)).backward()
+    program = planned._learned.program
+    expected = [(shape, dtype, nbytes) for shape, dtype, nbytes, *_ in program]
+    counted = [p for p in expected if p[2] >= 0]
+    assert counted and len(counted) < len(expected)  # the parameters are not counted
+
+    # Storage pointer -> bytes, of the tensors the step makes and saves (not the parameters,
+    # buffers and inputs, which exist before it).
+    saved: dict[int, int] = {}
+    kept: list[Any] = []
+    before = [*case.model.parameters(), *case.model.buffers(), *case.inputs]
+    made_before = {t.untyped_storage().data_ptr() for t in before}
+
+    def note(t: Any) -> Any:
+        s = t.untyped_storage()
+        if s.data_ptr() not in made_before:
+            saved[s.data_ptr()] = s.nbytes()
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(note, lambda t: t):
+        case.loss_fn(case.model(*case.inputs)).backward()
+    kept.clear()
+
+    hooks = bench.CountingHooks(expected)
+    with hooks:
+        out = case.loss_fn(case.model(*case.inputs))
+        at_end_of_forward = hooks.live_bytes
+        out.backward()
+    del out
+    assert at_end_of_forward == hooks.peak_bytes == sum(saved.values())
+    assert hooks.live_bytes == 0 and not hooks.alive
+
+    other = bench.CountingHooks([((1, 2), dtype, n) for _, dtype, n in expected])
+    with pytest.raises(RuntimeError, match="pack 0: not the profiled step"), other:
+        case.model(*case.inputs)
