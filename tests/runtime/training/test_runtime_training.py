@@ -211,6 +211,44 @@ def test_a_block_given_one_tensor_twice_is_recomputed_as_it_ran() -> None:
     assert made[0].checkpointed_blocks == list(m.inst.meta["block_modules"])
 
 
+def test_a_fast_step_whose_set_up_fails_leaves_nothing_installed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A fast step that cannot install its second checkpointed block's wrapper raises, and
+    undoes what it had installed, as a with statement would: the first block's forward is its
+    own again, no hook is left on the model, and no saved-tensor hook sees a later step."""
+    from slackswap.runtime.training import fast as fast_module
+
+    m = _model("torch_decoder")
+    plan, budget = m.plan("blocks-recompute")
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    blocks = list(m.inst.meta["block_modules"])
+    assert planned.fast and planned.checkpointed_blocks == blocks and len(blocks) >= 2
+    forwards = {b: model.get_submodule(b).forward for b in blocks}
+    wrap = fast_module.checkpointed_block
+    entered: list[str] = []
+
+    def second_fails(model: Any, path: str, saving: Any) -> Any:
+        entered.append(path)
+        if len(entered) == 2:
+            raise RuntimeError("cannot wrap the second block")
+        return wrap(model, path, saving)
+
+    monkeypatch.setattr(fast_module, "checkpointed_block", second_fails)
+    with pytest.raises(RuntimeError, match="cannot wrap the second block"):
+        with planned.step():
+            pass
+    assert entered == blocks[:2]
+    assert {b: model.get_submodule(b).forward for b in blocks} == forwards
+    assert not model._forward_pre_hooks
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None  # none pushed
+    monkeypatch.undo()
+    with planned.step():  # the next step installs and undoes its own as usual
+        m.loss_fn(model(*m.inputs)).backward()
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+
+
 def test_fast_steps_update_batch_norm_statistics_once() -> None:
     # Step 1 (checked) is synchronised to the reference, so only the fast steps are compared.
     m = _model("plain_cnn")

@@ -169,21 +169,28 @@ class FastStep:
         and end of a step are a fixed cost each step pays, so they stay short."""
         model = self.model
         learned = self.learned
-        if learned.checkpointed or (learned.replay is not None and learned.replay.random):
-            stack = self._stack = ExitStack()
-            for b in learned.checkpointed:
-                stack.enter_context(
-                    checkpointed_block(model, self.facts.blocks[b], self._saving_inputs)
-                )
-            if learned.replay is not None and learned.replay.random:
-                assert self.rebuilder is not None
-                stack.enter_context(capturing_rng(model, learned.replay, self.rebuilder))
-        self._inputs_hook = model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
-        self._hooks.__enter__()
-        self._installed = True
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             self._cuda_start = torch.cuda.memory_allocated()
+        try:
+            if learned.checkpointed or (learned.replay is not None and learned.replay.random):
+                stack = self._stack = ExitStack()
+                for b in learned.checkpointed:
+                    stack.enter_context(
+                        checkpointed_block(model, self.facts.blocks[b], self._saving_inputs)
+                    )
+                if learned.replay is not None and learned.replay.random:
+                    assert self.rebuilder is not None
+                    stack.enter_context(capturing_rng(model, learned.replay, self.rebuilder))
+            self._inputs_hook = model.register_forward_pre_hook(
+                self._check_inputs, with_kwargs=True
+            )
+        except BaseException:
+            if self._stack is not None:  # what was entered goes, as a with statement would
+                self._stack.close()
+            raise
+        self._hooks.__enter__()  # last: nothing after it can fail
+        self._installed = True
         return self.stats
 
     def _uninstall(self) -> None:

@@ -134,7 +134,7 @@ class PlannedStep:
         return list(dict.fromkeys(self.plan.instance.meta.get("block_modules", [])))
 
     # ----- the step ---------------------------------------------------------------------------
-    def step(self, batch: Any = _NO_BATCH) -> _Stepping:
+    def step(self, batch: Any = _NO_BATCH) -> AbstractContextManager[RunStats]:
         """One forward and backward under the plan: the checked path the first time (and at
         every step when `fast` is False), saved-tensor hooks alone afterwards. Every step is
         measured (`RunStats`, also `last_stats` after it); a step that goes over its budget
