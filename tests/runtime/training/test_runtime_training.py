@@ -136,6 +136,16 @@ def _after_a_synced_first_step(m: Model, plan: Plan, budget: Any) -> tuple[Any, 
     return ref, planned, (model, opt)
 
 
+def _after_its_first_step(m: Model, plan: Plan, budget: Any) -> tuple[Any, Any]:
+    """A copy of ``m``'s model and a `PlannedStep` of ``plan`` on it whose checked first step
+    ran (the next step is fast when the plan allows it)."""
+    model = copy.deepcopy(m.model)
+    planned = prepare(model, plan, budget)
+    with planned.step():
+        m.loss_fn(model(*m.inputs)).backward()
+    return model, planned
+
+
 def _planned_steps(m: Model, planned: Any, model: Any, opt: Any, steps: int) -> list[Any]:
     """``steps`` AdamW steps of ``model`` under ``planned``: each step's `RunStats`."""
     stats = []
@@ -218,11 +228,7 @@ def test_a_fast_step_whose_set_up_fails_leaves_nothing_installed(monkeypatch) ->
     from slackswap.runtime.training import fast as fast_module
 
     m = _model("torch_decoder")
-    plan, budget = m.plan("blocks-recompute")
-    model = copy.deepcopy(m.model)
-    planned = prepare(model, plan, budget)
-    with planned.step():
-        m.loss_fn(model(*m.inputs)).backward()
+    model, planned = _after_its_first_step(m, *m.plan("blocks-recompute"))
     blocks = list(m.inst.meta["block_modules"])
     assert planned.fast and planned.checkpointed_blocks == blocks and len(blocks) >= 2
     forwards = {b: model.get_submodule(b).forward for b in blocks}
@@ -483,11 +489,7 @@ def test_replan_needs_the_solver() -> None:
 
 def test_a_step_that_raises_leaves_nothing_installed() -> None:
     m = _model("gpt_dropout")
-    plan, budget = m.plan("blocks-recompute")
-    model = copy.deepcopy(m.model)
-    planned = prepare(model, plan, budget)
-    with planned.step():
-        m.loss_fn(model(*m.inputs)).backward()
+    model, planned = _after_its_first_step(m, *m.plan("blocks-recompute"))
     with pytest.raises(ValueError, match="boom"):
         with planned.step():
             model(*m.inputs)
@@ -538,11 +540,7 @@ def test_another_step_after_the_first_is_a_step_mismatch() -> None:
     from slackswap.runtime import StepMismatchError
 
     m = _model("gpt_dropout")
-    plan, budget = m.plan("all-swap")
-    model = copy.deepcopy(m.model)
-    planned = prepare(model, plan, budget)
-    with planned.step():
-        m.loss_fn(model(*m.inputs)).backward()
+    model, planned = _after_its_first_step(m, *m.plan("all-swap"))
     model.eval()  # no dropout: other tensors saved, in another order
     model.zero_grad(set_to_none=True)
     with pytest.raises(StepMismatchError, match="plan's step has|saved .* tensors"):
