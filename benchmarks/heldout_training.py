@@ -269,7 +269,15 @@ def run_plans(
         same = bitwise(got, ref)
         failed += not same
         print(plan_row(name, label, same, planned, stats))
+    sys.stdout.flush()  # a model's rows show as they come
     return failed
+
+
+def finished(failed: int) -> int:
+    """Print how many plans differed or raised, last; the run's exit status (1 when any)."""
+    print()
+    print(f"{failed} plan(s) differ or raised")
+    return 1 if failed else 0
 
 
 def static_plans(inst: Any, budgets: list[float]) -> dict[str, tuple[Plan, Budget]]:
@@ -337,10 +345,7 @@ def main() -> int:
         plans = static_plans(inst, [float(x) for x in args.budgets.split(",")])
         failed += run_plans(name, plans, ref,
                             lambda plan, budget, m=model: train(m, args.steps, plan, budget))  # fmt: skip
-        sys.stdout.flush()
-    print()
-    print(f"{failed} plan(s) differ or raised")
-    return 1 if failed else 0
+    return finished(failed)
 
 
 if __name__ == "__main__":

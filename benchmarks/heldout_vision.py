@@ -152,11 +152,8 @@ def main() -> int:
             lambda plan, budget, m=model, d=data: ht.train_on(m, d, cross_entropy, plan, budget),
         )  # fmt: skip
         print(f"| {name} | ({inst.n_ops} operators, {inst.n_tensors} saved tensors, "
-              f"{len(plans)} plans, {time.perf_counter() - t0:.0f} s) | | | | | |")  # fmt: skip
-        sys.stdout.flush()
-    print()
-    print(f"{failed} plan(s) differ or raised")
-    return 1 if failed else 0
+              f"{len(plans)} plans, {time.perf_counter() - t0:.0f} s) | | | | | |", flush=True)  # fmt: skip
+    return ht.finished(failed)
 
 
 if __name__ == "__main__":
