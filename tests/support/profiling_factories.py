@@ -230,6 +230,58 @@ def fire_net():
     return _classifying(FireNet)
 
 
+class ScaledBlock(nn.Module):
+    """A residual block whose output is its sum scaled by a parameter: the multiplication saves
+    the sum, inside the block."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, width)
+        self.scale = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.fc(self.norm(x))) * self.scale
+
+
+class PatchMerging(nn.Module):
+    """Swin's patch merging in one dimension: the even and odd positions concatenated, read
+    from the input through strided views (which save nothing), then normed and reduced."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(2 * width)
+        self.reduce = nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.reduce(self.norm(torch.cat([x[:, 0::2], x[:, 1::2]], -1)))
+
+
+class MergeNet(nn.Module):
+    """`ScaledBlock`s, a `PatchMerging` after them and a linear head: a block's output reaches
+    the step only through the merging's views, so the rebuild of the merging's concatenation
+    reads the tensors the last block made."""
+
+    def __init__(self, width: int = 16, blocks: int = 2, classes: int = 4):
+        super().__init__()
+        self.blocks = nn.Sequential(*(ScaledBlock(width) for _ in range(blocks)))
+        self.merge = PatchMerging(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.merge(self.blocks(x)).mean(1))
+
+
+def merge_net():
+    """(model, tokens, loss_fn): `MergeNet` with cross-entropy over 4 classes, batch 2 of 8
+    positions."""
+    torch.manual_seed(0)
+    model = MergeNet()
+    x = torch.randn(2, 8, 16)
+    labels = torch.randint(0, 4, (2,))
+    return model, (x,), lambda logits: F.cross_entropy(logits, labels)
+
+
 class TinyLSTM(nn.Module):
     """An embedding, a recurrent layer (``nn.LSTM`` or ``nn.GRU``) and a linear head."""
 

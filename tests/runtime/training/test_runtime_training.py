@@ -320,6 +320,40 @@ def test_a_block_whose_recomputed_output_is_saved_after_it_is_replayed_not_check
     assert rebuilds == [(len(first_block), 0)] * (STEPS - 1)
 
 
+def test_a_block_whose_recomputed_tensor_a_later_rebuild_reads_is_replayed_not_checkpointed() -> (
+    None
+):
+    # The patch merging's concatenation reads the last block's output through strided views,
+    # which save nothing; the plan recomputes the concatenation and everything the blocks make,
+    # so the concatenation's rebuild reads the sum the last block's multiplication saves.
+    # torch.utils.checkpoint on that block would not make the sum again where the rebuild
+    # needs it: the block is replayed instead (before, every step ran the checked path: "its
+    # rebuild reads 'blocks.1/add.out', which a fast step does not see saved"), the first
+    # block checkpointed, the steps fast, bitwise.
+    m = _model("merge_net")
+    inst = m.inst
+    assert inst.meta["block_modules"] == ["blocks.0", "blocks.1"]
+    blocks_plan, _ = m.plan("blocks-recompute")
+    acts = np.array(blocks_plan.actions, dtype=np.int8)
+    cat = inst.tensor_name.index("merge/cat.out")
+    last_sum = inst.tensor_name.index("blocks.1/add.out")
+    acts[cat] = RECOMP
+    assert last_sum in inst.tensor_rebuild_inputs[cat] and acts[last_sum] == RECOMP
+    plan = Plan(inst, acts)
+    ref, planned, (model, opt) = _after_a_synced_first_step(m, plan, 1.0)
+    ref = _train(m, STEPS - 1, start=ref)
+    stats = _planned_steps(m, planned, model, opt, STEPS - 1)
+    assert _differences(ref, (model, opt)) == []
+    assert planned.fast, planned.reason
+    assert planned.checkpointed_blocks == ["blocks.0"]
+    last_block = [k for k, p in enumerate(inst.tensor_producer)
+                  if inst.op_name[int(p)].startswith("blocks.1")]  # fmt: skip
+    # Each step rebuilds the last block's tensors and the concatenation, each once.
+    assert [(st.rebuilds, st.over_budget_bytes) for st in stats] == [(len(last_block) + 1, 0)] * (
+        STEPS - 1
+    )
+
+
 def test_a_replay_reads_a_convolutions_input_the_plan_swaps() -> None:
     # Each convolution's input swapped, its output recomputed (what SlackSwap chooses for the
     # CNN): the replay of the convolution reads the input fetched back, within the simulated

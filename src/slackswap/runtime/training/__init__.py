@@ -25,12 +25,14 @@ and nothing else, no dispatch mode:
   deadline order, the step's position read from the tensor being unpacked;
 - recomputed tensors are rebuilt by PyTorch's own ``torch.utils.checkpoint`` (non-reentrant)
   over each profiled block whose saved tensors are all recomputed (those made inside it) or
-  kept (its inputs), and none of whose recomputed tensors is saved after it (its output, which
-  the checkpoint does not make again, saved by a pooling after the block): the block is run
+  kept (its inputs), and none of whose recomputed tensors is saved after it or read by the
+  rebuild of a recomputed tensor made after it (its output, which the checkpoint does not make
+  again, saved by a pooling after the block, or read through views by a patch merging whose
+  concatenation the plan recomputes): the block is run
   again in backward with the RNG state it first ran with, and buffers it updates (batch-norm
   statistics) are restored after the recomputation, so the model's state is that of one step.
   Other recomputed tensors (a convolution's output, which the batch-norm after the block saves;
-  every recomputed tensor of a block whose output is saved after it) are replayed from the
+  every recomputed tensor of such a block) are replayed from the
   first step's operator records,
   only the operators that make them (random ones from this step's RNG state, noted at the
   start of their module call or, when another random operator drew since, in the pack hook of

@@ -309,8 +309,10 @@ def learn(
     for p in packs:
         if p.block >= 0:
             by_block.setdefault(p.block, []).append(p)
-    # A block's recomputed tensor that a later operator outside it saves (its output, say) is
-    # one torch.utils.checkpoint does not make again: such a block's tensors are replayed.
+    # A block's recomputed tensor that a later operator outside it saves (its output, say), or
+    # that the rebuild of a recomputed tensor made outside it reads (its output read through
+    # views, as Swin's patch merging reads it), is one torch.utils.checkpoint does not make
+    # again where it is needed: such a block's tensors are replayed.
     leaves = {
         b
         for p in packs
@@ -318,6 +320,15 @@ def learn(
         for b, name in enumerate(blocks)
         if _inside(produced_in[p.entry], name)
         and not (p.block >= 0 and _inside(blocks[p.block], name))
+    }
+    leaves |= {
+        b
+        for v, reads in enumerate(inst.tensor_rebuild_inputs)
+        if actions[v] == RECOMP
+        for u in reads
+        if actions[u] == RECOMP
+        for b, name in enumerate(blocks)
+        if _inside(produced_in[u], name) and not _inside(produced_in[v], name)
     }
     checkpointed: list[int] = []
     for b, ps in sorted(by_block.items()):
