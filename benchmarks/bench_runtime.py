@@ -503,6 +503,13 @@ def _same(t: Any) -> Any:
     return t
 
 
+def counted_packs(learned: Any) -> list[tuple[Any, Any, int]]:
+    """What `CountingHooks` checks per pack, from what a plan's first step learned: the fast
+    step's own shape, dtype and storage bytes (-1: not counted) of each pack, in order."""
+    program = learned.program or pack_program(learned)
+    return [(shape, dtype, nbytes) for shape, dtype, nbytes, *_ in program]
+
+
 #: `CountingHooks`: keep-all's yardstick beside the unplanned step (hooks cannot cost less and
 #: still measure the step).
 COUNT_HOOKS = "counting hooks"
@@ -558,7 +565,6 @@ def cpu_half(repeat: int, quick: bool, warm: bool = False) -> None:
         cols: dict[str, tuple[str, str, str, str, str]] = {}
         floor = floors[case.label] = timer_floor_us_per_pack(case, repeat)
         runs: list[tuple[str, Callable[[], Any], Any]] = [("unplanned", nullcontext, None)]
-        planned_steps: dict[str, Any] = {}
         plans = [("keep-all, training path", uniform(inst, "keep"), 1.0),
                  ("all-swap, training path", uniform(inst, "swap"), 1.0),
                  ("recompute the blocks, training path", uniform(inst, "blocks"), 1.0)]  # fmt: skip
@@ -567,18 +573,18 @@ def cpu_half(repeat: int, quick: bool, warm: bool = False) -> None:
             plans.append(("SlackSwap 50%, training path", ss.plan, 0.5))
         for label, plan, b in plans:
             step, p = planned(case, plan, b)
-            planned_steps[label] = p
+            if label == "keep-all, training path":
+                keep_all = p
             runs.append((label, step, None))
             fast[label] = str(p.fast)
             packs = len(p._learned.expected) if p._learned is not None else 0
             us = hook_us_per_saved_tensor(case, step, p, repeat)
             cols[label] = (str(packs), f"{us[0]:.2f}", f"{us[1]:.2f}", f"{us[2]:.2f}",
                            f"{us[2] - floor:.2f}")  # fmt: skip
-        learned = planned_steps["keep-all, training path"]._learned
-        if learned is not None:  # the keep-all step's checks and counts, in hooks of their own
-            program = learned.program or pack_program(learned)
-            expected = [(shape, dtype, nbytes) for shape, dtype, nbytes, *_ in program]
-            runs.append((COUNT_HOOKS, partial(CountingHooks, expected), None))
+        # The keep-all step's checks and counts, in hooks of their own (its first step learned
+        # them: a plan that keeps everything always runs fast).
+        assert keep_all._learned is not None
+        runs.append((COUNT_HOOKS, partial(CountingHooks, counted_packs(keep_all._learned)), None))
         runs.append(("save_on_cpu", torch.autograd.graph.save_on_cpu, None))
         runs.append((COPY_HOOKS, copy_out_and_back, None))
         runs.append(("torch.utils.checkpoint on the blocks", nullcontext, checkpointed(case)))
