@@ -42,6 +42,7 @@ _LAZY = {
     "RunRecord": "slackswap.solvers:RunRecord",
     "Status": "slackswap.solvers:Status",
     "compile": "slackswap.compile:compile",
+    "warm_up": "slackswap.analysis.warmup:warm_up",
 }
 
 __all__ = ["__version__", *_LAZY]

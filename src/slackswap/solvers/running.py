@@ -446,5 +446,9 @@ def solve(
     """Run one registered solver on one instance and budget; the plan is on ``record.plan``.
 
     ``time_limit`` in seconds; None (the default): `EXACT_TIME_LIMIT_S` for an exact solver
-    (``milp``, ``cpsat``), none for the others, which end by their own rules."""
+    (``milp``, ``cpsat``), none for the others, which end by their own rules.
+
+    A solver's first solve in a process loads its numba code from the cache (or compiles it),
+    inside its time limit and ``plan_s``: call ``slackswap.warm_up([solver])`` first, as the
+    command line does, to leave that out."""
     return run(instance, budget, solver, time_limit=time_limit, seed=seed, options=options)
