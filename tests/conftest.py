@@ -54,7 +54,8 @@ def _compiled_code_loaded_before_a_wall_clock_bound(request: pytest.FixtureReque
     solver's numba code is loaded (or compiled), once per process, as the command line does
     before it times a solve: loading one part takes about 0.3 s here, which would otherwise
     fall inside whichever such test ran first in the process (CI once failed ``ga-random`` at
-    0.843 s under a 0.5 s limit that way)."""
+    0.843 s under a 0.5 s limit, the first solve in its process that ran the repair kernel;
+    compiling that kernel here puts the same solve at 0.852 s)."""
     if request.node.get_closest_marker("wallclock") is None:
         return
     from slackswap.analysis.warmup import warm_up
