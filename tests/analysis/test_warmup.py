@@ -65,6 +65,40 @@ def test_no_compile_or_cache_load_happens_inside_a_timed_job() -> None:
     assert max(got["plan_s"]) < 1.0  # planning alone: milliseconds (loading the passes: ~1 s)
 
 
+# The README's advice for timing solves in your own process: `slackswap.warm_up` first.
+WARM_THEN_SOLVE = """
+import json
+from numba.core import event
+import slackswap
+from slackswap.testing import small_instances
+
+count = [0]
+class Count(event.Listener):
+    def on_start(self, ev): count[0] += 1
+    def on_end(self, ev): pass
+event.register("numba:compiler_lock", Count())
+slackswap.warm_up(["ga-random", "slackswap"], say=None)
+warmed = count[0]
+inst = small_instances()[1]
+recs = [slackswap.solve(inst, 0.4, solver=s, time_limit=0.3) for s in ("ga-random", "slackswap")]
+print(json.dumps({"warm_up": warmed, "in_solves": count[0] - warmed,
+                  "status": [r.status.value for r in recs]}))
+"""
+
+
+def test_after_the_public_warm_up_a_solve_loads_no_compiled_code() -> None:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", WARM_THEN_SOLVE], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["warm_up"] > 0  # it loaded what the solves need
+    assert got["in_solves"] == 0, f"{got['in_solves']} compiled functions loaded inside solves"
+    assert set(got["status"]) == {"feasible"}, got
+
+
 def test_the_compile_notice_names_each_part_once(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     """A real compile of a listed part is announced once per process; other compiles and
     repeated ones are silent (a fresh njit function stands in for the simulator)."""
