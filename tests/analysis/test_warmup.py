@@ -3,29 +3,17 @@ is announced once."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+from tests.support.numba_loads import run_counting
 
 # A fresh process (nothing loaded yet) runs the Quick start's sweep and counts numba's compiles
-# and cache loads (each takes its compiler lock) after the runner's warm-up, i.e. inside jobs.
+# and cache loads (`tests.support.numba_loads`) after the runner's warm-up, i.e. inside jobs.
 SCRIPT = """
 import json, sys
-from numba.core import event
 from slackswap.analysis import runner
 from slackswap.analysis.jobs import Sweep, SolverSpec, ref_from_arg
 
-count = [0]
-class Count(event.Listener):
-    def on_start(self, ev): count[0] += 1
-    def on_end(self, ev): pass
-event.register("numba:compiler_lock", Count())
 after_warm_up = []
 real = getattr(runner, "warm_up", None)
 if real is not None:
@@ -43,14 +31,7 @@ print(json.dumps({"warm_up": after_warm_up, "per_row": per_row,
 
 
 def run_script(solvers: str, env: dict[str, str] | None = None) -> tuple[dict, str]:  # type: ignore[type-arg]
-    env = {**os.environ, **(env or {})}
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, solvers], env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1]), done.stderr
+    return run_counting(SCRIPT, solvers, env=env)
 
 
 def test_no_compile_or_cache_load_happens_inside_a_timed_job() -> None:
@@ -68,15 +49,9 @@ def test_no_compile_or_cache_load_happens_inside_a_timed_job() -> None:
 # The README's advice for timing solves in your own process: `slackswap.warm_up` first.
 WARM_THEN_SOLVE = """
 import json
-from numba.core import event
 import slackswap
 from slackswap.testing import small_instances
 
-count = [0]
-class Count(event.Listener):
-    def on_start(self, ev): count[0] += 1
-    def on_end(self, ev): pass
-event.register("numba:compiler_lock", Count())
 slackswap.warm_up(["ga-random", "slackswap"], say=None)
 warmed = count[0]
 inst = small_instances()[1]
@@ -87,13 +62,7 @@ print(json.dumps({"warm_up": warmed, "in_solves": count[0] - warmed,
 
 
 def test_after_the_public_warm_up_a_solve_loads_no_compiled_code() -> None:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-c", WARM_THEN_SOLVE], env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    got = json.loads(done.stdout.splitlines()[-1])
+    got, _ = run_counting(WARM_THEN_SOLVE)
     assert got["warm_up"] > 0  # it loaded what the solves need
     assert got["in_solves"] == 0, f"{got['in_solves']} compiled functions loaded inside solves"
     assert set(got["status"]) == {"feasible"}, got

@@ -4,12 +4,7 @@ naming what broke, on one that breaks it (a check that cannot fail would prove n
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +15,7 @@ from slackswap.instance import Instance
 from slackswap.plan import SWAP, Budget, Plan
 from slackswap.solvers.base import Solution, Solver, Tags
 from slackswap.solvers.deadline import Deadline
+from tests.support.numba_loads import run_counting
 
 
 class SwapAll(Solver):
@@ -153,18 +149,12 @@ def test_the_time_limit_check_times_a_second_solve_after_an_untimed_first() -> N
     assert SlowFirstSolve.loaded
 
 
-# A fresh process (nothing compiled loaded): numba's compiles and cache loads (each takes its
-# compiler lock), counted around each solve the time-limit check makes.
+# A fresh process (nothing compiled loaded): numba's compiles and cache loads
+# (`tests.support.numba_loads`), counted around each solve the time-limit check makes.
 LOADS_PER_SOLVE = """
 import json
-from numba.core import event
 from slackswap import testing as kit
 
-count = [0]
-class Count(event.Listener):
-    def on_start(self, ev): count[0] += 1
-    def on_end(self, ev): pass
-event.register("numba:compiler_lock", Count())
 per_solve = []
 real = kit.SolverUnderTest.solve
 def solve(self, *args, **kw):
@@ -184,14 +174,7 @@ def test_the_time_limit_check_loads_no_compiled_code_inside_the_timed_solve() ->
     process that ran the repair kernel, which loads it (0.26 s here) or compiles it (the same
     solve then takes 0.852 s here) inside the clock. The check's first solve now takes that,
     untimed."""
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-c", LOADS_PER_SOLVE], env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    per_solve = json.loads(done.stdout.splitlines()[-1])
+    per_solve, _ = run_counting(LOADS_PER_SOLVE)
     assert len(per_solve) == 2, f"the check solved {len(per_solve)} times, not untimed then timed"
     (first_loads, _), (timed_loads, timed_s) = per_solve
     assert first_loads > 0  # the first solve did load compiled code: the check has a point
