@@ -254,8 +254,9 @@ def check_time_limit(
     The timed solve is the second of two alike: the first, untimed, loads (or compiles) the
     numba code the solver runs, as the command line and the sweeps do before they time a solve
     (`slackswap.warm_up`). Loading one kernel from numba's cache takes about 0.26 s on the
-    2-core development VM (the genetic search's repair), and compiling it about 0.85 s: time
-    the solver's own clock cannot see coming, which this check is not about."""
+    2-core development VM (the genetic search's repair), and a 0.5 s ``ga-random`` solve that
+    compiles it took 0.85 s: time the solver's own clock cannot see coming, which this check
+    is not about."""
     s = solver_under_test(solver)
     if not s.tags.honours_time_limit:
         return
